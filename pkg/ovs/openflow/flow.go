@@ -42,6 +42,16 @@ type Match struct {
 	// ARP fields (EthType 0x0806).
 	ArpSpa netip.Addr
 	ArpSha net.HardwareAddr
+	ArpTpa netip.Addr // arp_tpa; invalid: any
+	ArpOp  uint16     // arp_op; 0: any (1 request, 2 reply)
+	// ICMPType and ICMPCode match icmp_type/icmp_code, or icmpv6_type/icmpv6_code
+	// when IPProto is 58; nil: any.
+	ICMPType *uint8
+	ICMPCode *uint8
+	// IPv6 neighbor discovery (IPProto 58, ICMPType 135 or 136).
+	NDTarget netip.Prefix     // nd_target (masked by prefix length); invalid: any
+	NDSll    net.HardwareAddr // nd_sll; nil: any (all zeros matches "option absent")
+	NDTll    net.HardwareAddr // nd_tll; nil: any (all zeros matches "option absent")
 	// Conntrack.
 	CtState *Masked // bits as in ovs-fields(7): new=0x01 est=0x02 rel=0x04 rpl=0x08 inv=0x10 trk=0x20
 	CtMark  *Masked
@@ -87,6 +97,17 @@ type CT struct {
 	// SetMark and SetLabel, only with Commit, are written to the connection.
 	SetMark  *Masked
 	SetLabel *LabelSet
+	// LabelFromRegs, only with Commit, copies registers into ct_label
+	// (move:NXM_NX_REGn[]->NXM_NX_CT_LABEL[start..start+31]), so one commit
+	// flow can record values decided earlier in the pipeline.
+	LabelFromRegs []RegToLabel
+}
+
+// RegToLabel copies all 32 bits of register Reg into ct_label bits
+// [LabelStart, LabelStart+31] (LabelStart+31 < 128).
+type RegToLabel struct {
+	Reg        int
+	LabelStart int
 }
 
 // LabelSet sets ct_label's low 64 bits under a mask.
