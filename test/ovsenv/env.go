@@ -1,0 +1,324 @@
+package ovsenv
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// SchemaPath is the OVSDB schema of the Debian openvswitch-switch package.
+const SchemaPath = "/usr/share/openvswitch/vswitch.ovsschema"
+
+// nsPrefix starts the name of every namespace this package creates; the
+// creating process's pid follows, so stale namespaces of dead test processes
+// can be found and removed.
+const nsPrefix = "tfenv-"
+
+// Env is a private Open vSwitch: one ovsdb-server and one ovs-vswitchd.
+type Env struct {
+	t testing.TB
+	// ID is random and part of every name this Env creates.
+	ID string
+	// Dir is the run directory: database, sockets, pidfiles, logs and the
+	// bridges' management sockets (Dir/BRIDGE.mgmt).
+	Dir string
+
+	mu         sync.Mutex
+	ovsdb      *exec.Cmd
+	vswitchd   *exec.Cmd
+	bridges    []*Bridge
+	namespaces []string
+	podCount   int
+}
+
+// Start runs ovsdb-server and ovs-vswitchd in a fresh temporary directory and
+// registers their shutdown (and the removal of everything Env created) with
+// t.Cleanup.
+func Start(t testing.TB) *Env {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatalf("ovsenv: must run as root (network namespaces, veths, OVS)")
+	}
+	for _, bin := range []string{"ovsdb-tool", "ovsdb-server", "ovs-vswitchd", "ovs-vsctl", "ovs-ofctl", "ovs-appctl", "ip", "ethtool"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Fatalf("ovsenv: %s not found (run test/tools/install-deps.sh): %v", bin, err)
+		}
+	}
+	if _, err := os.Stat(SchemaPath); err != nil {
+		t.Fatalf("ovsenv: OVSDB schema: %v", err)
+	}
+	removeStaleNamespaces(t)
+
+	// A short path under /tmp: unix socket paths are limited to 108 bytes
+	// and t.TempDir() paths contain the (possibly long) test name.
+	dir, err := os.MkdirTemp("", "tfovs-")
+	if err != nil {
+		t.Fatalf("ovsenv: %v", err)
+	}
+	e := &Env{t: t, ID: randomID(), Dir: dir}
+	t.Cleanup(e.cleanup)
+
+	if out, err := exec.Command("ovsdb-tool", "create", e.DBPath(), SchemaPath).CombinedOutput(); err != nil {
+		t.Fatalf("ovsenv: ovsdb-tool create: %v: %s", err, out)
+	}
+	e.ovsdb = e.daemon("ovsdb-server", e.DBPath(),
+		"--remote=punix:"+e.DBSocketPath(),
+		"--pidfile="+filepath.Join(dir, "ovsdb-server.pid"),
+		"--unixctl="+filepath.Join(dir, "ovsdb-server.ctl"),
+		"--log-file="+filepath.Join(dir, "ovsdb-server.log"),
+		"--no-chdir")
+	if err := waitForSocket(e.DBSocketPath(), 10*time.Second); err != nil {
+		t.Fatalf("ovsenv: ovsdb-server: %v\n%s", err, e.log("ovsdb-server"))
+	}
+	if _, err := e.Vsctl("--no-wait", "init"); err != nil {
+		t.Fatalf("ovsenv: %v", err)
+	}
+	if err := e.StartVswitchd(); err != nil {
+		t.Fatalf("ovsenv: %v", err)
+	}
+	return e
+}
+
+// DBPath is the database file.
+func (e *Env) DBPath() string { return filepath.Join(e.Dir, "conf.db") }
+
+// DBSocketPath is ovsdb-server's unix socket.
+func (e *Env) DBSocketPath() string { return filepath.Join(e.Dir, "db.sock") }
+
+// DBEndpoint is the OVSDB endpoint in OVS syntax ("unix:PATH"), as ovs-vsctl
+// --db and libovsdb take it.
+func (e *Env) DBEndpoint() string { return "unix:" + e.DBSocketPath() }
+
+func (e *Env) vswitchdCtl() string { return filepath.Join(e.Dir, "ovs-vswitchd.ctl") }
+
+// env is the environment for every OVS command: all OVS directories point
+// at the private run directory, so nothing touches a system OVS.
+func (e *Env) env() []string {
+	return append(os.Environ(),
+		"OVS_RUNDIR="+e.Dir, "OVS_DBDIR="+e.Dir, "OVS_LOGDIR="+e.Dir, "OVS_SYSCONFDIR="+e.Dir)
+}
+
+// daemon starts an OVS daemon in the foreground as a child that is killed if
+// this process dies.
+func (e *Env) daemon(name string, args ...string) *exec.Cmd {
+	e.t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Env = e.env()
+	cmd.Dir = e.Dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		e.t.Fatalf("ovsenv: start %s: %v", name, err)
+	}
+	// Reap the child so that a crash is visible as ProcessState.
+	go func() { _ = cmd.Wait() }()
+	return cmd
+}
+
+// StartVswitchd starts ovs-vswitchd (Start already did; use it after
+// StopVswitchd) and waits until it has applied the current database.
+func (e *Env) StartVswitchd() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.vswitchd != nil {
+		return errors.New("ovs-vswitchd is already running")
+	}
+	_ = os.Remove(e.vswitchdCtl())
+	e.vswitchd = e.daemon("ovs-vswitchd", e.DBEndpoint(),
+		"--pidfile="+filepath.Join(e.Dir, "ovs-vswitchd.pid"),
+		"--unixctl="+e.vswitchdCtl(),
+		"--log-file="+filepath.Join(e.Dir, "ovs-vswitchd.log"),
+		"--no-chdir",
+		// No kernel datapath: tests use the userspace datapath only and must
+		// not depend on (or disturb) the openvswitch kernel module.
+		"--disable-system")
+	if err := waitForSocket(e.vswitchdCtl(), 10*time.Second); err != nil {
+		return fmt.Errorf("ovs-vswitchd: %v\n%s", err, e.log("ovs-vswitchd"))
+	}
+	// ovs-vsctl waits (without --no-wait) until ovs-vswitchd has applied the
+	// change, i.e. caught up with the database.
+	if _, err := e.vsctlTimeout(20, "set", "Open_vSwitch", ".", "other_config:tierflow-test="+e.ID); err != nil {
+		return err
+	}
+	return nil
+}
+
+// StopVswitchd stops ovs-vswitchd without removing its datapath state, the
+// way a crash or an upgrade would: bridge management sockets disappear and
+// OpenFlow connections drop. Flows are lost (the userspace datapath lives in
+// the process).
+func (e *Env) StopVswitchd() error {
+	e.mu.Lock()
+	cmd := e.vswitchd
+	e.vswitchd = nil
+	e.mu.Unlock()
+	if cmd == nil {
+		return errors.New("ovs-vswitchd is not running")
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	return waitExit(cmd, 10*time.Second)
+}
+
+// RestartVswitchd stops and starts ovs-vswitchd.
+func (e *Env) RestartVswitchd() error {
+	if err := e.StopVswitchd(); err != nil {
+		return err
+	}
+	return e.StartVswitchd()
+}
+
+func waitExit(cmd *exec.Cmd, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if cmd.Process.Signal(syscall.Signal(0)) != nil {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	_ = cmd.Process.Kill()
+	return fmt.Errorf("%s did not exit in %v; killed", filepath.Base(cmd.Path), timeout)
+}
+
+func waitForSocket(path string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if fi, err := os.Stat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("socket %s did not appear in %v", path, timeout)
+}
+
+func (e *Env) log(daemon string) string {
+	b, _ := os.ReadFile(filepath.Join(e.Dir, daemon+".log"))
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return string(b)
+}
+
+// Log returns the tail of a daemon's log ("ovs-vswitchd" or "ovsdb-server"),
+// for failure messages.
+func (e *Env) Log(daemon string) string { return e.log(daemon) }
+
+// run runs an OVS tool with the private environment.
+func (e *Env) run(timeout time.Duration, name string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Env = e.env()
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("%s %s: %v: %s", name, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return stdout.String(), nil
+}
+
+// Vsctl runs ovs-vsctl against the private database.
+func (e *Env) Vsctl(args ...string) (string, error) {
+	return e.vsctlTimeout(10, args...)
+}
+
+func (e *Env) vsctlTimeout(seconds int, args ...string) (string, error) {
+	full := append([]string{"--db=" + e.DBEndpoint(), "--timeout=" + strconv.Itoa(seconds)}, args...)
+	return e.run(time.Duration(seconds+5)*time.Second, "ovs-vsctl", full...)
+}
+
+// Appctl runs ovs-appctl against the private ovs-vswitchd.
+func (e *Env) Appctl(args ...string) (string, error) {
+	return e.run(20*time.Second, "ovs-appctl", append([]string{"-t", e.vswitchdCtl()}, args...)...)
+}
+
+// Ofctl runs ovs-ofctl -O OpenFlow13 with the given arguments; bridge names
+// resolve to the private management sockets.
+func (e *Env) Ofctl(args ...string) (string, error) {
+	return e.run(20*time.Second, "ovs-ofctl", append([]string{"-O", "OpenFlow13"}, args...)...)
+}
+
+func (e *Env) cleanup() {
+	e.mu.Lock()
+	vswitchd, ovsdb := e.vswitchd, e.ovsdb
+	e.vswitchd, e.ovsdb = nil, nil
+	namespaces := e.namespaces
+	bridges := e.bridges
+	e.mu.Unlock()
+
+	if vswitchd != nil {
+		// exit --cleanup deletes the datapaths and so the bridges' tap devices.
+		_, _ = e.run(10*time.Second, "ovs-appctl", "-t", e.vswitchdCtl(), "exit", "--cleanup")
+		if err := waitExit(vswitchd, 10*time.Second); err != nil {
+			e.t.Logf("ovsenv: %v", err)
+		}
+	}
+	if ovsdb != nil {
+		_ = ovsdb.Process.Signal(syscall.SIGTERM)
+		if err := waitExit(ovsdb, 10*time.Second); err != nil {
+			e.t.Logf("ovsenv: %v", err)
+		}
+	}
+	for _, ns := range namespaces {
+		if out, err := exec.Command("ip", "netns", "delete", ns).CombinedOutput(); err != nil {
+			e.t.Logf("ovsenv: ip netns delete %s: %v: %s", ns, err, out)
+		}
+	}
+	// A tap left behind by a killed ovs-vswitchd, or a host-side veth whose
+	// namespace deletion failed.
+	for _, br := range bridges {
+		for _, link := range append([]string{br.Name}, br.hostLinks()...) {
+			if exec.Command("ip", "link", "show", link).Run() == nil {
+				_ = exec.Command("ip", "link", "delete", link).Run()
+			}
+		}
+	}
+	if e.t.Failed() {
+		e.t.Logf("ovsenv: ovs-vswitchd log tail:\n%s", e.log("ovs-vswitchd"))
+	}
+	_ = os.RemoveAll(e.Dir)
+}
+
+// removeStaleNamespaces deletes namespaces created by ovsenv in test
+// processes that have exited.
+func removeStaleNamespaces(t testing.TB) {
+	entries, err := os.ReadDir("/run/netns")
+	if err != nil {
+		return
+	}
+	for _, ent := range entries {
+		name := ent.Name()
+		if !strings.HasPrefix(name, nsPrefix) {
+			continue
+		}
+		pidStr, _, _ := strings.Cut(strings.TrimPrefix(name, nsPrefix), "-")
+		pid, err := strconv.Atoi(pidStr)
+		if err != nil {
+			continue
+		}
+		if syscall.Kill(pid, 0) == nil || pid == os.Getpid() {
+			continue
+		}
+		if out, err := exec.Command("ip", "netns", "delete", name).CombinedOutput(); err != nil {
+			t.Logf("ovsenv: removing stale namespace %s: %v: %s", name, err, out)
+		}
+	}
+}
+
+func randomID() string {
+	b := make([]byte, 3)
+	if _, err := rand.Read(b); err != nil {
+		panic(err) // crypto/rand does not fail on Linux
+	}
+	return hex.EncodeToString(b)[:5]
+}
