@@ -1,0 +1,79 @@
+package cni
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/containernetworking/cni/pkg/types"
+)
+
+// DefaultOVSDBSocket is the database socket of a standard Open vSwitch
+// installation.
+const DefaultOVSDBSocket = "/run/openvswitch/db.sock"
+
+// NetConf is tierflow-cni's network configuration.
+type NetConf struct {
+	types.NetConf
+	// Bridge is the OVS bridge pods are attached to.
+	Bridge string `json:"bridge"`
+	// OVSDBSocket is the OVSDB endpoint: a unix socket path, with or
+	// without the "unix:" prefix.
+	OVSDBSocket string `json:"ovsdbSocket,omitempty"`
+	// MTU of both veth ends; 0 leaves the kernel default (1500).
+	MTU int `json:"mtu,omitempty"`
+}
+
+// K8sArgs are the CNI_ARGS a Kubernetes runtime passes.
+type K8sArgs struct {
+	types.CommonArgs
+	K8S_POD_NAMESPACE          types.UnmarshallableString //nolint:revive // names fixed by the runtime
+	K8S_POD_NAME               types.UnmarshallableString //nolint:revive
+	K8S_POD_INFRA_CONTAINER_ID types.UnmarshallableString //nolint:revive
+	K8S_POD_UID                types.UnmarshallableString //nolint:revive
+}
+
+// ParseConfig decodes and validates a network configuration.
+func ParseConfig(stdin []byte) (*NetConf, error) {
+	conf := &NetConf{}
+	if err := json.Unmarshal(stdin, conf); err != nil {
+		return nil, types.NewError(types.ErrDecodingFailure, "failed to decode network configuration", err.Error())
+	}
+	if strings.TrimSpace(conf.Bridge) == "" {
+		return nil, types.NewError(types.ErrInvalidNetworkConfig, `network configuration: "bridge" is required`, "")
+	}
+	if strings.ContainsAny(conf.Bridge, " \t\n\"'/") || len(conf.Bridge) > 15 {
+		return nil, types.NewError(types.ErrInvalidNetworkConfig,
+			fmt.Sprintf("network configuration: invalid bridge name %q", conf.Bridge), "")
+	}
+	if conf.MTU != 0 && (conf.MTU < 68 || conf.MTU > 65535) {
+		return nil, types.NewError(types.ErrInvalidNetworkConfig,
+			fmt.Sprintf("network configuration: mtu %d out of range 68..65535", conf.MTU), "")
+	}
+	if conf.IPAM.Type == "" {
+		return nil, types.NewError(types.ErrInvalidNetworkConfig, `network configuration: "ipam" with a "type" is required`, "")
+	}
+	if conf.OVSDBSocket == "" {
+		conf.OVSDBSocket = DefaultOVSDBSocket
+	}
+	return conf, nil
+}
+
+// ovsdbEndpoint is the socket in the syntax ovs-vsctl --db takes.
+func (c *NetConf) ovsdbEndpoint() string {
+	if strings.Contains(c.OVSDBSocket, ":") {
+		return c.OVSDBSocket
+	}
+	return "unix:" + c.OVSDBSocket
+}
+
+// parseK8sArgs reads the pod identity from CNI_ARGS; unknown keys are
+// ignored as the CNI conventions require.
+func parseK8sArgs(args string) (*K8sArgs, error) {
+	k := &K8sArgs{}
+	k.IgnoreUnknown = true
+	if err := types.LoadArgs(args, k); err != nil {
+		return nil, types.NewError(types.ErrInvalidEnvironmentVariables, "invalid CNI_ARGS", err.Error())
+	}
+	return k, nil
+}

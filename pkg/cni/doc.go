@@ -1,0 +1,42 @@
+// Package cni implements tierflow-cni, the CNI plugin that attaches a pod's
+// network namespace to the node's Open vSwitch bridge.
+//
+// ADD creates a veth pair (container end named by CNI_IFNAME, host end named
+// deterministically from the container ID and interface name, so that DEL
+// finds it even when the namespace is already gone), turns TX checksum
+// offload off on both ends (the userspace datapath's conntrack would
+// otherwise see TCP segments with partial checksums and mark them invalid),
+// asks the IPAM delegate named in the config (normally host-local) for the
+// addresses, configures them with a default route per address family via
+// the IPAM gateway, and adds the host end to the bridge as an OVS port whose
+// Interface external_ids tell the agent which pod it belongs to. Any failure
+// after the first side effect rolls everything back, so a pod is never left
+// half attached.
+//
+// DEL undoes ADD and is idempotent: a missing namespace, veth, port or
+// allocation is not an error. CHECK verifies the veth pair, the addresses and
+// routes of the previous result and the OVS port with its external_ids.
+// STATUS reports whether the bridge is reachable.
+//
+// Network configuration:
+//
+//	{
+//	  "cniVersion": "1.0.0",
+//	  "name": "tierflow",
+//	  "type": "tierflow-cni",
+//	  "bridge": "br-int",                      // required, must exist
+//	  "ovsdbSocket": "/run/openvswitch/db.sock", // default; "unix:" prefix optional
+//	  "mtu": 1450,                             // optional, 68..65535
+//	  "ipam": {"type": "host-local", ...}       // required
+//	}
+//
+// The pod's namespace and name come from the Kubernetes CNI_ARGS
+// (K8S_POD_NAMESPACE, K8S_POD_NAME); when absent the external_ids carry
+// empty values and the agent treats the port as not belonging to a pod.
+//
+// Errors are CNI errors: 4 for missing/invalid CNI_ARGS, 6 for JSON that
+// cannot be decoded, 7 for an invalid configuration, 8 for a missing or
+// invalid network namespace, 11 when the bridge does not exist (yet: the
+// agent creates it), and the plugin-specific codes ErrIPAM (100) and ErrOVS
+// (101); see errors.go.
+package cni

@@ -1,0 +1,11 @@
+package cni
+
+// Plugin-specific CNI error codes (the CNI spec leaves 100 and above to
+// plugins).
+const (
+	// ErrIPAM means the IPAM delegate failed, e.g. its range is exhausted;
+	// the delegate's message is in the error's details.
+	ErrIPAM uint = 100
+	// ErrOVS means an OVSDB operation (ovs-vsctl) failed.
+	ErrOVS uint = 101
+)
