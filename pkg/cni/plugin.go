@@ -152,7 +152,11 @@ func Add(args *skel.CmdArgs) (retErr error) {
 	if err := ovs.addPort(conf.Bridge, hostName, ids); err != nil {
 		// The transaction may have been committed before the error (e.g. a
 		// timeout waiting for ovs-vswitchd), so remove the port as well.
-		undo = append(undo, func() { _ = ovs.delPort(hostName) })
+		undo = append(undo, func() {
+			if br, err := ovs.portBridge(hostName); err == nil && br == conf.Bridge {
+				_ = ovs.delPort(hostName)
+			}
+		})
 		return types.NewError(ErrOVS, fmt.Sprintf("failed to add port %s to bridge %s", hostName, conf.Bridge), err.Error())
 	}
 	return types.PrintResult(result, conf.CNIVersion)
