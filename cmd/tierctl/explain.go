@@ -1,0 +1,301 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
+
+	"github.com/tierflow/tierflow/pkg/explain"
+	"github.com/tierflow/tierflow/pkg/explain/load"
+	"github.com/tierflow/tierflow/pkg/model"
+)
+
+const explainLong = `Explain which policy rule decides a new connection, offline, from manifests.
+
+FILE is multi-document YAML (or a List, as "kubectl get -o yaml" writes it)
+holding Namespaces, Pods (spec.nodeName, status.podIPs, container ports),
+Nodes, NetworkPolicies (networking.k8s.io/v1), AdminNetworkPolicies and
+BaselineAdminNetworkPolicies (policy.networking.k8s.io/v1alpha1) and
+ClusterNetworkPolicies (policy.networking.k8s.io/v1alpha2). Objects of other
+kinds are ignored (with a warning). Objects without a namespace are in
+"default"; namespaces used but not declared exist with only the label
+kubernetes.io/metadata.name, which every namespace gets.
+
+Egress is evaluated for the source pod, ingress for the destination pod, each
+through the Admin, NetworkPolicy and Baseline tiers; the verdict is Allow iff
+both directions allow. An IP that belongs to a pod is that pod; any other IP
+has no policies of its own.
+
+Output (json, yaml): verdict (Allow|Deny), srcIP, dstIP, and for egress and
+ingress: tier, policy {kind, namespace, name} or null, rule {index, name} or
+null, action (Allow|Deny), reason, passedThrough (policies whose Pass rule was
+taken), isolatedBy (NetworkPolicies isolating the pod, when it is isolated).
+When no rule decides:
+  isolation drop:   tier NetworkPolicy, policy null, action Deny,  reason Isolation
+  default allow:    tier Baseline,      policy null, action Allow, reason DefaultAllow
+                    (also after a Baseline Pass, listed in passedThrough)
+  end is not a pod: tier None,          policy null, action Allow, reason NotAPod
+--matrix prints every ordered pair of distinct pods on every --port, each
+object with src, dst (NS/POD) and port (PROTO/PORT) added; its table form is a
+grid per port, rows sources, columns destinations.
+
+Exit status 0 with a decision, 1 with a one-line reason on bad input.`
+
+type explainOptions struct {
+	files  []string
+	src    string
+	dst    string
+	ports  []string
+	matrix bool
+	output string
+}
+
+func newExplainCommand() *cobra.Command {
+	o := &explainOptions{}
+	cmd := &cobra.Command{
+		Use:   "explain -f FILE --src NS/POD|IP --dst NS/POD|IP --port PROTO/PORT | -f FILE --matrix --port PROTO/PORT...",
+		Short: "Explain which policy rule decides a connection",
+		Long:  explainLong,
+		Example: `  tierctl explain -f cluster.yaml --src prod/web --dst prod/db --port TCP/5432
+  tierctl explain -f pods.yaml -f policies.yaml --src prod/web --dst 8.8.8.8 --port udp/53 -o table
+  tierctl explain -f cluster.yaml --matrix --port TCP/80 --port UDP/53 -o table`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return o.run(cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	f := cmd.Flags()
+	f.StringArrayVarP(&o.files, "filename", "f", nil, "manifest file (multi-document YAML or a List); repeatable; - for stdin")
+	f.StringVar(&o.src, "src", "", "source: NS/POD or an IP address")
+	f.StringVar(&o.dst, "dst", "", "destination: NS/POD or an IP address")
+	f.StringArrayVar(&o.ports, "port", nil, "destination PROTO/PORT, PROTO one of TCP, UDP, SCTP (any case); repeatable with --matrix")
+	f.BoolVar(&o.matrix, "matrix", false, "explain every ordered pair of distinct pods")
+	f.StringVarP(&o.output, "output", "o", "json", "output format: json, yaml or table")
+	return cmd
+}
+
+func (o *explainOptions) validate() error {
+	if len(o.files) == 0 {
+		return errors.New("explain: -f FILE is required")
+	}
+	switch o.output {
+	case "json", "yaml", "table":
+	default:
+		return fmt.Errorf("explain: unknown output format %q (want json, yaml or table)", o.output)
+	}
+	if len(o.ports) == 0 {
+		return errors.New("explain: --port PROTO/PORT is required")
+	}
+	if o.matrix {
+		if o.src != "" || o.dst != "" {
+			return errors.New("explain: --matrix takes no --src or --dst")
+		}
+		return nil
+	}
+	if o.src == "" || o.dst == "" {
+		return errors.New("explain: --src and --dst are required (or --matrix)")
+	}
+	if len(o.ports) > 1 {
+		return errors.New("explain: one --port per connection (several only with --matrix)")
+	}
+	return nil
+}
+
+func (o *explainOptions) run(stdout, stderr io.Writer) error {
+	if err := o.validate(); err != nil {
+		return err
+	}
+	var ports []explain.PortSpec
+	for _, s := range o.ports {
+		p, err := explain.ParsePortSpec(s)
+		if err != nil {
+			return err
+		}
+		ports = append(ports, p)
+	}
+	var src, dst explain.Endpoint
+	if !o.matrix {
+		var err error
+		if src, err = parseEndpoint(o.src); err != nil {
+			return fmt.Errorf("--src: %w", err)
+		}
+		if dst, err = parseEndpoint(o.dst); err != nil {
+			return fmt.Errorf("--dst: %w", err)
+		}
+	}
+
+	objs, err := load.Files(o.files...)
+	if err != nil {
+		return err
+	}
+	built, err := load.Build(objs)
+	if err != nil {
+		return err
+	}
+	warn(stderr, objs, built)
+	ev, err := explain.NewEvaluator(built.Snapshot, built.Inventory)
+	if err != nil {
+		return err
+	}
+
+	if o.matrix {
+		cells, skipped, err := ev.Matrix(ports)
+		if err != nil {
+			return err
+		}
+		for _, p := range skipped {
+			fmt.Fprintf(stderr, "warning: pod %s has no IP address and is left out of the matrix\n", p)
+		}
+		if cells == nil {
+			cells = []explain.Cell{}
+		}
+		if o.output == "table" {
+			return writeMatrixTable(stdout, ports, cells)
+		}
+		return write(stdout, o.output, cells)
+	}
+	for _, ep := range []explain.Endpoint{src, dst} {
+		if ep.Pod != nil && built.Excluded[*ep.Pod] != "" {
+			return fmt.Errorf("pod %s takes no part in network policy: %s", ep.Pod, built.Excluded[*ep.Pod])
+		}
+	}
+	res, err := ev.Explain(explain.Query{Src: src, Dst: dst, Protocol: ports[0].Protocol, Port: ports[0].Port})
+	if err != nil {
+		return err
+	}
+	if o.output == "table" {
+		return writeTable(stdout, res, ports[0])
+	}
+	return write(stdout, o.output, res)
+}
+
+// warn reports, on stderr, what the manifests hold that explain does not
+// evaluate as written.
+func warn(stderr io.Writer, objs *load.Objects, built *load.Built) {
+	if n := len(objs.Ignored); n > 0 {
+		fmt.Fprintf(stderr, "warning: ignored %d object(s) of kinds explain does not read: %s\n", n, summarize(objs.Ignored))
+	}
+	for _, c := range built.Conditions {
+		fmt.Fprintf(stderr, "warning: %s\n", c)
+	}
+}
+
+func summarize(xs []string) string {
+	if len(xs) > 5 {
+		return strings.Join(xs[:5], ", ") + fmt.Sprintf(", and %d more", len(xs)-5)
+	}
+	return strings.Join(xs, ", ")
+}
+
+func parseEndpoint(s string) (explain.Endpoint, error) {
+	if ns, name, ok := strings.Cut(s, "/"); ok {
+		if ns == "" || name == "" || strings.Contains(name, "/") {
+			return explain.Endpoint{}, fmt.Errorf("%q: want NS/POD or an IP address", s)
+		}
+		return explain.Endpoint{Pod: &model.PodRef{Namespace: ns, Name: name}}, nil
+	}
+	ip, err := netip.ParseAddr(s)
+	if err != nil {
+		return explain.Endpoint{}, fmt.Errorf("%q: want NS/POD or an IP address", s)
+	}
+	return explain.Endpoint{IP: ip}, nil
+}
+
+func write(w io.Writer, format string, v any) error {
+	var out []byte
+	var err error
+	if format == "yaml" {
+		out, err = yaml.Marshal(v)
+	} else {
+		out, err = json.MarshalIndent(v, "", "  ")
+		out = append(out, '\n')
+	}
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(out)
+	return err
+}
+
+func writeTable(w io.Writer, r *explain.Result, port explain.PortSpec) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "VERDICT: %s\t(%s -> %s %s)\n\n", r.Verdict, r.SrcIP, r.DstIP, port)
+	fmt.Fprintln(tw, "DIRECTION\tTIER\tPOLICY\tRULE\tACTION\tREASON\tPASSED THROUGH\tISOLATED BY")
+	for _, d := range []struct {
+		name string
+		d    explain.Decision
+	}{{"egress", r.Egress}, {"ingress", r.Ingress}} {
+		policy, rule := "-", "-"
+		if d.d.Policy != nil {
+			policy = d.d.Policy.String()
+		}
+		if d.d.Rule != nil {
+			rule = fmt.Sprint(d.d.Rule.Index)
+			if d.d.Rule.Name != "" {
+				rule += " (" + d.d.Rule.Name + ")"
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.name, d.d.Tier, policy, rule, d.d.Action, d.d.Reason,
+			ids(d.d.PassedThrough), ids(d.d.IsolatedBy))
+	}
+	return tw.Flush()
+}
+
+func ids(xs []explain.PolicyID) string {
+	if len(xs) == 0 {
+		return "-"
+	}
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = x.String()
+	}
+	return strings.Join(s, ",")
+}
+
+// writeMatrixTable prints one grid per port: a row per source, a column per
+// destination, "allow" or "DENY" in each cell and "-" where source and
+// destination are the same pod.
+func writeMatrixTable(w io.Writer, ports []explain.PortSpec, cells []explain.Cell) error {
+	verdict := map[[3]string]explain.Verdict{}
+	names := map[string]bool{}
+	for _, c := range cells {
+		verdict[[3]string{c.Port, c.Src, c.Dst}] = c.Verdict
+		names[c.Src] = true
+	}
+	pods := make([]string, 0, len(names))
+	for n := range names {
+		pods = append(pods, n)
+	}
+	sort.Strings(pods)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for i, port := range ports {
+		if i > 0 {
+			fmt.Fprintln(tw)
+		}
+		fmt.Fprintf(tw, "%s\t%s\n", port, strings.Join(pods, "\t"))
+		for _, s := range pods {
+			row := []string{s}
+			for _, d := range pods {
+				v, ok := verdict[[3]string{port.String(), s, d}]
+				switch {
+				case !ok:
+					row = append(row, "-")
+				case v == explain.VerdictAllow:
+					row = append(row, "allow")
+				default:
+					row = append(row, "DENY")
+				}
+			}
+			fmt.Fprintln(tw, strings.Join(row, "\t"))
+		}
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,23 @@
+package main
+
+import (
+	"io"
+
+	"github.com/spf13/cobra"
+)
+
+// newRootCommand builds the tierctl command tree. Each subcommand lives in
+// its own file and is added here.
+func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "tierctl",
+		Short: "Inspect tierflow network policy",
+		// main prints the error once, on one line; usage is for --help.
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.AddCommand(newExplainCommand())
+	return root
+}
