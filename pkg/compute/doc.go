@@ -1,0 +1,50 @@
+// Package compute is tierflow's policy computation engine: it turns
+// Kubernetes objects (Namespaces, Pods, Nodes, NetworkPolicies,
+// AdminNetworkPolicies, BaselineAdminNetworkPolicies and
+// ClusterNetworkPolicies) into the internal model of package model, and
+// keeps that model up to date incrementally as the objects change.
+//
+// # Use
+//
+//	e := compute.New()
+//	e.Subscribe(func(cs []compute.Change) { ... })   // deltas for distribution
+//	e.UpsertNamespace(ns); e.UpsertPod(pod); e.UpsertNode(node)
+//	e.UpsertNetworkPolicy(np); e.UpsertAdminNetworkPolicy(anp) ...
+//	snap := e.Snapshot()                              // everything, consistent
+//	p, ok := e.Policy(id); g, ok := e.AppliedToGroup(id); a, ok := e.AddressGroup(id)
+//	conds := e.PolicyConditions(ref)                  // for status and events
+//
+// Upsert methods take the whole current object (level-triggered, as an
+// informer delivers it) and are idempotent: upserting an unchanged object
+// changes nothing and notifies nobody.
+//
+// # Identity and sharing
+//
+// A policy's ID is its UID (KIND/[NAMESPACE/]NAME when the UID is empty).
+// A group's ID derives from its normalized selector ("atg-" or "ag-" and a
+// 64-bit hash of the selector text shown in the group's Selector field), so
+// every policy whose subject or peer normalizes to the same selector shares
+// one group: 10,000 identical policies give one applied-to group and one
+// address group. Generations come from one engine-wide clock and change
+// only when an object's content (members, rules, conditions, span) changes.
+//
+// # Spans
+//
+// An applied-to group spans its members' nodes; a policy spans its
+// applied-to group's nodes; an address group spans the union of the spans
+// of the policies using it. Spans are kept with per-node counters, so a pod
+// moving between nodes updates only the objects whose span changes.
+//
+// # Incremental membership
+//
+// Groups are found through indexes instead of scans: for a pod event, the
+// groups of the pod's namespace and the namespace-selector groups are
+// looked up by one equality requirement of their selectors (key=value or
+// key in (...)); selectors without one are always checked. A new group
+// finds its candidate pods, namespaces or nodes through label indexes the
+// same way. Model objects are built lazily, on read, and cached until they
+// change.
+//
+// How every API field is read, and how bad input fails closed, is written
+// down in SEMANTICS.md in this directory.
+package compute

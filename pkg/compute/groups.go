@@ -1,0 +1,383 @@
+package compute
+
+import (
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"sort"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/tierflow/tierflow/pkg/model"
+)
+
+type groupKind int
+
+const (
+	groupPods groupKind = iota
+	groupNodes
+)
+
+// groupSpec is a normalized selector: the pods matching podSel in one
+// namespace (nsSel nil) or in the namespaces matching nsSel, or the nodes
+// matching nodeSel. Its key is its identity: policies whose selectors
+// normalize to the same key share one group.
+type groupSpec struct {
+	kind      groupKind
+	namespace string
+	nsSel     labels.Selector
+	podSel    labels.Selector
+	nodeSel   labels.Selector
+	key       string
+}
+
+func selString(s labels.Selector) string { return "{" + s.String() + "}" }
+
+func podGroupInNamespace(ns string, podSel labels.Selector) groupSpec {
+	return groupSpec{kind: groupPods, namespace: ns, podSel: podSel,
+		key: "namespace=" + ns + " podSelector=" + selString(podSel)}
+}
+
+func podGroupInNamespaces(nsSel, podSel labels.Selector) groupSpec {
+	return groupSpec{kind: groupPods, nsSel: nsSel, podSel: podSel,
+		key: "namespaceSelector=" + selString(nsSel) + " podSelector=" + selString(podSel)}
+}
+
+func nodeGroup(nodeSel labels.Selector) groupSpec {
+	return groupSpec{kind: groupNodes, nodeSel: nodeSel, key: "nodeSelector=" + selString(nodeSel)}
+}
+
+// groupID derives a stable, short ID from a normalized selector key.
+func groupID(prefix, key string) string {
+	h := fnv.New64a()
+	h.Write([]byte(key))
+	return fmt.Sprintf("%s-%016x", prefix, h.Sum64())
+}
+
+// group is one normalized selector's members. The same group serves as an
+// AppliedToGroup (when some policy's subject normalizes to it) and as an
+// AddressGroup (when some rule's peer does); each role has its own ID,
+// generation and cached model object.
+type group struct {
+	spec   groupSpec
+	hint   indexHint // of the pod or node selector
+	nsHint indexHint // of the namespace selector
+
+	pods        set[*podState]
+	nodes       set[*nodeState]
+	podsPerNode map[string]int
+
+	// AppliedToGroup role.
+	atgID       string
+	atgRefs     int
+	atgGen      int64
+	atgCache    *model.AppliedToGroup
+	atgPolicies set[*policyState]
+	// agUsers counts, per address group, the policies applied to this group
+	// that use that address group: the address group's span includes this
+	// group's span while the count is positive.
+	agUsers   map[*group]int
+	spanCache []string
+
+	// AddressGroup role.
+	agID     string
+	agRefs   int
+	agGen    int64
+	agCache  *model.AddressGroup
+	atgUsers set[*group]
+	// spanCount counts, per node, the applied-to groups in atgUsers whose
+	// span has that node.
+	spanCount   map[string]int
+	agSpanCache []string
+}
+
+func (g *group) atgSpan() []string {
+	if g.spanCache == nil {
+		s := make([]string, 0, len(g.podsPerNode))
+		for n := range g.podsPerNode {
+			s = append(s, n)
+		}
+		sort.Strings(s)
+		g.spanCache = s
+	}
+	return g.spanCache
+}
+
+func (g *group) agSpan() []string {
+	if g.agSpanCache == nil {
+		s := make([]string, 0, len(g.spanCount))
+		for n := range g.spanCount {
+			s = append(s, n)
+		}
+		sort.Strings(s)
+		g.agSpanCache = s
+	}
+	return g.agSpanCache
+}
+
+func (e *Engine) touchGroup(g *group) {
+	if g.atgRefs > 0 {
+		g.atgCache = nil
+		g.atgGen = e.record(KindAppliedToGroup, Updated, g.atgID, g.atgGen)
+	}
+	if g.agRefs > 0 {
+		g.agCache = nil
+		g.agGen = e.record(KindAddressGroup, Updated, g.agID, g.agGen)
+	}
+}
+
+func (e *Engine) touchAddressGroup(g *group) {
+	g.agSpanCache = nil
+	if g.agRefs > 0 {
+		g.agCache = nil
+		g.agGen = e.record(KindAddressGroup, Updated, g.agID, g.agGen)
+	}
+}
+
+// getGroup returns the group of spec, creating it (and computing its
+// members through the label indexes) if needed.
+func (e *Engine) getGroup(spec groupSpec) *group {
+	if g := e.groups[spec.key]; g != nil {
+		return g
+	}
+	g := &group{
+		spec:        spec,
+		pods:        set[*podState]{},
+		podsPerNode: map[string]int{},
+		atgID:       groupID("atg", spec.key),
+		agID:        groupID("ag", spec.key),
+		atgPolicies: set[*policyState]{},
+		agUsers:     map[*group]int{},
+		atgUsers:    set[*group]{},
+		spanCount:   map[string]int{},
+	}
+	e.groups[spec.key] = g
+	e.atgByID[g.atgID] = g
+	e.agByID[g.agID] = g
+	switch spec.kind {
+	case groupNodes:
+		g.nodes = set[*nodeState]{}
+		g.hint = hintFor(spec.nodeSel)
+		e.nodeGroups.add(g.hint, g)
+		visit := func(n *nodeState) {
+			if spec.nodeSel.Matches(labels.Set(n.labels)) {
+				e.addNode(g, n)
+			}
+		}
+		if !e.nodeLabels.candidates(g.hint, visit) {
+			for _, n := range e.nodes {
+				visit(n)
+			}
+		}
+	case groupPods:
+		g.hint = hintFor(spec.podSel)
+		if spec.nsSel == nil {
+			ns := e.nsFor(spec.namespace)
+			ns.groups.add(g.hint, g)
+			ns.nGroups++
+			e.addMatchingPodsOf(g, ns)
+			break
+		}
+		g.nsHint = hintFor(spec.nsSel)
+		e.nsGroups.add(g.nsHint, g)
+		e.clusterPodGroups.add(g.hint, g)
+		visit := func(ns *nsState) {
+			if spec.nsSel.Matches(labels.Set(ns.labels)) {
+				e.addMatchingPodsOf(g, ns)
+			}
+		}
+		if !e.nsLabels.candidates(g.nsHint, visit) {
+			for _, ns := range e.namespaces {
+				visit(ns)
+			}
+		}
+	}
+	return g
+}
+
+// addMatchingPodsOf adds to g the pods of ns its pod selector matches.
+func (e *Engine) addMatchingPodsOf(g *group, ns *nsState) {
+	visit := func(p *podState) {
+		if _, ok := g.pods[p]; !ok && g.spec.podSel.Matches(labels.Set(p.labels)) {
+			e.addPod(g, p)
+		}
+	}
+	if !ns.podLabels.candidates(g.hint, visit) {
+		for p := range ns.pods {
+			visit(p)
+		}
+	}
+}
+
+// maybeDropGroup forgets a group no policy uses any more.
+func (e *Engine) maybeDropGroup(g *group) {
+	if g.atgRefs > 0 || g.agRefs > 0 {
+		return
+	}
+	for p := range g.pods {
+		delete(p.groups, g)
+	}
+	for n := range g.nodes {
+		delete(n.groups, g)
+	}
+	switch {
+	case g.spec.kind == groupNodes:
+		e.nodeGroups.remove(g.hint, g)
+	case g.spec.nsSel == nil:
+		if ns := e.namespaces[g.spec.namespace]; ns != nil {
+			ns.groups.remove(g.hint, g)
+			ns.nGroups--
+			e.maybeDropNamespace(ns)
+		}
+	default:
+		e.nsGroups.remove(g.nsHint, g)
+		e.clusterPodGroups.remove(g.hint, g)
+	}
+	delete(e.groups, g.spec.key)
+	delete(e.atgByID, g.atgID)
+	delete(e.agByID, g.agID)
+}
+
+func (e *Engine) addPod(g *group, p *podState) {
+	g.pods[p] = struct{}{}
+	p.groups[g] = struct{}{}
+	g.podsPerNode[p.node]++
+	if g.podsPerNode[p.node] == 1 {
+		e.atgSpanChanged(g, p.node, 1)
+	}
+	e.touchGroup(g)
+}
+
+func (e *Engine) removePod(g *group, p *podState) {
+	if _, ok := g.pods[p]; !ok {
+		return
+	}
+	delete(g.pods, p)
+	delete(p.groups, g)
+	g.podsPerNode[p.node]--
+	if g.podsPerNode[p.node] == 0 {
+		delete(g.podsPerNode, p.node)
+		e.atgSpanChanged(g, p.node, -1)
+	}
+	e.touchGroup(g)
+}
+
+func (e *Engine) addNode(g *group, n *nodeState) {
+	g.nodes[n] = struct{}{}
+	n.groups[g] = struct{}{}
+	e.touchGroup(g)
+}
+
+func (e *Engine) removeNode(g *group, n *nodeState) {
+	if _, ok := g.nodes[n]; !ok {
+		return
+	}
+	delete(g.nodes, n)
+	delete(n.groups, g)
+	e.touchGroup(g)
+}
+
+// atgSpanChanged propagates a node entering (delta 1) or leaving (-1) an
+// applied-to group's span to the policies applied to it and to the address
+// groups those policies use.
+func (e *Engine) atgSpanChanged(g *group, node string, delta int) {
+	g.spanCache = nil
+	for p := range g.atgPolicies {
+		e.touchPolicy(p)
+	}
+	for ag := range g.agUsers {
+		e.addSpan(ag, node, delta)
+	}
+}
+
+func (e *Engine) addSpan(ag *group, node string, delta int) {
+	ag.spanCount[node] += delta
+	switch ag.spanCount[node] {
+	case 0:
+		delete(ag.spanCount, node)
+		e.touchAddressGroup(ag)
+	case 1:
+		if delta > 0 {
+			e.touchAddressGroup(ag)
+		}
+	}
+}
+
+// link records that a policy applied to atg uses address group ag.
+func (e *Engine) link(atg, ag *group) {
+	atg.agUsers[ag]++
+	if atg.agUsers[ag] > 1 {
+		return
+	}
+	ag.atgUsers[atg] = struct{}{}
+	for n := range atg.podsPerNode {
+		e.addSpan(ag, n, 1)
+	}
+}
+
+func (e *Engine) unlink(atg, ag *group) {
+	atg.agUsers[ag]--
+	if atg.agUsers[ag] > 0 {
+		return
+	}
+	delete(atg.agUsers, ag)
+	delete(ag.atgUsers, atg)
+	for n := range atg.podsPerNode {
+		e.addSpan(ag, n, -1)
+	}
+}
+
+func comparePodMembers(a, b model.GroupMember) int {
+	switch {
+	case a.Pod != nil && b.Pod != nil:
+		if c := strings.Compare(a.Pod.Namespace, b.Pod.Namespace); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Pod.Name, b.Pod.Name)
+	case a.Pod != nil:
+		return -1
+	case b.Pod != nil:
+		return 1
+	}
+	return strings.Compare(a.Node, b.Node)
+}
+
+func (e *Engine) appliedToGroup(g *group) *model.AppliedToGroup {
+	if g.atgCache != nil {
+		return g.atgCache
+	}
+	byNode := make(map[string][]model.GroupMember, len(g.podsPerNode))
+	for p := range g.pods {
+		byNode[p.node] = append(byNode[p.node], p.member)
+	}
+	for _, ms := range byNode {
+		slices.SortFunc(ms, comparePodMembers)
+	}
+	g.atgCache = &model.AppliedToGroup{
+		Meta:          model.Meta{ID: g.atgID, Generation: g.atgGen, Span: g.atgSpan()},
+		Selector:      g.spec.key,
+		MembersByNode: byNode,
+	}
+	return g.atgCache
+}
+
+func (e *Engine) addressGroup(g *group) *model.AddressGroup {
+	if g.agCache != nil {
+		return g.agCache
+	}
+	ms := make([]model.GroupMember, 0, len(g.pods)+len(g.nodes))
+	for p := range g.pods {
+		ms = append(ms, p.member)
+	}
+	for n := range g.nodes {
+		ms = append(ms, n.member)
+	}
+	slices.SortFunc(ms, comparePodMembers)
+	g.agCache = &model.AddressGroup{
+		Meta:     model.Meta{ID: g.agID, Generation: g.agGen, Span: g.agSpan()},
+		Selector: g.spec.key,
+		Members:  ms,
+	}
+	return g.agCache
+}

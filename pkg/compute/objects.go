@@ -1,0 +1,383 @@
+package compute
+
+import (
+	"maps"
+	"net/netip"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/tierflow/tierflow/pkg/model"
+)
+
+// metadataNameLabel is set on every namespace by the API server; tierflow
+// adds it when it is missing (offline files, namespaces not seen yet) so
+// that selecting a namespace by name always works.
+const metadataNameLabel = "kubernetes.io/metadata.name"
+
+type nsState struct {
+	name      string
+	labels    map[string]string
+	known     bool // an UpsertNamespace was seen (and no delete since)
+	pods      set[*podState]
+	podLabels labelIndex[*podState]
+	groups    selectorIndex[*group] // groups fixed to this namespace, by pod selector
+	nGroups   int
+}
+
+type podKey struct{ namespace, name string }
+
+type podState struct {
+	key    podKey
+	ns     *nsState
+	labels map[string]string
+	node   string
+	ips    []netip.Addr
+	ports  []model.NamedPort
+	member model.GroupMember
+	groups set[*group]
+}
+
+type nodeState struct {
+	name   string
+	labels map[string]string
+	member model.GroupMember
+	groups set[*group]
+}
+
+func (e *Engine) nsFor(name string) *nsState {
+	ns := e.namespaces[name]
+	if ns == nil {
+		ns = &nsState{
+			name:      name,
+			labels:    map[string]string{metadataNameLabel: name},
+			pods:      set[*podState]{},
+			podLabels: newLabelIndex[*podState](),
+			groups:    newSelectorIndex[*group](),
+		}
+		e.namespaces[name] = ns
+		e.nsLabels.add(ns.labels, ns)
+	}
+	return ns
+}
+
+func (e *Engine) maybeDropNamespace(ns *nsState) {
+	if ns.known || len(ns.pods) > 0 || ns.nGroups > 0 {
+		return
+	}
+	e.nsLabels.remove(ns.labels, ns)
+	delete(e.namespaces, ns.name)
+}
+
+// UpsertNamespace adds or updates a namespace. Its labels decide which
+// namespace selectors select its pods.
+func (e *Engine) UpsertNamespace(ns *corev1.Namespace) {
+	if ns == nil || ns.Name == "" {
+		return
+	}
+	lbls := maps.Clone(ns.Labels)
+	if lbls == nil {
+		lbls = map[string]string{}
+	}
+	if _, ok := lbls[metadataNameLabel]; !ok {
+		lbls[metadataNameLabel] = ns.Name
+	}
+	e.update(func() {
+		st := e.nsFor(ns.Name)
+		st.known = true
+		e.relabelNamespace(st, lbls)
+	})
+}
+
+// DeleteNamespace forgets a namespace's labels: its pods (until deleted
+// themselves) are selected only by selectors that match a namespace known
+// by name alone.
+func (e *Engine) DeleteNamespace(name string) {
+	e.update(func() {
+		st := e.namespaces[name]
+		if st == nil {
+			return
+		}
+		st.known = false
+		e.relabelNamespace(st, map[string]string{metadataNameLabel: name})
+		e.maybeDropNamespace(st)
+	})
+}
+
+func (e *Engine) relabelNamespace(st *nsState, lbls map[string]string) {
+	old := st.labels
+	if maps.Equal(old, lbls) {
+		return
+	}
+	e.nsLabels.remove(old, st)
+	e.nsLabels.add(lbls, st)
+	st.labels = lbls
+	cands := set[*group]{}
+	collect := func(g *group) { cands[g] = struct{}{} }
+	e.nsGroups.candidates(old, collect)
+	e.nsGroups.candidates(lbls, collect)
+	for g := range cands {
+		was := g.spec.nsSel.Matches(labels.Set(old))
+		now := g.spec.nsSel.Matches(labels.Set(lbls))
+		switch {
+		case now && !was:
+			e.addMatchingPodsOf(g, st)
+		case was && !now:
+			for p := range st.pods {
+				e.removePod(g, p)
+			}
+		}
+	}
+}
+
+// podEligible says whether a pod takes part in policy: it needs an IP and
+// a node, must not use the host network, and must not have terminated.
+func podEligible(pod *corev1.Pod) bool {
+	if pod.Spec.HostNetwork || pod.Spec.NodeName == "" {
+		return false
+	}
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return false
+	}
+	return len(podIPs(pod)) > 0
+}
+
+func podIPs(pod *corev1.Pod) []netip.Addr {
+	var ips []netip.Addr
+	add := func(s string) {
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return
+		}
+		a = a.Unmap()
+		if !slices.Contains(ips, a) {
+			ips = append(ips, a)
+		}
+	}
+	for _, ip := range pod.Status.PodIPs {
+		add(ip.IP)
+	}
+	add(pod.Status.PodIP)
+	slices.SortFunc(ips, netip.Addr.Compare)
+	return ips
+}
+
+// podNamedPorts lists the named container ports (protocol defaulting to
+// TCP), sorted by name and protocol.
+func podNamedPorts(pod *corev1.Pod) []model.NamedPort {
+	var ports []model.NamedPort
+	for _, c := range pod.Spec.Containers {
+		for _, cp := range c.Ports {
+			if cp.Name == "" {
+				continue
+			}
+			proto := model.Protocol(cp.Protocol)
+			if proto == "" {
+				proto = model.ProtocolTCP
+			}
+			ports = append(ports, model.NamedPort{Name: cp.Name, Protocol: proto, Port: cp.ContainerPort})
+		}
+	}
+	slices.SortFunc(ports, func(a, b model.NamedPort) int {
+		if a.Name != b.Name {
+			if a.Name < b.Name {
+				return -1
+			}
+			return 1
+		}
+		if a.Protocol != b.Protocol {
+			if a.Protocol < b.Protocol {
+				return -1
+			}
+			return 1
+		}
+		return int(a.Port - b.Port)
+	})
+	return slices.Compact(ports)
+}
+
+// UpsertPod adds or updates a pod. A pod that cannot take part in policy
+// (no IP yet, host network, terminated) is treated as absent.
+func (e *Engine) UpsertPod(pod *corev1.Pod) {
+	if pod == nil {
+		return
+	}
+	key := podKey{pod.Namespace, pod.Name}
+	if !podEligible(pod) {
+		e.DeletePod(key.namespace, key.name)
+		return
+	}
+	lbls := maps.Clone(pod.Labels)
+	if lbls == nil {
+		lbls = map[string]string{}
+	}
+	node, ips, ports := pod.Spec.NodeName, podIPs(pod), podNamedPorts(pod)
+	e.update(func() {
+		p := e.pods[key]
+		if p == nil {
+			ns := e.nsFor(key.namespace)
+			p = &podState{key: key, ns: ns, labels: lbls, groups: set[*group]{}}
+			p.setInfo(node, ips, ports)
+			ns.pods[p] = struct{}{}
+			ns.podLabels.add(lbls, p)
+			e.pods[key] = p
+			e.addToMatchingGroups(p)
+			return
+		}
+		infoChanged := p.node != node || !slices.Equal(p.ips, ips) || !slices.Equal(p.ports, ports)
+		labelsChanged := !maps.Equal(p.labels, lbls)
+		if !infoChanged && !labelsChanged {
+			return
+		}
+		if labelsChanged {
+			p.ns.podLabels.remove(p.labels, p)
+			p.ns.podLabels.add(lbls, p)
+			p.labels = lbls
+		}
+		if infoChanged {
+			// Leave and re-join: keeps per-node counts (spans) right.
+			for g := range p.groups {
+				e.removePod(g, p)
+			}
+			p.setInfo(node, ips, ports)
+		} else {
+			for g := range p.groups {
+				if !e.podMatches(g, p) {
+					e.removePod(g, p)
+				}
+			}
+		}
+		e.addToMatchingGroups(p)
+	})
+}
+
+func (p *podState) setInfo(node string, ips []netip.Addr, ports []model.NamedPort) {
+	p.node, p.ips, p.ports = node, ips, ports
+	p.member = model.GroupMember{
+		Pod:   &model.PodRef{Namespace: p.key.namespace, Name: p.key.name},
+		Node:  node,
+		IPs:   ips,
+		Ports: ports,
+	}
+}
+
+func (e *Engine) podMatches(g *group, p *podState) bool {
+	if g.spec.kind != groupPods || !g.spec.podSel.Matches(labels.Set(p.labels)) {
+		return false
+	}
+	if g.spec.nsSel == nil {
+		return g.spec.namespace == p.key.namespace
+	}
+	return g.spec.nsSel.Matches(labels.Set(p.ns.labels))
+}
+
+// addToMatchingGroups adds p to every group that selects it and does not
+// hold it yet, looking only at groups the selector indexes name.
+func (e *Engine) addToMatchingGroups(p *podState) {
+	visit := func(g *group) {
+		if _, ok := g.pods[p]; !ok && e.podMatches(g, p) {
+			e.addPod(g, p)
+		}
+	}
+	p.ns.groups.candidates(p.labels, visit)
+	e.clusterPodGroups.candidates(p.labels, visit)
+}
+
+// DeletePod removes a pod from every group.
+func (e *Engine) DeletePod(namespace, name string) {
+	e.update(func() {
+		p := e.pods[podKey{namespace, name}]
+		if p == nil {
+			return
+		}
+		for g := range p.groups {
+			e.removePod(g, p)
+		}
+		delete(p.ns.pods, p)
+		p.ns.podLabels.remove(p.labels, p)
+		delete(e.pods, p.key)
+		e.maybeDropNamespace(p.ns)
+	})
+}
+
+// nodeAddresses lists a node's InternalIP and ExternalIP addresses.
+func nodeAddresses(node *corev1.Node) []netip.Addr {
+	var ips []netip.Addr
+	for _, a := range node.Status.Addresses {
+		if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP {
+			continue
+		}
+		ip, err := netip.ParseAddr(a.Address)
+		if err != nil {
+			continue
+		}
+		ip = ip.Unmap()
+		if !slices.Contains(ips, ip) {
+			ips = append(ips, ip)
+		}
+	}
+	slices.SortFunc(ips, netip.Addr.Compare)
+	return ips
+}
+
+// UpsertNode adds or updates a node: its labels decide which node
+// selectors (egress "nodes" peers) select it, its addresses are what they
+// resolve to.
+func (e *Engine) UpsertNode(node *corev1.Node) {
+	if node == nil || node.Name == "" {
+		return
+	}
+	lbls := maps.Clone(node.Labels)
+	if lbls == nil {
+		lbls = map[string]string{}
+	}
+	ips := nodeAddresses(node)
+	e.update(func() {
+		n := e.nodes[node.Name]
+		if n == nil {
+			n = &nodeState{name: node.Name, labels: lbls, groups: set[*group]{}}
+			n.member = model.GroupMember{Node: node.Name, IPs: ips}
+			e.nodes[node.Name] = n
+			e.nodeLabels.add(lbls, n)
+		} else {
+			if !slices.Equal(n.member.IPs, ips) {
+				n.member = model.GroupMember{Node: node.Name, IPs: ips}
+				for g := range n.groups {
+					e.touchGroup(g)
+				}
+			}
+			if maps.Equal(n.labels, lbls) {
+				return
+			}
+			e.nodeLabels.remove(n.labels, n)
+			e.nodeLabels.add(lbls, n)
+			n.labels = lbls
+			for g := range n.groups {
+				if !g.spec.nodeSel.Matches(labels.Set(lbls)) {
+					e.removeNode(g, n)
+				}
+			}
+		}
+		e.nodeGroups.candidates(lbls, func(g *group) {
+			if _, ok := g.nodes[n]; !ok && g.spec.nodeSel.Matches(labels.Set(lbls)) {
+				e.addNode(g, n)
+			}
+		})
+	})
+}
+
+// DeleteNode removes a node from every node group.
+func (e *Engine) DeleteNode(name string) {
+	e.update(func() {
+		n := e.nodes[name]
+		if n == nil {
+			return
+		}
+		for g := range n.groups {
+			e.removeNode(g, n)
+		}
+		e.nodeLabels.remove(n.labels, n)
+		delete(e.nodes, name)
+	})
+}

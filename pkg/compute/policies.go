@@ -1,0 +1,428 @@
+package compute
+
+import (
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+
+	networkingv1 "k8s.io/api/networking/v1"
+	"sigs.k8s.io/network-policy-api/apis/v1alpha1"
+	"sigs.k8s.io/network-policy-api/apis/v1alpha2"
+
+	"github.com/tierflow/tierflow/pkg/model"
+)
+
+// compiledPolicy is an API policy object translated to the model, before
+// group membership and spans: everything that depends only on the object.
+type compiledPolicy struct {
+	ref       model.PolicyRef
+	id        string
+	sourceGen int64
+	tier      model.Tier
+	priority  int32
+	// prioritized policies take part in same-priority warnings.
+	prioritized bool
+	subject     groupSpec
+	isolates    []model.Direction
+	rules       []model.Rule
+	// peers are the groups the rules' AddressGroups refer to, one per ID.
+	peers []groupSpec
+	conds []model.Condition
+}
+
+// sameAs reports whether two compilations give the same model content;
+// selectors are compared by their normalized keys.
+func (c *compiledPolicy) sameAs(o *compiledPolicy) bool {
+	if c.ref != o.ref || c.id != o.id || c.sourceGen != o.sourceGen || c.tier != o.tier ||
+		c.priority != o.priority || c.prioritized != o.prioritized || c.subject.key != o.subject.key ||
+		len(c.peers) != len(o.peers) {
+		return false
+	}
+	for i := range c.peers {
+		if c.peers[i].key != o.peers[i].key {
+			return false
+		}
+	}
+	return reflect.DeepEqual(c.isolates, o.isolates) && reflect.DeepEqual(c.rules, o.rules) &&
+		reflect.DeepEqual(c.conds, o.conds)
+}
+
+type prioKey struct {
+	tier     model.Tier
+	priority int32
+}
+
+type policyState struct {
+	c         *compiledPolicy
+	atg       *group
+	ags       []*group
+	gen       int64
+	cache     *model.Policy
+	prioConds []model.Condition
+}
+
+// refKey identifies an API object regardless of its UID.
+func refKey(r model.PolicyRef) model.PolicyRef {
+	r.UID = ""
+	return r
+}
+
+// policyID is the stable ID of a policy: its UID, or KIND/[NS/]NAME for
+// objects without one (offline files).
+func policyID(r model.PolicyRef) string {
+	if r.UID != "" {
+		return string(r.UID)
+	}
+	return r.String()
+}
+
+func (e *Engine) touchPolicy(p *policyState) {
+	p.cache = nil
+	p.gen = e.record(KindPolicy, Updated, p.c.id, p.gen)
+}
+
+// setPolicy installs the compilation of one API object (nil: the object is
+// gone or produces no policy) and records what changed.
+func (e *Engine) setPolicy(key model.PolicyRef, c *compiledPolicy, ignored []model.Condition) {
+	if ignored != nil {
+		e.ignoredConds[key] = ignored
+	} else {
+		delete(e.ignoredConds, key)
+	}
+	old := e.policies[key]
+	if old != nil && (c == nil || old.c.id != c.id) {
+		e.removePolicy(key, old)
+		old = nil
+	}
+	if c == nil {
+		return
+	}
+	if old == nil {
+		p := &policyState{c: c}
+		e.policies[key] = p
+		e.policyByID[c.id] = p
+		p.gen = e.record(KindPolicy, Added, c.id, 0)
+		e.acquireGroups(p)
+		e.prioAdd(p)
+		return
+	}
+	if old.c.sameAs(c) {
+		return
+	}
+	oldC, oldATG, oldAGs := old.c, old.atg, old.ags
+	old.c = c
+	// Acquire the new groups before releasing the old ones, so a group
+	// both versions use is never dropped and rebuilt.
+	e.acquireGroups(old)
+	e.releaseGroups(old, oldATG, oldAGs)
+	if oldC.prioritized != c.prioritized || oldC.tier != c.tier || oldC.priority != c.priority {
+		e.prioRemove(old, oldC)
+		e.prioAdd(old)
+	}
+	e.touchPolicy(old)
+}
+
+func (e *Engine) removePolicy(key model.PolicyRef, p *policyState) {
+	atg, ags := p.atg, p.ags
+	p.atg, p.ags = nil, nil
+	e.releaseGroups(p, atg, ags)
+	e.prioRemove(p, p.c)
+	delete(e.policies, key)
+	delete(e.policyByID, p.c.id)
+	e.record(KindPolicy, Deleted, p.c.id, p.gen)
+}
+
+func (e *Engine) acquireGroups(p *policyState) {
+	atg := e.getGroup(p.c.subject)
+	atg.atgRefs++
+	if atg.atgRefs == 1 {
+		atg.atgCache = nil
+		atg.atgGen = e.record(KindAppliedToGroup, Added, atg.atgID, 0)
+	}
+	atg.atgPolicies[p] = struct{}{}
+	ags := make([]*group, 0, len(p.c.peers))
+	for _, spec := range p.c.peers {
+		ag := e.getGroup(spec)
+		ag.agRefs++
+		if ag.agRefs == 1 {
+			ag.agCache = nil
+			ag.agSpanCache = nil
+			ag.agGen = e.record(KindAddressGroup, Added, ag.agID, 0)
+		}
+		e.link(atg, ag)
+		ags = append(ags, ag)
+	}
+	p.atg, p.ags = atg, ags
+}
+
+func (e *Engine) releaseGroups(p *policyState, atg *group, ags []*group) {
+	for _, ag := range ags {
+		e.unlink(atg, ag)
+		ag.agRefs--
+		if ag.agRefs == 0 {
+			ag.agCache = nil
+			e.record(KindAddressGroup, Deleted, ag.agID, ag.agGen)
+		}
+	}
+	if atg.atgRefs--; atg.atgRefs == 0 {
+		atg.atgCache = nil
+		e.record(KindAppliedToGroup, Deleted, atg.atgID, atg.atgGen)
+	}
+	if p.atg != atg { // an update may keep the same subject group
+		delete(atg.atgPolicies, p)
+	}
+	for _, ag := range ags {
+		e.maybeDropGroup(ag)
+	}
+	e.maybeDropGroup(atg)
+}
+
+func (e *Engine) prioAdd(p *policyState) {
+	if !p.c.prioritized {
+		return
+	}
+	k := prioKey{p.c.tier, p.c.priority}
+	s := e.byPriority[k]
+	if s == nil {
+		s = set[*policyState]{}
+		e.byPriority[k] = s
+	}
+	s[p] = struct{}{}
+	e.refreshPriority(k)
+}
+
+func (e *Engine) prioRemove(p *policyState, c *compiledPolicy) {
+	if !c.prioritized {
+		return
+	}
+	k := prioKey{c.tier, c.priority}
+	delete(e.byPriority[k], p)
+	if len(e.byPriority[k]) == 0 {
+		delete(e.byPriority, k)
+	}
+	if p.prioConds != nil {
+		p.prioConds = nil
+		if p.atg != nil { // still installed: its content changes
+			e.touchPolicy(p)
+		}
+	}
+	e.refreshPriority(k)
+}
+
+// maxListed bounds how many other policies a SamePriority message names.
+const maxListed = 5
+
+// refreshPriority puts a SamePriority warning on every policy sharing one
+// tier and priority with another, and takes it off when it no longer does.
+func (e *Engine) refreshPriority(k prioKey) {
+	members := e.byPriority[k]
+	if len(members) == 0 {
+		return
+	}
+	names := make([]*policyState, 0, len(members))
+	for p := range members {
+		names = append(names, p)
+	}
+	slices.SortFunc(names, func(a, b *policyState) int { return strings.Compare(a.c.ref.String(), b.c.ref.String()) })
+	for _, p := range names {
+		var conds []model.Condition
+		if len(names) > 1 {
+			var others []string
+			for _, o := range names {
+				if o != p && len(others) < maxListed {
+					others = append(others, o.c.ref.String())
+				}
+			}
+			more := ""
+			if n := len(names) - 1 - len(others); n > 0 {
+				more = fmt.Sprintf(" and %d more", n)
+			}
+			conds = []model.Condition{{
+				Reason:   "SamePriority",
+				Severity: model.SeverityWarning,
+				Message: fmt.Sprintf("priority %d in tier %s is shared with %s%s; tierflow evaluates policies of equal priority by kind, then namespace and name, but the API leaves their order undefined",
+					k.priority, k.tier, strings.Join(others, ", "), more),
+			}}
+		}
+		if !reflect.DeepEqual(conds, p.prioConds) {
+			p.prioConds = conds
+			e.touchPolicy(p)
+		}
+	}
+}
+
+func (e *Engine) policy(p *policyState) *model.Policy {
+	if p.cache != nil {
+		return p.cache
+	}
+	c := p.c
+	var conds []model.Condition
+	if len(c.conds)+len(p.prioConds) > 0 {
+		conds = append(slices.Clip(c.conds), p.prioConds...)
+	}
+	p.cache = &model.Policy{
+		Meta:             model.Meta{ID: c.id, Generation: p.gen, Span: p.atg.atgSpan()},
+		Source:           c.ref,
+		SourceGeneration: c.sourceGen,
+		Tier:             c.tier,
+		Priority:         c.priority,
+		AppliedToGroups:  []string{p.atg.atgID},
+		Isolates:         c.isolates,
+		Rules:            c.rules,
+		Conditions:       conds,
+	}
+	return p.cache
+}
+
+// UpsertNetworkPolicy adds or updates a NetworkPolicy.
+func (e *Engine) UpsertNetworkPolicy(np *networkingv1.NetworkPolicy) {
+	if np == nil {
+		return
+	}
+	c := compileNetworkPolicy(np)
+	e.update(func() { e.setPolicy(refKey(c.ref), c, nil) })
+}
+
+// DeleteNetworkPolicy removes a NetworkPolicy.
+func (e *Engine) DeleteNetworkPolicy(namespace, name string) {
+	e.deletePolicy(model.PolicyRef{Kind: model.KindNetworkPolicy, Namespace: namespace, Name: name})
+}
+
+// UpsertAdminNetworkPolicy adds or updates an AdminNetworkPolicy.
+func (e *Engine) UpsertAdminNetworkPolicy(anp *v1alpha1.AdminNetworkPolicy) {
+	if anp == nil {
+		return
+	}
+	c := compileAdminNetworkPolicy(anp)
+	e.update(func() { e.setPolicy(refKey(c.ref), c, nil) })
+}
+
+// DeleteAdminNetworkPolicy removes an AdminNetworkPolicy.
+func (e *Engine) DeleteAdminNetworkPolicy(name string) {
+	e.deletePolicy(model.PolicyRef{Kind: model.KindAdminNetworkPolicy, Name: name})
+}
+
+// UpsertBaselineAdminNetworkPolicy adds or updates a
+// BaselineAdminNetworkPolicy. Only the one named "default" takes effect;
+// any other produces no policy, only a condition saying so.
+func (e *Engine) UpsertBaselineAdminNetworkPolicy(banp *v1alpha1.BaselineAdminNetworkPolicy) {
+	if banp == nil {
+		return
+	}
+	c, ignored := compileBaselineAdminNetworkPolicy(banp)
+	key := refKey(model.PolicyRef{Kind: model.KindBaselineAdminNetworkPolicy, Name: banp.Name})
+	e.update(func() { e.setPolicy(key, c, ignored) })
+}
+
+// DeleteBaselineAdminNetworkPolicy removes a BaselineAdminNetworkPolicy.
+func (e *Engine) DeleteBaselineAdminNetworkPolicy(name string) {
+	e.deletePolicy(model.PolicyRef{Kind: model.KindBaselineAdminNetworkPolicy, Name: name})
+}
+
+// UpsertClusterNetworkPolicy adds or updates a ClusterNetworkPolicy.
+func (e *Engine) UpsertClusterNetworkPolicy(cnp *v1alpha2.ClusterNetworkPolicy) {
+	if cnp == nil {
+		return
+	}
+	c := compileClusterNetworkPolicy(cnp)
+	e.update(func() { e.setPolicy(refKey(c.ref), c, nil) })
+}
+
+// DeleteClusterNetworkPolicy removes a ClusterNetworkPolicy.
+func (e *Engine) DeleteClusterNetworkPolicy(name string) {
+	e.deletePolicy(model.PolicyRef{Kind: model.KindClusterNetworkPolicy, Name: name})
+}
+
+func (e *Engine) deletePolicy(ref model.PolicyRef) {
+	e.update(func() { e.setPolicy(ref, nil, nil) })
+}
+
+// Policy returns the computed policy with the given ID.
+func (e *Engine) Policy(id string) (*model.Policy, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	p := e.policyByID[id]
+	if p == nil {
+		return nil, false
+	}
+	return e.policy(p), true
+}
+
+// AppliedToGroup returns the applied-to group with the given ID.
+func (e *Engine) AppliedToGroup(id string) (*model.AppliedToGroup, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	g := e.atgByIDLocked(id)
+	if g == nil {
+		return nil, false
+	}
+	return e.appliedToGroup(g), true
+}
+
+// AddressGroup returns the address group with the given ID.
+func (e *Engine) AddressGroup(id string) (*model.AddressGroup, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	g := e.agByIDLocked(id)
+	if g == nil {
+		return nil, false
+	}
+	return e.addressGroup(g), true
+}
+
+// PolicyConditions returns the validation findings for one API object
+// (matched by kind, namespace and name): those of its computed policy, or,
+// for an object that produces no policy (a BaselineAdminNetworkPolicy not
+// named "default"), why not. Nil when the object is unknown or clean.
+func (e *Engine) PolicyConditions(ref model.PolicyRef) []model.Condition {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	key := refKey(ref)
+	if p := e.policies[key]; p != nil {
+		return slices.Clone(e.policy(p).Conditions)
+	}
+	return slices.Clone(e.ignoredConds[key])
+}
+
+// Snapshot returns every computed object, consistent as of one moment.
+// Policies are sorted by model.ComparePolicies. The objects are shared and
+// immutable (a later change replaces them, never edits them), so the
+// snapshot stays valid while the engine moves on; callers must not modify
+// them.
+func (e *Engine) Snapshot() *model.Snapshot {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s := &model.Snapshot{
+		Policies:        make([]*model.Policy, 0, len(e.policyByID)),
+		AppliedToGroups: map[string]*model.AppliedToGroup{},
+		AddressGroups:   map[string]*model.AddressGroup{},
+	}
+	for _, p := range e.policyByID {
+		s.Policies = append(s.Policies, e.policy(p))
+	}
+	slices.SortFunc(s.Policies, model.ComparePolicies)
+	for _, g := range e.groups {
+		if g.atgRefs > 0 {
+			s.AppliedToGroups[g.atgID] = e.appliedToGroup(g)
+		}
+		if g.agRefs > 0 {
+			s.AddressGroups[g.agID] = e.addressGroup(g)
+		}
+	}
+	return s
+}
+
+func (e *Engine) atgByIDLocked(id string) *group {
+	if g := e.atgByID[id]; g != nil && g.atgRefs > 0 {
+		return g
+	}
+	return nil
+}
+
+func (e *Engine) agByIDLocked(id string) *group {
+	if g := e.agByID[id]; g != nil && g.agRefs > 0 {
+		return g
+	}
+	return nil
+}

@@ -1,0 +1,182 @@
+package compute
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/tierflow/tierflow/pkg/model"
+)
+
+// Condition reasons.
+const (
+	ReasonInvalidSelector   = "InvalidSelector"
+	ReasonInvalidSubject    = "InvalidSubject"
+	ReasonInvalidPeer       = "InvalidPeer"
+	ReasonUnsupportedPeer   = "UnsupportedPeer"
+	ReasonInvalidCIDR       = "InvalidCIDR"
+	ReasonInvalidPort       = "InvalidPort"
+	ReasonUnknownProtocol   = "UnknownProtocol"
+	ReasonUnknownAction     = "UnknownAction"
+	ReasonUnknownTier       = "UnknownTier"
+	ReasonInvalidPriority   = "InvalidPriority"
+	ReasonInvalidPolicyType = "InvalidPolicyType"
+	ReasonRulesIgnored      = "RulesIgnored"
+	ReasonTooManyRules      = "TooManyRules"
+	ReasonNamedPortNoPods   = "NamedPortWithoutPods"
+	ReasonNotDefault        = "NotDefaultBaseline"
+	ReasonSamePriority      = "SamePriority"
+)
+
+// allAddresses is "every address": the peer of an NP rule with no from/to,
+// and of a fail-closed Deny rule.
+func allAddresses() []model.IPBlock {
+	return []model.IPBlock{
+		{CIDR: netip.MustParsePrefix("0.0.0.0/0")},
+		{CIDR: netip.MustParsePrefix("::/0")},
+	}
+}
+
+// compiler collects a policy's rules, peer groups and conditions.
+type compiler struct {
+	c        *compiledPolicy
+	peerKeys map[string]bool
+}
+
+func newCompiler(ref model.PolicyRef, sourceGen int64) *compiler {
+	return &compiler{
+		c:        &compiledPolicy{ref: ref, id: policyID(ref), sourceGen: sourceGen},
+		peerKeys: map[string]bool{},
+	}
+}
+
+func (k *compiler) cond(sev model.ConditionSeverity, reason, format string, args ...any) {
+	k.c.conds = append(k.c.conds, model.Condition{Reason: reason, Severity: sev, Message: fmt.Sprintf(format, args...)})
+}
+
+func (k *compiler) errorf(reason, format string, args ...any) {
+	k.cond(model.SeverityError, reason, format, args...)
+}
+
+func (k *compiler) warnf(reason, format string, args ...any) {
+	k.cond(model.SeverityWarning, reason, format, args...)
+}
+
+// ruleBuilder accumulates one rule; the first problem found makes the rule
+// fail closed.
+type ruleBuilder struct {
+	rule    model.Rule
+	peers   []groupSpec
+	problem bool
+}
+
+func (r *ruleBuilder) addGroup(g groupSpec) {
+	id := groupID("ag", g.key)
+	for _, have := range r.rule.Peer.AddressGroups {
+		if have == id {
+			return
+		}
+	}
+	r.rule.Peer.AddressGroups = append(r.rule.Peer.AddressGroups, id)
+	r.peers = append(r.peers, g)
+}
+
+// finish appends the rule. A rule with a problem fails closed, as the
+// policy API says: an Allow rule matches nothing (empty peer), a Deny or
+// Pass rule becomes "deny all" (every address, every port).
+func (k *compiler) finish(r *ruleBuilder) {
+	if r.problem {
+		r.peers = nil
+		r.rule.Ports = nil
+		if r.rule.Action == model.ActionAllow {
+			r.rule.Peer = model.Peer{}
+		} else {
+			r.rule.Action = model.ActionDeny
+			r.rule.Peer = model.Peer{IPBlocks: allAddresses()}
+		}
+	}
+	for _, g := range r.peers {
+		if !k.peerKeys[g.key] {
+			k.peerKeys[g.key] = true
+			k.c.peers = append(k.c.peers, g)
+		}
+	}
+	k.c.rules = append(k.c.rules, r.rule)
+}
+
+// selector parses a label selector; nil means "not set" and is the
+// caller's business.
+func selector(ls *metav1.LabelSelector) (labels.Selector, error) {
+	return metav1.LabelSelectorAsSelector(ls)
+}
+
+// parseCIDR parses a CIDR, masking host bits.
+func parseCIDR(s string) (netip.Prefix, error) {
+	p, err := netip.ParsePrefix(strings.TrimSpace(s))
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	if p.Addr().Is4In6() {
+		return netip.Prefix{}, fmt.Errorf("IPv4-mapped IPv6 prefix %q is ambiguous", s)
+	}
+	return p.Masked(), nil
+}
+
+func validProtocol(p string) (model.Protocol, bool) {
+	switch model.Protocol(p) {
+	case "":
+		return model.ProtocolTCP, true
+	case model.ProtocolTCP, model.ProtocolUDP, model.ProtocolSCTP:
+		return model.Protocol(p), true
+	}
+	return "", false
+}
+
+func validPortNumber(n int32) bool { return n >= 1 && n <= 65535 }
+
+// npPort translates one NetworkPolicyPort.
+func npPort(protocol *string, port *intstr.IntOrString, endPort *int32) (model.Port, string, error) {
+	proto := ""
+	if protocol != nil {
+		proto = *protocol
+	}
+	pr, ok := validProtocol(proto)
+	if !ok {
+		return model.Port{}, ReasonUnknownProtocol, fmt.Errorf("unknown protocol %q (want TCP, UDP or SCTP)", proto)
+	}
+	out := model.Port{Protocol: pr}
+	if port == nil {
+		if endPort != nil {
+			return model.Port{}, ReasonInvalidPort, fmt.Errorf("endPort %d set without port", *endPort)
+		}
+		return out, "", nil
+	}
+	if port.Type == intstr.String {
+		if errs := validation.IsValidPortName(port.StrVal); len(errs) > 0 {
+			return model.Port{}, ReasonInvalidPort, fmt.Errorf("invalid port name %q: %s", port.StrVal, strings.Join(errs, "; "))
+		}
+		if endPort != nil {
+			return model.Port{}, ReasonInvalidPort, fmt.Errorf("endPort cannot be used with named port %q", port.StrVal)
+		}
+		out.Name = port.StrVal
+		return out, "", nil
+	}
+	if !validPortNumber(port.IntVal) {
+		return model.Port{}, ReasonInvalidPort, fmt.Errorf("port %d out of range 1-65535", port.IntVal)
+	}
+	out.Port = port.IntVal
+	if endPort != nil {
+		if *endPort < port.IntVal || *endPort > 65535 {
+			return model.Port{}, ReasonInvalidPort, fmt.Errorf("endPort %d must be between port %d and 65535", *endPort, port.IntVal)
+		}
+		if *endPort > port.IntVal {
+			out.EndPort = *endPort
+		}
+	}
+	return out, "", nil
+}
