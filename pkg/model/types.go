@@ -170,6 +170,12 @@ type Port struct {
 	// Name is a container port name. It resolves per destination pod: for an
 	// In rule against the applied-to pod, for an Out rule against the peer
 	// pod. A name that resolves on no pod matches nothing.
+	//
+	// With a Name, Protocol is either set (NetworkPolicy, where it defaults
+	// to TCP: the container port must have that protocol) or empty
+	// (AdminNetworkPolicy namedPort, ClusterNetworkPolicy
+	// destinationNamedPort, which carry no protocol): empty means the named
+	// container port's own protocol.
 	Name string `json:"name,omitempty"`
 }
 
