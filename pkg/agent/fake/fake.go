@@ -1,0 +1,188 @@
+// Package fake is a datapath-less agent: it keeps the rule cache an agent
+// would build from the distribution stream and reports every policy
+// realized as soon as it arrives. It exists for fan-out tests and
+// benchmarks with many agents in one process, and as an independent check
+// of the stream: its cache is built only from the Deltas it is given.
+package fake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/tierflow/tierflow/pkg/distribution/client"
+	"github.com/tierflow/tierflow/pkg/distribution/wire"
+)
+
+// Agent is a client.Receiver that only caches what it receives.
+type Agent struct {
+	node string
+
+	mu      sync.Mutex
+	cache   *wire.NodeState
+	applied int
+	failing map[string]error
+	hold    chan struct{} // while non-nil, Apply waits for it to close
+	changed chan struct{}
+}
+
+// New returns an empty agent for node.
+func New(node string) *Agent {
+	return &Agent{node: node, cache: wire.NewNodeState(node), failing: map[string]error{}, changed: make(chan struct{})}
+}
+
+// Apply implements client.Receiver.
+func (a *Agent) Apply(d *wire.Delta) error {
+	a.mu.Lock()
+	hold := a.hold
+	a.mu.Unlock()
+	if hold != nil {
+		<-hold
+	}
+
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if d.Full {
+		a.cache = wire.NewNodeState(a.node)
+	}
+	for _, g := range d.AppliedToGroups {
+		a.cache.AppliedToGroups[g.ID] = g
+	}
+	for _, g := range d.AddressGroups {
+		a.cache.AddressGroups[g.ID] = g
+	}
+	for _, p := range d.Policies {
+		a.cache.Policies[p.ID] = p
+	}
+	for _, id := range d.DeletedPolicies {
+		delete(a.cache.Policies, id)
+	}
+	for _, id := range d.DeletedAppliedToGroups {
+		delete(a.cache.AppliedToGroups, id)
+	}
+	for _, id := range d.DeletedAddressGroups {
+		delete(a.cache.AddressGroups, id)
+	}
+	a.applied++
+	close(a.changed)
+	a.changed = make(chan struct{})
+
+	errs := client.PolicyErrors{}
+	for _, p := range d.Policies {
+		if err := a.failing[p.ID]; err != nil {
+			errs[p.ID] = err
+		}
+	}
+	if d.Full {
+		for id, err := range a.failing {
+			if a.cache.Policies[id] != nil {
+				errs[id] = err
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return errs
+	}
+	return nil
+}
+
+// Fail makes the agent report err for policyID from now on (nil: succeed
+// again), as a datapath that cannot realize it would.
+func (a *Agent) Fail(policyID string, err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err == nil {
+		delete(a.failing, policyID)
+	} else {
+		a.failing[policyID] = err
+	}
+}
+
+// Hold makes Apply block until Release: a stuck agent.
+func (a *Agent) Hold() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.hold == nil {
+		a.hold = make(chan struct{})
+	}
+}
+
+// Release lets a held Apply continue.
+func (a *Agent) Release() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.hold != nil {
+		close(a.hold)
+		a.hold = nil
+	}
+}
+
+// Cache returns a copy of the rule cache.
+func (a *Agent) Cache() *wire.NodeState {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.cache.Clone()
+}
+
+// Applied is how many deltas the agent applied.
+func (a *Agent) Applied() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.applied
+}
+
+// WaitFor waits until cond holds for the cache (checked now and after each
+// applied delta) or ctx ends.
+func (a *Agent) WaitFor(ctx context.Context, cond func(*wire.NodeState) bool) error {
+	for {
+		a.mu.Lock()
+		ok := cond(a.cache)
+		ch := a.changed
+		a.mu.Unlock()
+		if ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("agent %s: %w", a.node, ctx.Err())
+		case <-ch:
+		}
+	}
+}
+
+// Runtime is a datapath-less agent connected to a controller.
+type Runtime struct {
+	*Agent
+	Client *client.Client
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// Start connects a datapath-less agent with cfg (cfg.Receiver is set to
+// the agent) and runs it until Stop or ctx ends.
+func Start(ctx context.Context, cfg client.Config) (*Runtime, error) {
+	if cfg.Node == "" {
+		return nil, errors.New("fake agent: node name required")
+	}
+	a := New(cfg.Node)
+	cfg.Receiver = a
+	c, err := client.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	r := &Runtime{Agent: a, Client: c, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		_ = c.Run(ctx)
+	}()
+	return r, nil
+}
+
+// Stop disconnects the agent and waits for it to finish.
+func (r *Runtime) Stop() {
+	r.cancel()
+	r.Release()
+	<-r.done
+}

@@ -1,0 +1,428 @@
+// Package client is the agent's end of distribution: it keeps a Sync
+// stream to the controller open, applies the updates to the node's state,
+// saves that state on disk, hands each change to the agent (a Receiver)
+// and reports what the agent realized.
+//
+// # What the agent implements
+//
+// Receiver.Apply gets a wire.Delta: whole objects upserted or deleted
+// (address-group patches are already applied), or, when Delta.Full is
+// set, the node's complete state replacing everything held before. Apply
+// returns nil when everything in the delta is realized, a PolicyErrors
+// naming the policies that failed, or another error meaning the whole
+// delta failed. Apply is called from one goroutine, in stream order; while
+// it runs the client reads nothing more from the controller (the
+// controller copes: a slow agent is resynced, never waited for).
+//
+// # Start and loss of the controller
+//
+// With a Store, Run first loads the saved state and applies it as a Full
+// delta before connecting, so an agent restarting while the controller is
+// unreachable enforces the last state it received. Losing the controller
+// never changes what the agent enforces: the client only ever applies what
+// the controller sent. It reconnects with backoff, sending the epoch and
+// version it holds; the controller replays what it missed or sends a Full
+// update.
+package client
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/tierflow/tierflow/pkg/agent/statestore"
+	"github.com/tierflow/tierflow/pkg/distribution/wire"
+)
+
+// Receiver is what the agent implements: see the package doc.
+type Receiver interface {
+	Apply(d *wire.Delta) error
+}
+
+// PolicyErrors is a Receiver's per-policy failure: the listed policies
+// failed, every other policy of the delta was realized.
+type PolicyErrors map[string]error
+
+func (e PolicyErrors) Error() string {
+	ids := make([]string, 0, len(e))
+	for id := range e {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	parts := make([]string, 0, len(ids))
+	for _, id := range ids {
+		parts = append(parts, id+": "+e[id].Error())
+	}
+	return "policies not realized: " + strings.Join(parts, "; ")
+}
+
+// Config configures a Client.
+type Config struct {
+	// Address of the controller's distribution service (host:port).
+	Address string
+	// TLS for the connection; must verify the controller (RootCAs,
+	// ServerName).
+	TLS *tls.Config
+	// Token returns the bearer token; called for every connection, so a
+	// rotated projected token file is picked up (see TokenFile).
+	Token func() (string, error)
+	// Node is the agent's node name; it only labels logs and the state
+	// (the controller takes the node from the token).
+	Node     string
+	Receiver Receiver
+	// Store, if set, persists the received state and restores it at start.
+	Store *statestore.Store
+	// Backoff between connection attempts: from MinBackoff (default
+	// 200ms), doubling to MaxBackoff (default 10s), with jitter.
+	MinBackoff, MaxBackoff time.Duration
+	// DialOptions are added to the connection's (tests: custom dialers,
+	// window sizes).
+	DialOptions []grpc.DialOption
+	Logger      *slog.Logger
+}
+
+// TokenFile returns a Token function reading a (projected, rotating)
+// token file.
+func TokenFile(path string) func() (string, error) {
+	return func() (string, error) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return "", err
+		}
+		return strings.TrimSpace(string(b)), nil
+	}
+}
+
+// Client keeps one agent's state in sync with the controller.
+type Client struct {
+	cfg Config
+	log *slog.Logger
+
+	mu        sync.Mutex
+	epoch     string
+	version   uint64
+	state     *wire.NodeState
+	results   map[string]wire.PolicyResult
+	connected bool
+	stats     Stats
+	changed   chan struct{} // closed and replaced on every applied update
+}
+
+// Stats counts what a client received.
+type Stats struct {
+	Connections  int
+	FullUpdates  int
+	DeltaUpdates int
+	// Restored: the state was loaded from the store at start.
+	Restored bool
+}
+
+// New checks cfg and returns a client; Run starts it.
+func New(cfg Config) (*Client, error) {
+	if cfg.Address == "" || cfg.TLS == nil || cfg.Token == nil || cfg.Receiver == nil {
+		return nil, errors.New("distribution client: Address, TLS, Token and Receiver are required")
+	}
+	if cfg.MinBackoff <= 0 {
+		cfg.MinBackoff = 200 * time.Millisecond
+	}
+	if cfg.MaxBackoff < cfg.MinBackoff {
+		cfg.MaxBackoff = 10 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Client{
+		cfg:     cfg,
+		log:     cfg.Logger.With("component", "distribution-client", "node", cfg.Node),
+		state:   wire.NewNodeState(cfg.Node),
+		results: map[string]wire.PolicyResult{},
+		changed: make(chan struct{}),
+	}, nil
+}
+
+// State returns the stream position and a copy of the state held.
+func (c *Client) State() (epoch string, version uint64, st *wire.NodeState) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.epoch, c.version, c.state.Clone()
+}
+
+// Connected reports whether a stream is open.
+func (c *Client) Connected() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.connected
+}
+
+// Stats returns the client's counters.
+func (c *Client) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stats
+}
+
+// Changed returns a channel closed at the next applied update.
+func (c *Client) Changed() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.changed
+}
+
+// Run restores the saved state (if any), then keeps the stream open until
+// ctx ends.
+func (c *Client) Run(ctx context.Context) error {
+	if err := c.restore(); err != nil {
+		// A bad state file must not keep the agent from syncing.
+		c.log.Error("ignoring saved state", "err", err)
+	}
+	conn, err := grpc.NewClient(c.cfg.Address, append([]grpc.DialOption{
+		grpc.WithTransportCredentials(credentials.NewTLS(c.cfg.TLS)),
+		grpc.WithPerRPCCredentials(tokenCreds{c.cfg.Token}),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+	}, c.cfg.DialOptions...)...)
+	if err != nil {
+		return fmt.Errorf("distribution client: %w", err)
+	}
+	defer conn.Close()
+
+	backoff := c.cfg.MinBackoff
+	for {
+		progressed, err := c.session(ctx, conn)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if progressed {
+			backoff = c.cfg.MinBackoff
+		}
+		c.log.Info("stream ended; reconnecting", "err", err, "in", backoff)
+		t := time.NewTimer(backoff/2 + rand.N(backoff/2+1))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+		backoff = min(backoff*2, c.cfg.MaxBackoff)
+	}
+}
+
+func (c *Client) restore() error {
+	if c.cfg.Store == nil {
+		return nil
+	}
+	sv, err := c.cfg.Store.Load()
+	if err != nil || sv == nil {
+		return err
+	}
+	if c.cfg.Node != "" && sv.State.Node != "" && sv.State.Node != c.cfg.Node {
+		return fmt.Errorf("saved state is for node %q, this is %q", sv.State.Node, c.cfg.Node)
+	}
+	d := sv.State.FullDelta(sv.Version)
+	err = c.cfg.Receiver.Apply(d)
+	c.mu.Lock()
+	c.epoch, c.version, c.state = sv.Epoch, sv.Version, sv.State
+	c.stats.Restored = true
+	c.recordResults(d, err)
+	c.mu.Unlock()
+	c.log.Info("restored saved state", "epoch", sv.Epoch, "version", sv.Version, "policies", len(sv.State.Policies), "savedAt", sv.SavedAt)
+	return nil
+}
+
+// session runs one stream; progressed says whether it applied an update.
+func (c *Client) session(ctx context.Context, conn *grpc.ClientConn) (progressed bool, err error) {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := wire.OpenSync(sctx, conn)
+	if err != nil {
+		return false, err
+	}
+	c.mu.Lock()
+	hello := &wire.Hello{Epoch: c.epoch, Version: c.version}
+	c.mu.Unlock()
+	if err := stream.Send(&wire.ClientMessage{Hello: hello}); err != nil {
+		return false, err
+	}
+	c.mu.Lock()
+	c.connected = true
+	c.stats.Connections++
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		c.connected = false
+		c.mu.Unlock()
+	}()
+
+	first := true
+	for {
+		m, err := stream.Recv()
+		if err != nil {
+			return progressed, err
+		}
+		if m.Update == nil {
+			continue
+		}
+		rep, err := c.apply(m.Update, first)
+		if err != nil {
+			// The update does not fit what we hold: forget our position so
+			// the next stream starts with a full update.
+			c.mu.Lock()
+			c.epoch, c.version = "", 0
+			c.mu.Unlock()
+			return progressed, err
+		}
+		progressed, first = true, false
+		if err := stream.Send(&wire.ClientMessage{Report: rep}); err != nil {
+			return progressed, err
+		}
+	}
+}
+
+// apply applies one update and returns the report to send.
+func (c *Client) apply(u *wire.Update, firstOfStream bool) (*wire.Report, error) {
+	c.mu.Lock()
+	if !u.Full && (u.Epoch != c.epoch || u.Version != c.version+1) {
+		c.mu.Unlock()
+		return nil, fmt.Errorf("update %s/%d does not follow %s/%d", u.Epoch, u.Version, c.epoch, c.version)
+	}
+	next := c.state.Clone()
+	c.mu.Unlock()
+
+	d, err := next.Apply(u)
+	if err != nil {
+		return nil, err
+	}
+	if c.cfg.Store != nil {
+		if err := c.cfg.Store.Save(u.Epoch, u.Version, next); err != nil {
+			c.log.Error("saving state", "err", err)
+		}
+	}
+	applyErr := c.cfg.Receiver.Apply(d)
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.epoch, c.version, c.state = u.Epoch, u.Version, next
+	if u.Full {
+		c.stats.FullUpdates++
+	} else {
+		c.stats.DeltaUpdates++
+	}
+	results := c.recordResults(d, applyErr)
+	close(c.changed)
+	c.changed = make(chan struct{})
+	rep := &wire.Report{AppliedVersion: u.Version, Results: results}
+	if u.Full || firstOfStream {
+		// After a full update or a reconnection, tell the controller
+		// everything, replacing what it remembers of this node.
+		rep.Complete = true
+		rep.Results = make([]wire.PolicyResult, 0, len(c.results))
+		for _, r := range c.results {
+			rep.Results = append(rep.Results, r)
+		}
+	}
+	sort.Slice(rep.Results, func(i, j int) bool { return rep.Results[i].PolicyID < rep.Results[j].PolicyID })
+	return rep, nil
+}
+
+// recordResults updates the per-policy results after the receiver applied
+// d and returns the ones that changed or were re-confirmed. Called with
+// c.mu held; c.state must already be the state after d.
+func (c *Client) recordResults(d *wire.Delta, applyErr error) []wire.PolicyResult {
+	if d.Full {
+		clear(c.results)
+	}
+	for _, id := range d.DeletedPolicies {
+		delete(c.results, id)
+	}
+	st := c.state
+	// The policies the delta affects: those it carries, and those using a
+	// group it changed.
+	affected := map[string]bool{}
+	for _, p := range d.Policies {
+		affected[p.ID] = true
+	}
+	groups := map[string]bool{}
+	for _, g := range d.AppliedToGroups {
+		groups[g.ID] = true
+	}
+	for _, id := range d.DeletedAppliedToGroups {
+		groups[id] = true
+	}
+	for _, g := range d.AddressGroups {
+		groups[g.ID] = true
+	}
+	for _, id := range d.DeletedAddressGroups {
+		groups[id] = true
+	}
+	if len(groups) > 0 {
+		for id, p := range st.Policies {
+			if affected[id] {
+				continue
+			}
+			// A group change re-confirms a policy only when it changes the
+			// policy's result: after an earlier failure, or on a failure now.
+			if prev, ok := c.results[id]; ok && prev.Error == "" && applyErr == nil {
+				continue
+			}
+			if usesAny(p.AppliedToGroups, groups) || usesAny(wire.AddressGroupRefs(p), groups) {
+				affected[id] = true
+			}
+		}
+	}
+	var perPolicy PolicyErrors
+	if !errors.As(applyErr, &perPolicy) {
+		perPolicy = nil
+	}
+	var out []wire.PolicyResult
+	for id := range affected {
+		p := st.Policies[id]
+		if p == nil {
+			continue
+		}
+		r := wire.PolicyResult{PolicyID: id, Generation: p.Generation}
+		switch {
+		case perPolicy != nil:
+			if e := perPolicy[id]; e != nil {
+				r.Error = e.Error()
+			}
+		case applyErr != nil:
+			r.Error = applyErr.Error()
+		}
+		c.results[id] = r
+		out = append(out, r)
+	}
+	return out
+}
+
+func usesAny(ids []string, set map[string]bool) bool {
+	for _, id := range ids {
+		if set[id] {
+			return true
+		}
+	}
+	return false
+}
+
+// tokenCreds sends the agent's token as a bearer token, over TLS only.
+type tokenCreds struct{ get func() (string, error) }
+
+func (t tokenCreds) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	tok, err := t.get()
+	if err != nil {
+		return nil, fmt.Errorf("reading agent token: %w", err)
+	}
+	return map[string]string{"authorization": "Bearer " + tok}, nil
+}
+
+func (tokenCreds) RequireTransportSecurity() bool { return true }

@@ -1,0 +1,347 @@
+package server
+
+import (
+	"slices"
+	"time"
+
+	"github.com/tierflow/tierflow/pkg/compute"
+	"github.com/tierflow/tierflow/pkg/distribution/wire"
+	"github.com/tierflow/tierflow/pkg/model"
+)
+
+// round is one dispatch round's changes: the new value of every changed
+// object (nil: deleted).
+type round struct {
+	policies map[string]*model.Policy
+	atgs     map[string]*model.AppliedToGroup
+	ags      map[string]*agChange
+}
+
+// agChange is an address group's change, computed once per round and sent
+// as a patch to every agent holding the group.
+type agChange struct {
+	new      *model.AddressGroup // wire form; nil: deleted
+	upserted []model.GroupMember
+	removed  []string
+	patch    bool // a patch is smaller than the group
+}
+
+func (s *Server) takeDirty() (map[objKey]struct{}, bool) {
+	s.dirtyMu.Lock()
+	defer s.dirtyMu.Unlock()
+	d, all := s.dirty, s.dirtyAll
+	s.dirty, s.dirtyAll = map[objKey]struct{}{}, false
+	return d, all
+}
+
+// dispatchRound reads the changed objects from the source and queues each
+// session's update.
+func (s *Server) dispatchRound() {
+	start := time.Now()
+	dirty, all := s.takeDirty()
+	if len(dirty) == 0 && !all {
+		return
+	}
+	r := &round{
+		policies: map[string]*model.Policy{},
+		atgs:     map[string]*model.AppliedToGroup{},
+		ags:      map[string]*agChange{},
+	}
+	newAG := map[string]*model.AddressGroup{}
+	if all {
+		// Read outside s.mu: the source may be slow.
+		snap := s.src.Snapshot()
+		for _, p := range snap.Policies {
+			r.policies[p.ID] = p
+		}
+		for id, g := range snap.AppliedToGroups {
+			r.atgs[id] = g
+		}
+		for id, g := range snap.AddressGroups {
+			newAG[id] = g
+		}
+		// Objects distributed but gone from the snapshot were deleted.
+		s.mu.Lock()
+		for id := range s.policies {
+			if _, ok := r.policies[id]; !ok {
+				r.policies[id] = nil
+			}
+		}
+		for id := range s.atgs {
+			if _, ok := r.atgs[id]; !ok {
+				r.atgs[id] = nil
+			}
+		}
+		for id := range s.ags {
+			if _, ok := newAG[id]; !ok {
+				newAG[id] = nil
+			}
+		}
+		s.mu.Unlock()
+	}
+	for k := range dirty {
+		switch k.kind {
+		case compute.KindPolicy:
+			r.policies[k.id] = get(s.src.Policy, k.id)
+		case compute.KindAppliedToGroup:
+			r.atgs[k.id] = get(s.src.AppliedToGroup, k.id)
+		case compute.KindAddressGroup:
+			newAG[k.id] = get(s.src.AddressGroup, k.id)
+		}
+	}
+
+	s.mu.Lock()
+	for id, g := range newAG {
+		old := s.ags[id]
+		ch := &agChange{}
+		if g != nil {
+			ch.new = wire.AddressGroupForNode(g)
+			if old != nil {
+				ch.upserted, ch.removed = wire.DiffMembers(old.Members, ch.new.Members)
+				ch.patch = len(ch.upserted)+len(ch.removed) < len(ch.new.Members)
+			}
+		}
+		if old == nil && ch.new == nil {
+			continue
+		}
+		r.ags[id] = ch
+		if ch.new == nil {
+			delete(s.ags, id)
+		} else {
+			s.ags[id] = ch.new
+		}
+	}
+	for id, p := range r.policies {
+		if p == nil {
+			delete(s.policies, id)
+		} else {
+			s.policies[id] = p
+		}
+	}
+	for id, g := range r.atgs {
+		if g == nil {
+			delete(s.atgs, id)
+		} else {
+			s.atgs[id] = g
+		}
+	}
+	now := time.Now()
+	for _, ss := range s.sessions {
+		s.queueDelta(ss, r, now)
+	}
+	summaries := s.real.policiesChanged(r.policies, s.policies)
+	s.mu.Unlock()
+
+	s.emitSummaries(summaries)
+	s.m.dispatchDuration.Observe(time.Since(start).Seconds())
+}
+
+// get reads one object from the source: nil when absent.
+func get[T any](read func(string) (*T, bool), id string) *T {
+	if v, ok := read(id); ok {
+		return v
+	}
+	return nil
+}
+
+// queueDelta computes what the round changes for one session and queues
+// it as the session's next update. Called with s.mu held.
+func (s *Server) queueDelta(ss *session, r *round, now time.Time) {
+	if ss.needFull {
+		// The full update, built when it is sent, will include the round.
+		return
+	}
+	u := &wire.Update{}
+	touchedATG := map[string]bool{}
+	touchedAG := map[string]bool{}
+	acquire := func(p *policyRefs) {
+		for _, g := range p.atgs {
+			ss.atgRefs[g]++
+			touchedATG[g] = true
+		}
+		for _, g := range p.ags {
+			ss.agRefs[g]++
+			touchedAG[g] = true
+		}
+	}
+	release := func(p *policyRefs) {
+		for _, g := range p.atgs {
+			ss.atgRefs[g]--
+			touchedATG[g] = true
+		}
+		for _, g := range p.ags {
+			ss.agRefs[g]--
+			touchedAG[g] = true
+		}
+	}
+
+	for _, id := range sortedKeys(r.policies) {
+		p := r.policies[id]
+		want := p != nil && wire.PolicyInSpan(p, ss.node)
+		had, ok := ss.policies[id]
+		switch {
+		case want && ok && had.gen == p.Generation:
+			// Only its span changed: nothing the agent holds.
+		case want:
+			refs := newPolicyRefs(p)
+			acquire(refs)
+			if ok {
+				release(had)
+			}
+			ss.policies[id] = refs
+			u.Policies = append(u.Policies, wire.PolicyForNode(p))
+		case ok:
+			release(had)
+			delete(ss.policies, id)
+			u.DeletedPolicies = append(u.DeletedPolicies, id)
+		}
+	}
+
+	// Groups whose reference count changed: send the newly needed ones
+	// whole, delete the ones no longer needed (after the policies, so
+	// a group moving between two policies is not deleted).
+	sentATG := map[string]bool{}
+	for _, id := range sortedKeys(touchedATG) {
+		if ss.atgRefs[id] <= 0 {
+			delete(ss.atgRefs, id)
+			if _, ok := ss.atgs[id]; ok {
+				delete(ss.atgs, id)
+				u.DeletedAppliedToGroups = append(u.DeletedAppliedToGroups, id)
+			}
+			continue
+		}
+		if _, ok := ss.atgs[id]; !ok {
+			if g := s.atgs[id]; g != nil {
+				ng := wire.AppliedToGroupForNode(g, ss.node)
+				ss.atgs[id] = ng
+				u.AppliedToGroups = append(u.AppliedToGroups, ng)
+				sentATG[id] = true
+			}
+		}
+	}
+	sentAG := map[string]bool{}
+	for _, id := range sortedKeys(touchedAG) {
+		if ss.agRefs[id] <= 0 {
+			delete(ss.agRefs, id)
+			if ss.ags[id] {
+				delete(ss.ags, id)
+				u.DeletedAddressGroups = append(u.DeletedAddressGroups, id)
+			}
+			continue
+		}
+		if !ss.ags[id] {
+			if g := s.ags[id]; g != nil {
+				ss.ags[id] = true
+				u.AddressGroups = append(u.AddressGroups, g)
+				sentAG[id] = true
+			}
+		}
+	}
+
+	// Groups that changed themselves: only this node's members of an
+	// applied-to group matter; address groups go as patches when small.
+	for _, id := range sortedKeys(r.atgs) {
+		if ss.atgRefs[id] <= 0 || sentATG[id] {
+			continue
+		}
+		g := r.atgs[id]
+		old, had := ss.atgs[id]
+		if g == nil {
+			if had {
+				delete(ss.atgs, id)
+				u.DeletedAppliedToGroups = append(u.DeletedAppliedToGroups, id)
+			}
+			continue
+		}
+		ng := wire.AppliedToGroupForNode(g, ss.node)
+		if had && old.Selector == ng.Selector && wire.MembersEqual(old.MembersByNode[ss.node], ng.MembersByNode[ss.node]) {
+			continue
+		}
+		ss.atgs[id] = ng
+		u.AppliedToGroups = append(u.AppliedToGroups, ng)
+	}
+	for _, id := range sortedKeys(r.ags) {
+		if ss.agRefs[id] <= 0 || sentAG[id] {
+			continue
+		}
+		ch := r.ags[id]
+		switch {
+		case ch.new == nil:
+			if ss.ags[id] {
+				delete(ss.ags, id)
+				u.DeletedAddressGroups = append(u.DeletedAddressGroups, id)
+			}
+		case !ss.ags[id] || !ch.patch:
+			ss.ags[id] = true
+			u.AddressGroups = append(u.AddressGroups, ch.new)
+		default:
+			u.AddressGroupPatches = append(u.AddressGroupPatches, wire.AddressGroupPatch{
+				ID: id, Generation: ch.new.Generation, Selector: ch.new.Selector,
+				Upserted: ch.upserted, Removed: ch.removed,
+			})
+		}
+	}
+
+	if u.Empty() {
+		return
+	}
+	s.enqueue(ss, u, now)
+}
+
+// buildFull rebuilds a session's state from the distributed state and
+// returns the full update that installs it. Called with s.mu held.
+func (s *Server) buildFull(ss *session) *wire.Update {
+	ss.resetState()
+	u := &wire.Update{Full: true}
+	for _, id := range sortedKeys(s.policies) {
+		p := s.policies[id]
+		if !wire.PolicyInSpan(p, ss.node) {
+			continue
+		}
+		refs := newPolicyRefs(p)
+		ss.policies[id] = refs
+		for _, g := range refs.atgs {
+			ss.atgRefs[g]++
+		}
+		for _, g := range refs.ags {
+			ss.agRefs[g]++
+		}
+		u.Policies = append(u.Policies, wire.PolicyForNode(p))
+	}
+	for _, id := range sortedKeys(ss.atgRefs) {
+		if g := s.atgs[id]; g != nil {
+			ng := wire.AppliedToGroupForNode(g, ss.node)
+			ss.atgs[id] = ng
+			u.AppliedToGroups = append(u.AppliedToGroups, ng)
+		}
+	}
+	for _, id := range sortedKeys(ss.agRefs) {
+		if g := s.ags[id]; g != nil {
+			ss.ags[id] = true
+			u.AddressGroups = append(u.AddressGroups, g)
+		}
+	}
+	return u
+}
+
+// policyRefs is what a session remembers of a policy it sent.
+type policyRefs struct {
+	gen  int64
+	atgs []string
+	ags  []string
+}
+
+func newPolicyRefs(p *model.Policy) *policyRefs {
+	atgs := slices.Clone(p.AppliedToGroups)
+	slices.Sort(atgs)
+	return &policyRefs{gen: p.Generation, atgs: slices.Compact(atgs), ags: wire.AddressGroupRefs(p)}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}

@@ -1,0 +1,56 @@
+// Package server is the controller's end of distribution: it streams
+// every agent the span-filtered share of the compute engine's model
+// (wire.ForNode), as a full update followed by deltas, and collects the
+// agents' realization reports.
+//
+// Use:
+//
+//	srv := server.New(engine, authn, server.Options{OnSummary: statusWriter})
+//	go srv.Run(ctx)                      // turns engine changes into updates
+//	g := srv.GRPCServer(tlsConfig)       // or srv.Register(existing)
+//	g.Serve(listener)
+//
+// # Deltas
+//
+// New subscribes to the engine. Each dispatch round reads the objects
+// that changed since the last round and, for every node's session,
+// derives what that node's state loses or gains: policies entering or
+// leaving its span (or changing generation), applied-to groups whose
+// members on that node changed (changes on other nodes are not sent),
+// address groups as member patches when the patch is smaller than the
+// group. Group additions/removals follow policy references with
+// per-session reference counts. Rounds coalesce: a burst of engine changes
+// becomes one update per affected node.
+//
+// # Versions, resume, resync
+//
+// Each node has a session with a version that increases by one per
+// update, and the epoch of this server process. The last ReplayWindow
+// updates are kept; an agent reconnecting with (epoch, version) inside
+// that window gets only what it missed. Anything else — a new controller
+// process, an older version, a lost queue — gets a Full update built from
+// the current state.
+//
+// # Slow agents
+//
+// Updates are queued per session without blocking; one goroutine per
+// connection sends them. If an agent is more than MaxPending updates
+// behind, its queue is dropped and it gets one Full update when it reads
+// again: a stuck agent costs bounded memory and never delays others.
+//
+// # Authentication
+//
+// Agents send their service account token as a bearer token. The
+// TokenReviewAuthenticator reviews it and takes the node from the token's
+// binding (see its doc): a token is only ever good for the node its pod
+// runs on, so node A's token cannot receive node B's objects. The node is
+// never taken from anything the agent says.
+//
+// # Realization
+//
+// Agents report, per policy, the model generation they realized or the
+// error. OnReport sees every result; OnSummary sees a policy's
+// aggregated Summary (realized on N of M span nodes, failures by node)
+// whenever it changes, which the controller's status writer turns into
+// conditions.
+package server

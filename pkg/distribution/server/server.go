@@ -1,0 +1,226 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/tierflow/tierflow/pkg/compute"
+	"github.com/tierflow/tierflow/pkg/distribution/wire"
+	"github.com/tierflow/tierflow/pkg/model"
+)
+
+// Source is what the server distributes: the compute engine
+// (*compute.Engine satisfies it). Objects it returns are shared and
+// immutable; false means the object does not exist.
+type Source interface {
+	Snapshot() *model.Snapshot
+	Policy(id string) (*model.Policy, bool)
+	AppliedToGroup(id string) (*model.AppliedToGroup, bool)
+	AddressGroup(id string) (*model.AddressGroup, bool)
+	Subscribe(fn func([]compute.Change)) (unsubscribe func())
+}
+
+// ReportSink receives every realization result an agent reports: the
+// node, the policy, the model generation (model.Meta.Generation) the
+// result is about, and the error ("" when realized).
+type ReportSink func(node string, policyID string, generation int64, err string)
+
+// SummarySink receives a policy's aggregated realization whenever it
+// changes; see Summary.
+type SummarySink func(Summary)
+
+// Options tune a Server. The zero value is usable.
+type Options struct {
+	// MaxPending bounds the updates queued for one agent that it has not
+	// received yet. An agent that falls further behind loses its queue and
+	// gets a full resync when it catches up. Default 256.
+	MaxPending int
+	// ReplayWindow is how many recent updates per agent are kept so an
+	// agent that reconnects can resume instead of resyncing. At least
+	// MaxPending; default MaxPending.
+	ReplayWindow int
+	// HelloTimeout bounds the wait for an agent's Hello. Default 10s.
+	HelloTimeout time.Duration
+	// OnReport and OnSummary receive realization results; called without
+	// the server's locks held, one at a time.
+	OnReport  ReportSink
+	OnSummary SummarySink
+	// Registerer receives the server's metrics (nil: not registered).
+	Registerer prometheus.Registerer
+	Logger     *slog.Logger
+}
+
+// Server streams each connected agent its node's share of the model.
+type Server struct {
+	src   Source
+	auth  Authenticator
+	opts  Options
+	log   *slog.Logger
+	epoch string
+	m     *metrics
+
+	// dirty collects changed object IDs between dispatch rounds.
+	dirtyMu  sync.Mutex
+	dirty    map[objKey]struct{}
+	dirtyAll bool
+	wake     chan struct{}
+
+	mu sync.Mutex
+	// The distributed state: what the sessions' updates were computed
+	// from. Address groups are kept in their wire form.
+	policies map[string]*model.Policy
+	atgs     map[string]*model.AppliedToGroup
+	ags      map[string]*model.AddressGroup
+	sessions map[string]*session
+	connSeq  uint64
+	real     *realization
+
+	// sinkMu serializes sink calls so they arrive in order.
+	sinkMu sync.Mutex
+
+	unsubscribe func()
+}
+
+type objKey struct {
+	kind compute.ObjectKind
+	id   string
+}
+
+// New returns a server distributing src. It subscribes to src's changes
+// at once; call Run to process them and Register (or GRPCServer) to serve
+// agents.
+func New(src Source, auth Authenticator, opts Options) *Server {
+	if opts.MaxPending <= 0 {
+		opts.MaxPending = 256
+	}
+	if opts.ReplayWindow < opts.MaxPending {
+		opts.ReplayWindow = opts.MaxPending
+	}
+	if opts.HelloTimeout <= 0 {
+		opts.HelloTimeout = 10 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	s := &Server{
+		src:      src,
+		auth:     auth,
+		opts:     opts,
+		log:      opts.Logger.With("component", "distribution-server"),
+		epoch:    hex.EncodeToString(b[:]),
+		m:        newMetrics(opts.Registerer),
+		dirty:    map[objKey]struct{}{},
+		wake:     make(chan struct{}, 1),
+		policies: map[string]*model.Policy{},
+		atgs:     map[string]*model.AppliedToGroup{},
+		ags:      map[string]*model.AddressGroup{},
+		sessions: map[string]*session{},
+		real:     newRealization(),
+	}
+	// Subscribe before the first read, so nothing changed in between is
+	// missed; the first round reads the whole snapshot.
+	s.unsubscribe = src.Subscribe(s.onChanges)
+	s.dirtyAll = true
+	s.signal()
+	return s
+}
+
+// Epoch identifies this server instance; agents holding state from
+// another epoch resync in full.
+func (s *Server) Epoch() string { return s.epoch }
+
+func (s *Server) onChanges(cs []compute.Change) {
+	s.dirtyMu.Lock()
+	for _, c := range cs {
+		s.dirty[objKey{c.Kind, c.ID}] = struct{}{}
+	}
+	s.dirtyMu.Unlock()
+	s.signal()
+}
+
+// ResyncAll makes the next round compare the whole source with what was
+// distributed (level-triggered repair; normally never needed).
+func (s *Server) ResyncAll() {
+	s.dirtyMu.Lock()
+	s.dirtyAll = true
+	s.dirtyMu.Unlock()
+	s.signal()
+}
+
+func (s *Server) signal() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run processes source changes until ctx ends. Changes arriving while a
+// round runs are coalesced into the next round.
+func (s *Server) Run(ctx context.Context) {
+	defer s.unsubscribe()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.wake:
+		}
+		s.dispatchRound()
+	}
+}
+
+// Register adds the distribution service to g. g must authenticate
+// nothing itself: the service reads the bearer token from the call's
+// metadata.
+func (s *Server) Register(g *grpc.Server) { g.RegisterService(&wire.ServiceDesc, s) }
+
+// GRPCServer returns a gRPC server with TLS, keepalives and the
+// distribution service registered.
+func (s *Server) GRPCServer(tlsConfig *tls.Config, extra ...grpc.ServerOption) *grpc.Server {
+	opts := []grpc.ServerOption{
+		grpc.Creds(credentials.NewTLS(tlsConfig)),
+		// Find dead agents (cut networks) within a minute.
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 20 * time.Second}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+	}
+	g := grpc.NewServer(append(opts, extra...)...)
+	s.Register(g)
+	return g
+}
+
+// ConnectedNodes lists the nodes with a live stream.
+func (s *Server) ConnectedNodes() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for n, ss := range s.sessions {
+		if ss.conn != 0 {
+			out = append(out, n)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// SessionVersion returns the latest stream version queued for node and
+// the version the agent last acknowledged.
+func (s *Server) SessionVersion(node string) (queued, acked uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ss := s.sessions[node]; ss != nil {
+		return ss.version, ss.acked
+	}
+	return 0, 0
+}

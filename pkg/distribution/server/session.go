@@ -1,0 +1,279 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tierflow/tierflow/pkg/distribution/wire"
+	"github.com/tierflow/tierflow/pkg/model"
+)
+
+// session is one node's stream state. It outlives connections, so an
+// agent that reconnects can resume from its last version.
+type session struct {
+	node string
+	// version is the last version queued; log holds the most recent
+	// updates (at most ReplayWindow), oldest first, for sending and replay.
+	version uint64
+	log     []logEntry
+	// needFull: the next update must be a full one (new agent, lost queue,
+	// unknown epoch). While set, the state below is empty and no deltas are
+	// queued.
+	needFull   bool
+	fullReason string
+	// sent is the last version handed to the current (or last)
+	// connection; acked the last version the agent reported applied.
+	sent, acked uint64
+	conn        uint64 // current connection's id, 0 when disconnected
+	cancel      context.CancelFunc
+	wake        chan struct{}
+
+	// What the agent holds once it has applied every queued update.
+	policies map[string]*policyRefs
+	atgRefs  map[string]int
+	agRefs   map[string]int
+	atgs     map[string]*model.AppliedToGroup // node form, as sent
+	ags      map[string]bool
+}
+
+type logEntry struct {
+	u      *wire.Update
+	queued time.Time
+}
+
+func newSession(node string) *session {
+	ss := &session{node: node, wake: make(chan struct{}, 1), needFull: true, fullReason: "new"}
+	ss.resetState()
+	return ss
+}
+
+func (ss *session) resetState() {
+	ss.policies = map[string]*policyRefs{}
+	ss.atgRefs = map[string]int{}
+	ss.agRefs = map[string]int{}
+	ss.atgs = map[string]*model.AppliedToGroup{}
+	ss.ags = map[string]bool{}
+}
+
+func (ss *session) notify() {
+	select {
+	case ss.wake <- struct{}{}:
+	default:
+	}
+}
+
+// logBase is the oldest version an agent can resume from.
+func (ss *session) logBase() uint64 {
+	if len(ss.log) > 0 {
+		return ss.log[0].u.Version - 1
+	}
+	return ss.version
+}
+
+// enqueue queues u as the session's next version. An agent more than
+// MaxPending updates behind loses its queue and will get a full update:
+// a slow agent costs the server bounded memory and never blocks others.
+// Called with s.mu held.
+func (s *Server) enqueue(ss *session, u *wire.Update, now time.Time) {
+	ss.version++
+	u.Epoch, u.Version = s.epoch, ss.version
+	ss.log = append(ss.log, logEntry{u: u, queued: now})
+	if ss.version-ss.sent > uint64(s.opts.MaxPending) {
+		s.markFull(ss, "overflow")
+		return
+	}
+	if n := len(ss.log) - s.opts.ReplayWindow; n > 0 {
+		// Only already-sent entries go: pending <= MaxPending <= ReplayWindow.
+		ss.log = append([]logEntry(nil), ss.log[n:]...)
+	}
+	if ss.conn != 0 {
+		s.m.agentLag.WithLabelValues(ss.node).Set(float64(ss.version - ss.acked))
+	}
+	ss.notify()
+}
+
+// markFull drops a session's queue and state; its next update is full.
+// Called with s.mu held.
+func (s *Server) markFull(ss *session, reason string) {
+	ss.needFull, ss.fullReason = true, reason
+	ss.log = nil
+	ss.resetState()
+	ss.notify()
+}
+
+// Sync serves one agent's stream (wire.SyncServer).
+func (s *Server) Sync(stream wire.ServerStream) error {
+	ctx := stream.Context()
+	node, err := s.authenticate(ctx)
+	if err != nil {
+		s.m.authFailures.Inc()
+		s.log.Info("agent refused", "err", err)
+		return err
+	}
+	hello, err := s.recvHello(stream)
+	if err != nil {
+		return err
+	}
+
+	connCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s.mu.Lock()
+	ss := s.sessions[node]
+	if ss == nil {
+		ss = newSession(node)
+		s.sessions[node] = ss
+	}
+	if ss.cancel != nil {
+		ss.cancel() // a newer connection of the same node replaces the old one
+	}
+	s.connSeq++
+	myConn := s.connSeq
+	ss.conn, ss.cancel = myConn, cancel
+	resumed := false
+	switch {
+	case ss.needFull:
+	case hello.Epoch == s.epoch && hello.Version <= ss.version && hello.Version >= ss.logBase():
+		ss.sent, ss.acked, resumed = hello.Version, hello.Version, true
+	case hello.Epoch != s.epoch:
+		s.markFull(ss, "epoch")
+	default:
+		s.markFull(ss, "gap")
+	}
+	reason := ss.fullReason
+	s.mu.Unlock()
+
+	s.m.connected.Inc()
+	if resumed {
+		s.m.resumes.Inc()
+	} else {
+		s.m.resyncs.WithLabelValues(reason).Inc()
+	}
+	s.log.Info("agent connected", "node", node, "resumed", resumed, "fromVersion", hello.Version)
+	defer func() {
+		s.m.connected.Dec()
+		s.mu.Lock()
+		if ss.conn == myConn {
+			ss.conn, ss.cancel = 0, nil
+			s.m.agentLag.DeleteLabelValues(node)
+		}
+		s.mu.Unlock()
+		s.log.Info("agent disconnected", "node", node)
+	}()
+
+	go s.receiveReports(connCtx, cancel, stream, ss, myConn)
+	return s.sendUpdates(connCtx, stream, ss, myConn)
+}
+
+func (s *Server) recvHello(stream wire.ServerStream) (*wire.Hello, error) {
+	type result struct {
+		m   *wire.ClientMessage
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		m, err := stream.Recv()
+		ch <- result{m, err}
+	}()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			return nil, r.err
+		}
+		if r.m.Hello == nil {
+			return nil, status.Error(codes.InvalidArgument, "the first message of a Sync stream must be a Hello")
+		}
+		return r.m.Hello, nil
+	case <-time.After(s.opts.HelloTimeout):
+		return nil, status.Error(codes.DeadlineExceeded, "no Hello received")
+	case <-stream.Context().Done():
+		return nil, stream.Context().Err()
+	}
+}
+
+// sendUpdates sends the session's queued updates in order until the
+// connection ends. Sending happens without locks, so a stuck agent only
+// stalls its own goroutine.
+func (s *Server) sendUpdates(ctx context.Context, stream wire.ServerStream, ss *session, myConn uint64) error {
+	for {
+		s.mu.Lock()
+		if ss.conn != myConn {
+			s.mu.Unlock()
+			return status.Error(codes.Aborted, "replaced by a newer connection of the same node")
+		}
+		if ss.needFull {
+			u := s.buildFull(ss)
+			ss.needFull, ss.fullReason = false, ""
+			// The full update does not depend on anything before it.
+			ss.log, ss.sent = nil, ss.version
+			s.enqueue(ss, u, time.Now())
+		}
+		var batch []logEntry
+		for _, e := range ss.log {
+			if e.u.Version > ss.sent {
+				batch = append(batch, e)
+			}
+		}
+		if len(batch) > 0 && !batch[0].u.Full && batch[0].u.Version != ss.sent+1 {
+			// Cannot happen by construction; recover by resyncing.
+			s.markFull(ss, "gap")
+			s.mu.Unlock()
+			continue
+		}
+		s.mu.Unlock()
+
+		if len(batch) == 0 {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-ss.wake:
+				continue
+			}
+		}
+		for _, e := range batch {
+			if err := stream.Send(&wire.ServerMessage{Update: e.u}); err != nil {
+				return err
+			}
+			kind := "delta"
+			if e.u.Full {
+				kind = "full"
+			}
+			s.m.syncDuration.WithLabelValues(kind).Observe(time.Since(e.queued).Seconds())
+			s.m.updatesSent.WithLabelValues(kind).Inc()
+			s.mu.Lock()
+			if ss.conn == myConn && e.u.Version > ss.sent {
+				ss.sent = e.u.Version
+			}
+			s.mu.Unlock()
+		}
+	}
+}
+
+func (s *Server) receiveReports(ctx context.Context, cancel context.CancelFunc, stream wire.ServerStream, ss *session, myConn uint64) {
+	defer cancel()
+	for {
+		m, err := stream.Recv()
+		if err != nil {
+			if !errors.Is(err, io.EOF) && ctx.Err() == nil {
+				s.log.Info("agent stream ended", "node", ss.node, "err", err)
+			}
+			return
+		}
+		if m.Report == nil {
+			continue
+		}
+		s.mu.Lock()
+		if ss.conn == myConn && m.Report.AppliedVersion > ss.acked && m.Report.AppliedVersion <= ss.version {
+			ss.acked = m.Report.AppliedVersion
+			s.m.agentLag.WithLabelValues(ss.node).Set(float64(ss.version - ss.acked))
+		}
+		summaries := s.real.report(ss.node, m.Report, s.policies)
+		s.mu.Unlock()
+		s.emitReports(ss.node, m.Report.Results)
+		s.emitSummaries(summaries)
+	}
+}

@@ -1,0 +1,40 @@
+// Package wire holds what the controller and the agents exchange: the
+// messages of the Sync stream, the gRPC service description that carries
+// them, the JSON codec they travel in, and NodeState — the span-filtered
+// slice of the computed model one node needs, with the rules for applying
+// an Update to it.
+//
+// # Why JSON over gRPC, without protoc
+//
+// The messages carry pkg/model types directly. Generating protobuf types
+// for them would mean a second copy of the model to keep in step (and a
+// protoc toolchain in the build). gRPC is codec-agnostic: the codec
+// registered here under the content subtype "tierflow-json" encodes messages
+// with encoding/json, and the service description (ServiceDesc) is written
+// by hand — one bidirectional stream, so there is little to write. gRPC
+// still supplies HTTP/2 framing, flow control, TLS, deadlines, keepalives
+// and per-RPC credentials. Both ends use the codec only through
+// CallContentSubtype / the registered name, so other gRPC services in the
+// same process keep protobuf.
+//
+// # The stream
+//
+// An agent opens Sync, sends a Hello naming the epoch (the controller
+// instance) and version of the state it already holds, then Reports.
+// The controller answers with Updates, each carrying the next version of
+// that node's stream. The first Update is either Full (replace everything)
+// or, when the controller can still replay the versions the agent missed,
+// the next delta. Versions increase by one per Update within an epoch;
+// a new controller process starts a new epoch, so every agent resyncs.
+//
+// # What a node receives (ForNode)
+//
+//   - every Policy whose Span contains the node;
+//   - every AppliedToGroup those policies reference, with only the node's
+//     own members (MembersByNode has at most the node's key);
+//   - every AddressGroup those policies' rules reference, whole.
+//
+// Spans are stripped from what is sent: an agent does not need them, and
+// leaving them out means a pod appearing on some other node does not
+// resend a policy to every node in its span.
+package wire

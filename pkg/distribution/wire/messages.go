@@ -1,0 +1,100 @@
+package wire
+
+import (
+	"github.com/tierflow/tierflow/pkg/model"
+)
+
+// ClientMessage is what an agent sends on the Sync stream: one Hello first,
+// then Reports.
+type ClientMessage struct {
+	Hello  *Hello  `json:"hello,omitempty"`
+	Report *Report `json:"report,omitempty"`
+}
+
+// Hello opens a stream. Epoch and Version name the state the agent already
+// holds (from this connection's predecessor or from its state file); both
+// empty/zero mean "nothing, send everything".
+type Hello struct {
+	Epoch   string `json:"epoch,omitempty"`
+	Version uint64 `json:"version,omitempty"`
+}
+
+// Report tells the controller what the agent realized.
+type Report struct {
+	// AppliedVersion is the stream version the agent has applied; the
+	// controller derives the agent's lag from it.
+	AppliedVersion uint64 `json:"appliedVersion"`
+	// Complete says Results cover every policy the agent holds: the
+	// controller forgets earlier results of this node for policies not
+	// listed (sent after a Full update).
+	Complete bool           `json:"complete,omitempty"`
+	Results  []PolicyResult `json:"results,omitempty"`
+}
+
+// PolicyResult is one policy's realization on the reporting node.
+type PolicyResult struct {
+	PolicyID string `json:"policyID"`
+	// Generation is the policy's model generation (model.Meta.Generation)
+	// the result is about.
+	Generation int64 `json:"generation"`
+	// Error is empty when the generation is realized.
+	Error string `json:"error,omitempty"`
+}
+
+// ServerMessage is what the controller sends on the Sync stream.
+type ServerMessage struct {
+	Update *Update `json:"update,omitempty"`
+}
+
+// Update moves a node's state from version Version-1 to Version (or, when
+// Full, replaces it). Within one Update, the order of application is:
+// groups (upserts, patches), policies (upserts, deletes), then group
+// deletes — so a receiver never sees a policy referencing a group that was
+// sent in the same update but not yet applied.
+type Update struct {
+	Epoch   string `json:"epoch"`
+	Version uint64 `json:"version"`
+	// Full means: the node's whole state is exactly this update's upserts;
+	// drop everything else. Full updates carry no deletes or patches.
+	Full bool `json:"full,omitempty"`
+
+	Policies        []*model.Policy `json:"policies,omitempty"`
+	DeletedPolicies []string        `json:"deletedPolicies,omitempty"`
+
+	// AppliedToGroups carry only the node's own members.
+	AppliedToGroups        []*model.AppliedToGroup `json:"appliedToGroups,omitempty"`
+	DeletedAppliedToGroups []string                `json:"deletedAppliedToGroups,omitempty"`
+
+	// AddressGroups are sent whole; AddressGroupPatches change the members
+	// of a group the node already holds.
+	AddressGroups        []*model.AddressGroup `json:"addressGroups,omitempty"`
+	AddressGroupPatches  []AddressGroupPatch   `json:"addressGroupPatches,omitempty"`
+	DeletedAddressGroups []string              `json:"deletedAddressGroups,omitempty"`
+}
+
+// Empty reports whether the update changes nothing.
+func (u *Update) Empty() bool {
+	return !u.Full && len(u.Policies) == 0 && len(u.DeletedPolicies) == 0 &&
+		len(u.AppliedToGroups) == 0 && len(u.DeletedAppliedToGroups) == 0 &&
+		len(u.AddressGroups) == 0 && len(u.AddressGroupPatches) == 0 && len(u.DeletedAddressGroups) == 0
+}
+
+// AddressGroupPatch changes the members of an AddressGroup: Upserted
+// members replace the member with the same MemberKey (or are added),
+// Removed lists MemberKeys to drop.
+type AddressGroupPatch struct {
+	ID         string              `json:"id"`
+	Generation int64               `json:"generation"`
+	Selector   string              `json:"selector,omitempty"`
+	Upserted   []model.GroupMember `json:"upserted,omitempty"`
+	Removed    []string            `json:"removed,omitempty"`
+}
+
+// MemberKey identifies a group member across updates: its pod for pod
+// members, its node for node members.
+func MemberKey(m *model.GroupMember) string {
+	if m.Pod != nil {
+		return "pod/" + m.Pod.Namespace + "/" + m.Pod.Name
+	}
+	return "node/" + m.Node
+}

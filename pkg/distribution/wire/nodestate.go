@@ -1,0 +1,369 @@
+package wire
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/tierflow/tierflow/pkg/model"
+)
+
+// NodeState is the slice of the computed model one node holds: see the
+// package doc for what it contains. Objects in it are shared, read-only
+// values: replace them, never modify them in place.
+type NodeState struct {
+	Node            string                           `json:"node"`
+	Policies        map[string]*model.Policy         `json:"policies"`
+	AppliedToGroups map[string]*model.AppliedToGroup `json:"appliedToGroups"`
+	AddressGroups   map[string]*model.AddressGroup   `json:"addressGroups"`
+}
+
+// NewNodeState returns an empty state for node.
+func NewNodeState(node string) *NodeState {
+	return &NodeState{
+		Node:            node,
+		Policies:        map[string]*model.Policy{},
+		AppliedToGroups: map[string]*model.AppliedToGroup{},
+		AddressGroups:   map[string]*model.AddressGroup{},
+	}
+}
+
+// Clone returns a copy whose maps can be changed independently (the
+// objects are shared).
+func (s *NodeState) Clone() *NodeState {
+	c := NewNodeState(s.Node)
+	for k, v := range s.Policies {
+		c.Policies[k] = v
+	}
+	for k, v := range s.AppliedToGroups {
+		c.AppliedToGroups[k] = v
+	}
+	for k, v := range s.AddressGroups {
+		c.AddressGroups[k] = v
+	}
+	return c
+}
+
+// ForNode computes what node should hold, given a snapshot of the whole
+// model. It is the reference the distribution stream must reproduce on
+// every agent.
+func ForNode(snap *model.Snapshot, node string) *NodeState {
+	st := NewNodeState(node)
+	for _, p := range snap.Policies {
+		if !PolicyInSpan(p, node) {
+			continue
+		}
+		st.Policies[p.ID] = PolicyForNode(p)
+		for _, id := range p.AppliedToGroups {
+			if g := snap.AppliedToGroups[id]; g != nil {
+				st.AppliedToGroups[id] = AppliedToGroupForNode(g, node)
+			}
+		}
+		for _, id := range AddressGroupRefs(p) {
+			if g := snap.AddressGroups[id]; g != nil {
+				st.AddressGroups[id] = AddressGroupForNode(g)
+			}
+		}
+	}
+	return st
+}
+
+// PolicyInSpan reports whether node needs p.
+func PolicyInSpan(p *model.Policy, node string) bool {
+	_, ok := slices.BinarySearch(p.Span, node)
+	if ok {
+		return true
+	}
+	// Span is documented as sorted; do not trust it blindly, since a
+	// missed node is a policy silently not enforced.
+	return slices.Contains(p.Span, node)
+}
+
+// PolicyForNode is p as sent to an agent: without its span.
+func PolicyForNode(p *model.Policy) *model.Policy {
+	c := *p
+	c.Span = nil
+	return &c
+}
+
+// AppliedToGroupForNode is g as sent to node: without its span and with
+// only node's members, sorted by MemberKey.
+func AppliedToGroupForNode(g *model.AppliedToGroup, node string) *model.AppliedToGroup {
+	c := model.AppliedToGroup{
+		Meta:          model.Meta{ID: g.ID, Generation: g.Generation},
+		Selector:      g.Selector,
+		MembersByNode: map[string][]model.GroupMember{},
+	}
+	if ms := g.MembersByNode[node]; len(ms) > 0 {
+		c.MembersByNode[node] = SortedMembers(ms)
+	}
+	return &c
+}
+
+// AddressGroupForNode is g as sent to agents: without its span, members
+// sorted by MemberKey.
+func AddressGroupForNode(g *model.AddressGroup) *model.AddressGroup {
+	return &model.AddressGroup{
+		Meta:     model.Meta{ID: g.ID, Generation: g.Generation},
+		Selector: g.Selector,
+		Members:  SortedMembers(g.Members),
+	}
+}
+
+// SortedMembers returns a copy of ms sorted by MemberKey (nil when empty),
+// the canonical order of members on the wire and in NodeState.
+func SortedMembers(ms []model.GroupMember) []model.GroupMember {
+	if len(ms) == 0 {
+		return nil
+	}
+	c := slices.Clone(ms)
+	slices.SortFunc(c, func(a, b model.GroupMember) int { return strings.Compare(MemberKey(&a), MemberKey(&b)) })
+	return c
+}
+
+// AddressGroupRefs lists the address groups p's rules use, without
+// duplicates.
+func AddressGroupRefs(p *model.Policy) []string {
+	var ids []string
+	for i := range p.Rules {
+		for _, id := range p.Rules[i].Peer.AddressGroups {
+			if !slices.Contains(ids, id) {
+				ids = append(ids, id)
+			}
+		}
+	}
+	return ids
+}
+
+// Delta is what an Update changed, in whole objects: the form an agent's
+// rule cache consumes (see client.Receiver). Address-group patches are
+// already applied: AddressGroups holds the resulting groups.
+type Delta struct {
+	// Full means: the node's state is exactly the objects listed; anything
+	// else the receiver holds is gone.
+	Full    bool   `json:"full,omitempty"`
+	Version uint64 `json:"version"`
+
+	Policies               []*model.Policy         `json:"policies,omitempty"`
+	DeletedPolicies        []string                `json:"deletedPolicies,omitempty"`
+	AppliedToGroups        []*model.AppliedToGroup `json:"appliedToGroups,omitempty"`
+	DeletedAppliedToGroups []string                `json:"deletedAppliedToGroups,omitempty"`
+	AddressGroups          []*model.AddressGroup   `json:"addressGroups,omitempty"`
+	DeletedAddressGroups   []string                `json:"deletedAddressGroups,omitempty"`
+}
+
+// FullDelta is the Delta that installs s from nothing.
+func (s *NodeState) FullDelta(version uint64) *Delta {
+	d := &Delta{Full: true, Version: version}
+	for _, p := range s.Policies {
+		d.Policies = append(d.Policies, p)
+	}
+	for _, g := range s.AppliedToGroups {
+		d.AppliedToGroups = append(d.AppliedToGroups, g)
+	}
+	for _, g := range s.AddressGroups {
+		d.AddressGroups = append(d.AddressGroups, g)
+	}
+	return d
+}
+
+// Apply applies u to s and returns what changed. On error s is unchanged:
+// the update does not fit the state (a patch for a group the node does not
+// hold), and the stream must be resynced.
+func (s *NodeState) Apply(u *Update) (*Delta, error) {
+	if u.Full {
+		if len(u.DeletedPolicies)+len(u.DeletedAppliedToGroups)+len(u.DeletedAddressGroups)+len(u.AddressGroupPatches) > 0 {
+			return nil, fmt.Errorf("full update %d carries deletes or patches", u.Version)
+		}
+		n := NewNodeState(s.Node)
+		for _, p := range u.Policies {
+			n.Policies[p.ID] = p
+		}
+		for _, g := range u.AppliedToGroups {
+			n.AppliedToGroups[g.ID] = normalizeATG(g)
+		}
+		for _, g := range u.AddressGroups {
+			n.AddressGroups[g.ID] = normalizeAG(g)
+		}
+		*s = *n
+		return s.FullDelta(u.Version), nil
+	}
+
+	// Check everything before changing anything.
+	for i := range u.AddressGroupPatches {
+		id := u.AddressGroupPatches[i].ID
+		if s.AddressGroups[id] == nil && !slices.ContainsFunc(u.AddressGroups, func(g *model.AddressGroup) bool { return g.ID == id }) {
+			return nil, fmt.Errorf("update %d patches address group %q the node does not hold", u.Version, id)
+		}
+	}
+
+	d := &Delta{Version: u.Version}
+	for _, g := range u.AppliedToGroups {
+		g = normalizeATG(g)
+		s.AppliedToGroups[g.ID] = g
+		d.AppliedToGroups = append(d.AppliedToGroups, g)
+	}
+	changedAG := map[string]*model.AddressGroup{}
+	var agOrder []string
+	for _, g := range u.AddressGroups {
+		g = normalizeAG(g)
+		s.AddressGroups[g.ID] = g
+		if _, seen := changedAG[g.ID]; !seen {
+			agOrder = append(agOrder, g.ID)
+		}
+		changedAG[g.ID] = g
+	}
+	for i := range u.AddressGroupPatches {
+		pt := &u.AddressGroupPatches[i]
+		g := applyPatch(s.AddressGroups[pt.ID], pt)
+		s.AddressGroups[g.ID] = g
+		if _, seen := changedAG[g.ID]; !seen {
+			agOrder = append(agOrder, g.ID)
+		}
+		changedAG[g.ID] = g
+	}
+	for _, id := range agOrder {
+		d.AddressGroups = append(d.AddressGroups, changedAG[id])
+	}
+	for _, p := range u.Policies {
+		s.Policies[p.ID] = p
+		d.Policies = append(d.Policies, p)
+	}
+	for _, id := range u.DeletedPolicies {
+		if _, ok := s.Policies[id]; ok {
+			delete(s.Policies, id)
+			d.DeletedPolicies = append(d.DeletedPolicies, id)
+		}
+	}
+	for _, id := range u.DeletedAppliedToGroups {
+		if _, ok := s.AppliedToGroups[id]; ok {
+			delete(s.AppliedToGroups, id)
+			d.DeletedAppliedToGroups = append(d.DeletedAppliedToGroups, id)
+		}
+	}
+	for _, id := range u.DeletedAddressGroups {
+		if _, ok := s.AddressGroups[id]; ok {
+			delete(s.AddressGroups, id)
+			d.DeletedAddressGroups = append(d.DeletedAddressGroups, id)
+		}
+	}
+	return d, nil
+}
+
+func normalizeATG(g *model.AppliedToGroup) *model.AppliedToGroup {
+	if g.MembersByNode == nil {
+		c := *g
+		c.MembersByNode = map[string][]model.GroupMember{}
+		return &c
+	}
+	return g
+}
+
+func normalizeAG(g *model.AddressGroup) *model.AddressGroup {
+	if len(g.Members) == 0 && g.Members != nil {
+		c := *g
+		c.Members = nil
+		return &c
+	}
+	return g
+}
+
+// applyPatch returns a new group: old with pt applied, members in
+// canonical order.
+func applyPatch(old *model.AddressGroup, pt *AddressGroupPatch) *model.AddressGroup {
+	byKey := make(map[string]model.GroupMember, len(old.Members)+len(pt.Upserted))
+	for _, m := range old.Members {
+		byKey[MemberKey(&m)] = m
+	}
+	for _, k := range pt.Removed {
+		delete(byKey, k)
+	}
+	for _, m := range pt.Upserted {
+		byKey[MemberKey(&m)] = m
+	}
+	members := make([]model.GroupMember, 0, len(byKey))
+	for _, m := range byKey {
+		members = append(members, m)
+	}
+	sel := old.Selector
+	if pt.Selector != "" {
+		sel = pt.Selector
+	}
+	return &model.AddressGroup{
+		Meta:     model.Meta{ID: old.ID, Generation: pt.Generation},
+		Selector: sel,
+		Members:  SortedMembers(members),
+	}
+}
+
+// DiffMembers computes the patch that turns old into new (both in any
+// order): members of new that are absent from old or differ, and keys of
+// old members absent from new.
+func DiffMembers(old, new []model.GroupMember) (upserted []model.GroupMember, removed []string) {
+	oldBy := make(map[string]*model.GroupMember, len(old))
+	for i := range old {
+		oldBy[MemberKey(&old[i])] = &old[i]
+	}
+	seen := make(map[string]bool, len(new))
+	for i := range new {
+		k := MemberKey(&new[i])
+		seen[k] = true
+		if o, ok := oldBy[k]; !ok || !MemberEqual(o, &new[i]) {
+			upserted = append(upserted, new[i])
+		}
+	}
+	for k := range oldBy {
+		if !seen[k] {
+			removed = append(removed, k)
+		}
+	}
+	slices.Sort(removed)
+	return upserted, removed
+}
+
+// MemberEqual compares two members field by field.
+func MemberEqual(a, b *model.GroupMember) bool {
+	if (a.Pod == nil) != (b.Pod == nil) || (a.Pod != nil && *a.Pod != *b.Pod) {
+		return false
+	}
+	return a.Node == b.Node && slices.Equal(a.IPs, b.IPs) && slices.Equal(a.Ports, b.Ports)
+}
+
+// MembersEqual compares two member lists in canonical order.
+func MembersEqual(a, b []model.GroupMember) bool {
+	return slices.EqualFunc(a, b, func(x, y model.GroupMember) bool { return MemberEqual(&x, &y) })
+}
+
+// Diff lists the differences between two states object by object (empty
+// when they are equal). Objects are compared by their wire encoding, which
+// is what an agent receives.
+func Diff(want, got *NodeState) []string {
+	var out []string
+	out = diffMap("policy", want.Policies, got.Policies, out)
+	out = diffMap("appliedToGroup", want.AppliedToGroups, got.AppliedToGroups, out)
+	out = diffMap("addressGroup", want.AddressGroups, got.AddressGroups, out)
+	return out
+}
+
+func diffMap[T any](kind string, want, got map[string]T, out []string) []string {
+	var c jsonCodec
+	for id, w := range want {
+		g, ok := got[id]
+		if !ok {
+			out = append(out, fmt.Sprintf("%s %s missing", kind, id))
+			continue
+		}
+		wb, _ := c.Marshal(w)
+		gb, _ := c.Marshal(g)
+		if string(wb) != string(gb) {
+			out = append(out, fmt.Sprintf("%s %s differs:\n  want %s\n  got  %s", kind, id, wb, gb))
+		}
+	}
+	for id := range got {
+		if _, ok := want[id]; !ok {
+			out = append(out, fmt.Sprintf("%s %s unexpected", kind, id))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
