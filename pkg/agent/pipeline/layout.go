@@ -1,0 +1,172 @@
+package pipeline
+
+import (
+	"fmt"
+
+	"github.com/tierflow/tierflow/pkg/ovs/openflow"
+)
+
+// Registers. reg0 carries per-packet flags, reg1 the output port chosen by
+// Forwarding, reg2/reg3 the IDs of the rules that allowed the packet in each
+// direction (copied into ct_label on commit).
+const (
+	RegFlags      = 0
+	RegOutPort    = 1
+	RegEgressRule = 2
+	RegIngrRule   = 3
+)
+
+// reg0 bit fields.
+const (
+	// Bits 0-1: where the packet came from.
+	flagSrcShift = 0
+	SrcLocalPod  = 1
+	SrcUplink    = 2
+	// Bits 2-3: where Forwarding sends it.
+	flagDstShift = 2
+	DstLocalPod  = 1
+	DstUplink    = 2
+	// Bit 4: the packet skips the policy tables (replies and related packets
+	// of tracked connections, ARP, IPv6 neighbour discovery).
+	flagBypassBit = 4
+	// Bit 5: a policy table denied the packet; ConntrackCommit drops it (and
+	// marks an established connection blocked).
+	flagDenyBit = 5
+)
+
+// MatchSrc matches reg0's source kind.
+func MatchSrc(kind uint32) openflow.Masked {
+	return openflow.Masked{Value: kind << flagSrcShift, Mask: 3 << flagSrcShift}
+}
+
+// MatchDst matches reg0's destination kind.
+func MatchDst(kind uint32) openflow.Masked {
+	return openflow.Masked{Value: kind << flagDstShift, Mask: 3 << flagDstShift}
+}
+
+// MatchBypass matches packets flagged to skip the policy tables.
+func MatchBypass() openflow.Masked {
+	return openflow.Masked{Value: 1 << flagBypassBit, Mask: 1 << flagBypassBit}
+}
+
+// MatchDeny matches packets a policy table denied.
+func MatchDeny() openflow.Masked {
+	return openflow.Masked{Value: 1 << flagDenyBit, Mask: 1 << flagDenyBit}
+}
+
+// LoadSrc records the packet's source kind.
+func LoadSrc(kind uint32) openflow.LoadReg {
+	return openflow.LoadReg{Reg: RegFlags, Start: flagSrcShift, End: flagSrcShift + 1, Value: kind}
+}
+
+// LoadDst records the packet's destination kind.
+func LoadDst(kind uint32) openflow.LoadReg {
+	return openflow.LoadReg{Reg: RegFlags, Start: flagDstShift, End: flagDstShift + 1, Value: kind}
+}
+
+// LoadBypass flags the packet to skip the policy tables.
+func LoadBypass() openflow.LoadReg {
+	return openflow.LoadReg{Reg: RegFlags, Start: flagBypassBit, End: flagBypassBit, Value: 1}
+}
+
+// LoadDeny flags the packet as denied.
+func LoadDeny() openflow.LoadReg {
+	return openflow.LoadReg{Reg: RegFlags, Start: flagDenyBit, End: flagDenyBit, Value: 1}
+}
+
+// Conntrack mark and label.
+const (
+	// CtMarkBlocked is set on a connection a policy stopped allowing: its
+	// replies are dropped until an original-direction packet is allowed again.
+	CtMarkBlocked uint32 = 0x1
+	// The egress rule ID is in ct_label bits 0-31, the ingress rule ID in
+	// bits 32-63 (0: no rule decided, i.e. a default allow or no policy).
+	CtLabelEgressShift  = 0
+	CtLabelIngressShift = 32
+)
+
+// Cookie layout (64 bits):
+//
+//	bits 56-63  round: bumped on every agent start, so a restarted agent can
+//	            tell its flows from a previous run's and delete the stale ones
+//	bits 48-55  role: what the flow is for (see Role)
+//	bits 32-47  zero
+//	bits  0-31  rule ID (0 for pipeline flows)
+const (
+	cookieRoundShift = 56
+	cookieRoleShift  = 48
+	// CookieRoundMask selects the round bits.
+	CookieRoundMask uint64 = 0xff << cookieRoundShift
+	// CookieRuleMask selects the rule ID and role.
+	CookieRuleMask uint64 = 0xffffffff
+)
+
+// Role says what a flow is for; it is encoded in the cookie.
+type Role uint8
+
+const (
+	// RolePipeline flows are the static pipeline (classifier, spoof guard, ...).
+	RolePipeline Role = 0
+	// RoleSentinel is the one flow whose presence proves the agent's flows are
+	// installed; a missing sentinel means OVS lost them.
+	RoleSentinel Role = 1
+	// RoleClause flows are conjunction clauses of a rule (no statistics).
+	RoleClause Role = 2
+	// RoleAction flows carry a rule's action (conj_id flows and single-clause
+	// shortcuts): their statistics count the packets the rule decided.
+	RoleAction Role = 3
+	// RoleMetric flows count packets a rule allowed, in the metric tables.
+	RoleMetric Role = 4
+	// RoleIsolation flows drop packets of isolated pods nothing allowed.
+	RoleIsolation Role = 5
+	// RoleDefault flows are a table's fall-through.
+	RoleDefault Role = 6
+)
+
+func (r Role) String() string {
+	switch r {
+	case RolePipeline:
+		return "pipeline"
+	case RoleSentinel:
+		return "sentinel"
+	case RoleClause:
+		return "clause"
+	case RoleAction:
+		return "action"
+	case RoleMetric:
+		return "metric"
+	case RoleIsolation:
+		return "isolation"
+	case RoleDefault:
+		return "default"
+	}
+	return fmt.Sprintf("role%d", uint8(r))
+}
+
+// Cookie builds a cookie.
+func Cookie(round uint8, role Role, ruleID uint32) uint64 {
+	return uint64(round)<<cookieRoundShift | uint64(role)<<cookieRoleShift | uint64(ruleID)
+}
+
+// DecodeCookie splits a cookie into its fields.
+func DecodeCookie(c uint64) (round uint8, role Role, ruleID uint32) {
+	return uint8(c >> cookieRoundShift), Role(c >> cookieRoleShift), uint32(c)
+}
+
+// Priorities of the static flows. Rule flows of the policy tables use
+// [RulePriorityMin, RulePriorityMax]; see policyflows.
+const (
+	PriorityBypass  uint16 = 65000
+	PriorityHigh    uint16 = 300
+	PriorityNormal  uint16 = 200
+	PriorityLow     uint16 = 100
+	PriorityDefault uint16 = 0
+	// RulePriorityMin and RulePriorityMax bound the rule flows of the Admin
+	// and Baseline tables: 63001 distinct priorities.
+	RulePriorityMin uint16 = 1000
+	RulePriorityMax uint16 = 64000
+	// NetworkPolicyRulePriority is shared by every NetworkPolicy rule: they
+	// are all allows, so their order does not matter, and sharing one
+	// priority lets rules share clause flows.
+	NetworkPolicyRulePriority uint16 = 10000
+)

@@ -1,0 +1,249 @@
+package pipeline
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"sort"
+
+	"github.com/tierflow/tierflow/pkg/model"
+	"github.com/tierflow/tierflow/pkg/ovs/openflow"
+)
+
+// Config is what the static pipeline needs to know about its node.
+type Config struct {
+	// UplinkPort is the OpenFlow port towards other nodes (0: none, a
+	// single-node bridge).
+	UplinkPort uint32
+	// CtZone is the conntrack zone of this node's connections. Nodes that
+	// share a datapath (tests run several bridges in one ovs-vswitchd) must
+	// use different zones.
+	CtZone uint16
+}
+
+// LocalPod is a pod attached to this node's bridge.
+type LocalPod struct {
+	Pod    model.PodRef
+	OFPort uint32
+	MAC    net.HardwareAddr
+	IPs    []netip.Addr
+	// Ports are the pod's named container ports.
+	Ports []model.NamedPort
+}
+
+// Validate reports why a pod cannot be attached safely.
+func (p LocalPod) Validate() error {
+	if p.OFPort == 0 || p.OFPort >= 0xff00 {
+		return fmt.Errorf("pod %s: invalid OpenFlow port %d", p.Pod, p.OFPort)
+	}
+	if len(p.MAC) != 6 {
+		return fmt.Errorf("pod %s: invalid MAC %v", p.Pod, p.MAC)
+	}
+	for _, ip := range p.IPs {
+		if !ip.IsValid() || ip.Is4In6() {
+			return fmt.Errorf("pod %s: invalid IP %v", p.Pod, ip)
+		}
+	}
+	return nil
+}
+
+const (
+	ethIPv4 = 0x0800
+	ethIPv6 = 0x86dd
+	ethARP  = 0x0806
+	protoICMPv6 = 58
+	icmp6NS     = 135
+	icmp6NA     = 136
+)
+
+func u8(v uint8) *uint8 { return &v }
+
+// ctState values (ovs-fields(7)).
+const (
+	ctNew = 0x01
+	ctEst = 0x02
+	ctRel = 0x04
+	ctRpl = 0x08
+	ctInv = 0x10
+	ctTrk = 0x20
+)
+
+func ctState(value, mask uint32) *openflow.Masked { return &openflow.Masked{Value: value, Mask: mask} }
+
+func goTo(t Table) openflow.Action { return openflow.GotoTable{Table: t.ID()} }
+
+var zeroMAC = net.HardwareAddr{0, 0, 0, 0, 0, 0}
+
+// linkLocal is where IPv6 neighbour discovery legitimately comes from besides
+// a pod's own addresses.
+var linkLocal = netip.MustParsePrefix("fe80::/10")
+
+// StaticFlows returns the pipeline's flows that do not depend on policy:
+// port classification, spoof guard, conntrack, forwarding, commit, output,
+// and each policy table's fall-through. With synced false no pod port is
+// classified, so nothing passes: the state before the first full policy sync.
+func StaticFlows(cfg Config, pods []LocalPod, synced bool, round uint8) []openflow.Flow {
+	ck := Cookie(round, RolePipeline, 0)
+	var fs []openflow.Flow
+	add := func(t Table, prio uint16, m openflow.Match, acts ...openflow.Action) {
+		fs = append(fs, openflow.Flow{Table: t.ID(), Priority: prio, Cookie: ck, Match: m, Actions: acts})
+	}
+	pods = append([]LocalPod(nil), pods...)
+	sort.Slice(pods, func(i, j int) bool { return pods[i].OFPort < pods[j].OFPort })
+
+	// Sentinel: a no-op flow whose absence means the flows were wiped.
+	fs = append(fs, openflow.Flow{Table: Classifier.ID(), Priority: 1, Cookie: Cookie(round, RoleSentinel, 0),
+		Match: openflow.Match{InPort: 0xfffffff0}})
+
+	// Classifier: unknown ports drop (the default with no actions).
+	add(Classifier, PriorityDefault, openflow.Match{})
+	if synced {
+		if cfg.UplinkPort != 0 {
+			add(Classifier, PriorityNormal, openflow.Match{InPort: cfg.UplinkPort}, LoadSrc(SrcUplink), goTo(SpoofGuard))
+		}
+		for _, p := range pods {
+			add(Classifier, PriorityNormal, openflow.Match{InPort: p.OFPort}, LoadSrc(SrcLocalPod), goTo(SpoofGuard))
+		}
+	}
+
+	// SpoofGuard.
+	add(SpoofGuard, PriorityDefault, openflow.Match{})
+	if cfg.UplinkPort != 0 {
+		up := map[int]openflow.Masked{RegFlags: MatchSrc(SrcUplink)}
+		add(SpoofGuard, PriorityNormal, openflow.Match{Regs: up, EthType: ethARP}, LoadBypass(), goTo(Forwarding))
+		for _, t := range []uint8{icmp6NS, icmp6NA} {
+			add(SpoofGuard, PriorityHigh, openflow.Match{Regs: up, EthType: ethIPv6, IPProto: protoICMPv6, ICMPType: u8(t)}, LoadBypass(), goTo(Forwarding))
+		}
+		add(SpoofGuard, PriorityNormal, openflow.Match{Regs: up, EthType: ethIPv4}, goTo(Conntrack))
+		add(SpoofGuard, PriorityNormal, openflow.Match{Regs: up, EthType: ethIPv6}, goTo(Conntrack))
+	}
+	for _, p := range pods {
+		var has6 bool
+		for _, ip := range p.IPs {
+			if ip.Is4() {
+				add(SpoofGuard, PriorityNormal, openflow.Match{InPort: p.OFPort, EthSrc: p.MAC, EthType: ethARP, ArpSpa: ip, ArpSha: p.MAC}, LoadBypass(), goTo(Forwarding))
+				add(SpoofGuard, PriorityNormal, openflow.Match{InPort: p.OFPort, EthSrc: p.MAC, EthType: ethIPv4, IPSrc: netip.PrefixFrom(ip, 32)}, goTo(Conntrack))
+				continue
+			}
+			has6 = true
+			add(SpoofGuard, PriorityNormal, openflow.Match{InPort: p.OFPort, EthSrc: p.MAC, EthType: ethIPv6, IPSrc: netip.PrefixFrom(ip, 128)}, goTo(Conntrack))
+		}
+		if !has6 {
+			continue
+		}
+		// Neighbour discovery: a solicitation may come from the pod's own
+		// addresses, its link-local address or :: (duplicate address
+		// detection) and may only advertise the pod's MAC; an advertisement
+		// may only claim the pod's own addresses (or link-local ones).
+		srcs := []netip.Prefix{linkLocal, netip.MustParsePrefix("::/128")}
+		targets := []netip.Prefix{linkLocal}
+		for _, ip := range p.IPs {
+			if ip.Is6() {
+				srcs = append(srcs, netip.PrefixFrom(ip, 128))
+				targets = append(targets, netip.PrefixFrom(ip, 128))
+			}
+		}
+		for _, mac := range []net.HardwareAddr{p.MAC, zeroMAC} {
+			for _, s := range srcs {
+				add(SpoofGuard, PriorityHigh, openflow.Match{InPort: p.OFPort, EthSrc: p.MAC, EthType: ethIPv6, IPSrc: s, IPProto: protoICMPv6, ICMPType: u8(icmp6NS), NDSll: mac}, LoadBypass(), goTo(Forwarding))
+			}
+			for _, tg := range targets {
+				add(SpoofGuard, PriorityHigh, openflow.Match{InPort: p.OFPort, EthSrc: p.MAC, EthType: ethIPv6, IPProto: protoICMPv6, ICMPType: u8(icmp6NA), NDTarget: tg, NDTll: mac}, LoadBypass(), goTo(Forwarding))
+			}
+		}
+		// Any other ND message from the pod (a spoofed target or address) drops.
+		for _, t := range []uint8{icmp6NS, icmp6NA} {
+			add(SpoofGuard, PriorityLow+1, openflow.Match{InPort: p.OFPort, EthType: ethIPv6, IPProto: protoICMPv6, ICMPType: u8(t)})
+		}
+	}
+
+	// Conntrack.
+	ctTable := ConntrackState.ID()
+	for _, et := range []uint16{ethIPv4, ethIPv6} {
+		add(Conntrack, PriorityNormal, openflow.Match{EthType: et}, openflow.CT{Zone: cfg.CtZone, Table: &ctTable})
+	}
+	add(Conntrack, PriorityDefault, openflow.Match{})
+
+	// ConntrackState: invalid drops; replies and related packets of a
+	// connection pass without policy unless a policy blocked it; original-
+	// direction packets (new and established) are evaluated by the policy
+	// tables, so a connection policy stops allowing is cut at its next packet.
+	blocked := &openflow.Masked{Value: CtMarkBlocked, Mask: CtMarkBlocked}
+	add(ConntrackState, PriorityHigh, openflow.Match{CtState: ctState(ctInv|ctTrk, ctInv|ctTrk)})
+	add(ConntrackState, PriorityNormal+10, openflow.Match{CtState: ctState(ctRpl|ctTrk, ctRpl|ctTrk), CtMark: blocked})
+	add(ConntrackState, PriorityNormal+10, openflow.Match{CtState: ctState(ctRel|ctTrk, ctRel|ctTrk), CtMark: blocked})
+	add(ConntrackState, PriorityNormal, openflow.Match{CtState: ctState(ctRpl|ctTrk, ctRpl|ctTrk)}, LoadBypass(), goTo(Forwarding))
+	add(ConntrackState, PriorityNormal, openflow.Match{CtState: ctState(ctRel|ctTrk, ctRel|ctTrk)}, LoadBypass(), goTo(Forwarding))
+	add(ConntrackState, PriorityLow, openflow.Match{CtState: ctState(ctTrk, ctTrk)}, goTo(EgressAdmin))
+	add(ConntrackState, PriorityDefault, openflow.Match{})
+
+	// Egress tables: traffic from the uplink was policed at its source node.
+	add(EgressAdmin, PriorityBypass, openflow.Match{Regs: map[int]openflow.Masked{RegFlags: MatchSrc(SrcUplink)}}, goTo(Forwarding))
+	add(EgressAdmin, PriorityDefault, openflow.Match{}, goTo(EgressNetworkPolicy))
+	add(EgressNetworkPolicy, PriorityDefault, openflow.Match{}, goTo(EgressIsolation))
+	add(EgressIsolation, PriorityDefault, openflow.Match{}, goTo(EgressBaseline))
+	add(EgressBaseline, PriorityDefault, openflow.Match{}, goTo(EgressMetric))
+	add(EgressMetric, PriorityDefault, openflow.Match{}, goTo(Forwarding))
+
+	// Forwarding: local pods by destination address (ARP by target address,
+	// neighbour solicitations by ND target), everything else from a local pod
+	// to the uplink; packets from the uplink for no local pod drop (no
+	// hairpin back to the fabric).
+	for _, p := range pods {
+		to := []openflow.Action{openflow.LoadReg{Reg: RegOutPort, Start: 0, End: 31, Value: p.OFPort}, LoadDst(DstLocalPod), goTo(IngressAdmin)}
+		for _, ip := range p.IPs {
+			if ip.Is4() {
+				add(Forwarding, PriorityNormal, openflow.Match{EthType: ethARP, ArpTpa: ip}, to...)
+				add(Forwarding, PriorityNormal, openflow.Match{EthType: ethIPv4, IPDst: netip.PrefixFrom(ip, 32)}, to...)
+			} else {
+				add(Forwarding, PriorityHigh, openflow.Match{EthType: ethIPv6, IPProto: protoICMPv6, ICMPType: u8(icmp6NS), NDTarget: netip.PrefixFrom(ip, 128)}, to...)
+				add(Forwarding, PriorityNormal, openflow.Match{EthType: ethIPv6, IPDst: netip.PrefixFrom(ip, 128)}, to...)
+			}
+		}
+	}
+	if cfg.UplinkPort != 0 {
+		add(Forwarding, PriorityLow, openflow.Match{Regs: map[int]openflow.Masked{RegFlags: MatchSrc(SrcLocalPod)}},
+			openflow.LoadReg{Reg: RegOutPort, Start: 0, End: 31, Value: cfg.UplinkPort}, LoadDst(DstUplink), goTo(IngressAdmin))
+	}
+	add(Forwarding, PriorityDefault, openflow.Match{})
+
+	// Ingress tables: bypassed packets go straight out; packets leaving for
+	// the uplink are policed on their destination node.
+	add(IngressAdmin, PriorityBypass, openflow.Match{Regs: map[int]openflow.Masked{RegFlags: MatchBypass()}}, goTo(Output))
+	add(IngressAdmin, PriorityBypass-1, openflow.Match{Regs: map[int]openflow.Masked{RegFlags: MatchDst(DstUplink)}}, goTo(ConntrackCommit))
+	add(IngressAdmin, PriorityDefault, openflow.Match{}, goTo(IngressNetworkPolicy))
+	add(IngressNetworkPolicy, PriorityDefault, openflow.Match{}, goTo(IngressIsolation))
+	add(IngressIsolation, PriorityDefault, openflow.Match{}, goTo(IngressBaseline))
+	add(IngressBaseline, PriorityDefault, openflow.Match{}, goTo(IngressMetric))
+	add(IngressMetric, PriorityDefault, openflow.Match{}, goTo(ConntrackCommit))
+
+	// ConntrackCommit: a denied packet of an established connection marks
+	// the connection blocked (so its replies drop too) and drops; other
+	// denied packets drop; an allowed new connection is committed with the
+	// deciding rules in ct_label; an allowed packet of a blocked connection
+	// unblocks it (the policy allows it again).
+	deny := map[int]openflow.Masked{RegFlags: MatchDeny()}
+	add(ConntrackCommit, PriorityHigh, openflow.Match{Regs: deny, CtState: ctState(ctEst|ctTrk, ctEst|ctTrk)},
+		openflow.CT{Commit: true, Zone: cfg.CtZone, SetMark: &openflow.Masked{Value: CtMarkBlocked, Mask: CtMarkBlocked}})
+	add(ConntrackCommit, PriorityHigh-10, openflow.Match{Regs: deny})
+	labels := []openflow.RegToLabel{{Reg: RegEgressRule, LabelStart: CtLabelEgressShift}, {Reg: RegIngrRule, LabelStart: CtLabelIngressShift}}
+	add(ConntrackCommit, PriorityNormal, openflow.Match{CtState: ctState(ctNew|ctTrk, ctNew|ctTrk)},
+		openflow.CT{Commit: true, Zone: cfg.CtZone, SetMark: &openflow.Masked{Value: 0, Mask: CtMarkBlocked}, LabelFromRegs: labels}, goTo(Output))
+	add(ConntrackCommit, PriorityNormal, openflow.Match{CtState: ctState(ctEst|ctTrk, ctEst|ctTrk), CtMark: blocked},
+		openflow.CT{Commit: true, Zone: cfg.CtZone, SetMark: &openflow.Masked{Value: 0, Mask: CtMarkBlocked}, LabelFromRegs: labels}, goTo(Output))
+	add(ConntrackCommit, PriorityDefault, openflow.Match{}, goTo(Output))
+
+	// Output: to the port Forwarding chose.
+	outs := []uint32{}
+	for _, p := range pods {
+		outs = append(outs, p.OFPort)
+	}
+	if cfg.UplinkPort != 0 {
+		outs = append(outs, cfg.UplinkPort)
+	}
+	for _, port := range outs {
+		add(Output, PriorityNormal, openflow.Match{Regs: map[int]openflow.Masked{RegOutPort: {Value: port, Mask: 0xffffffff}}}, openflow.Output{Port: port})
+	}
+	add(Output, PriorityDefault, openflow.Match{})
+	return fs
+}
