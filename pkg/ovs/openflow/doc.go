@@ -1,0 +1,37 @@
+// Package openflow is tierflow's OpenFlow 1.3 layer over
+// github.com/contiv/libOpenflow: the Flow type the agent's pipeline
+// produces, its encoding to flow-mods (OXM and Nicira NXM fields,
+// conjunction, ct, register load/move, resubmit, goto_table), its rendering
+// in ovs-ofctl syntax (Flow.String), and a Client that installs flows on an
+// Open vSwitch bridge.
+//
+// Client:
+//
+//   - connects to a bridge's management socket (unix:RUNDIR/BRIDGE.mgmt) or
+//     tcp:HOST:PORT, negotiates OpenFlow 1.3 only, answers and sends echo
+//     keep-alives, and reconnects with exponential backoff;
+//   - runs Options.OnConnect after every handshake, before other callers may
+//     use the new connection, so the owner can replay its flows first;
+//     ConnectEvent.FlowsLost says whether the switch lost the flows
+//     (ovs-vswitchd restarted): the client keeps a "sentinel" flow (cookie
+//     SentinelCookie, priority 0, drop) in Options.SentinelTable (default
+//     253, never jumped to) and checks it after each handshake;
+//   - applies several changes atomically with an OpenFlow bundle (open, add
+//     each flow-mod, barrier, commit — or discard if the switch rejected an
+//     add); a single change is a flow-mod plus barrier. Every error the
+//     switch sends is matched by xid to the change that caused it and
+//     returned as a *FlowError naming that flow;
+//   - reads flow counters with multipart flow-stats requests filtered by
+//     table and cookie/mask.
+//
+// One goroutine reads the socket and hands each message to the request
+// waiting for its xid; libOpenflow's MessageStream is not used because it
+// parses on many goroutines and reorders replies.
+//
+// Fail-closed choices: Flow.Validate (run by every install) rejects flows
+// whose fields lack their prerequisites (an IP field without EthType, an L4
+// port without IPProto, ...), since OVS would reject them or — worse — an
+// ovs-ofctl shorthand would silently widen them; GotoTable must be the last
+// action and jump forward; Conjunction cannot be mixed with other actions.
+// Empty Actions is an explicit drop.
+package openflow
