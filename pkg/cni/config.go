@@ -22,7 +22,20 @@ type NetConf struct {
 	OVSDBSocket string `json:"ovsdbSocket,omitempty"`
 	// MTU of both veth ends; 0 leaves the kernel default (1500).
 	MTU int `json:"mtu,omitempty"`
+	// DefaultRoute is "via-gateway" (the default: one default route per
+	// address family via the IPAM gateway) or "on-link" (default routes out
+	// of the pod's interface without a gateway, so the pod resolves every
+	// destination itself: the flat L2 network whose forwarding the agent's
+	// OpenFlow pipeline does; the IPAM gateway is then left out of the
+	// result).
+	DefaultRoute string `json:"defaultRoute,omitempty"`
 }
+
+// Default route modes.
+const (
+	DefaultRouteViaGateway = "via-gateway"
+	DefaultRouteOnLink     = "on-link"
+)
 
 // K8sArgs are the CNI_ARGS a Kubernetes runtime passes.
 type K8sArgs struct {
@@ -52,6 +65,14 @@ func ParseConfig(stdin []byte) (*NetConf, error) {
 	}
 	if conf.IPAM.Type == "" {
 		return nil, types.NewError(types.ErrInvalidNetworkConfig, `network configuration: "ipam" with a "type" is required`, "")
+	}
+	switch conf.DefaultRoute {
+	case "":
+		conf.DefaultRoute = DefaultRouteViaGateway
+	case DefaultRouteViaGateway, DefaultRouteOnLink:
+	default:
+		return nil, types.NewError(types.ErrInvalidNetworkConfig,
+			fmt.Sprintf("network configuration: defaultRoute %q is neither %q nor %q", conf.DefaultRoute, DefaultRouteViaGateway, DefaultRouteOnLink), "")
 	}
 	if conf.OVSDBSocket == "" {
 		conf.OVSDBSocket = DefaultOVSDBSocket

@@ -27,6 +27,7 @@
 //	  "bridge": "br-int",                      // required, must exist
 //	  "ovsdbSocket": "/run/openvswitch/db.sock", // default; "unix:" prefix optional
 //	  "mtu": 1450,                             // optional, 68..65535
+//	  "defaultRoute": "via-gateway",           // or "on-link" (see NetConf)
 //	  "ipam": {"type": "host-local", ...}       // required
 //	}
 //

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
@@ -18,6 +19,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/safchain/ethtool"
+	"github.com/vishvananda/netlink"
 )
 
 // Interface external_ids tierflow-cni sets on the host end's OVS Interface.
@@ -129,15 +131,30 @@ func Add(args *skel.CmdArgs) (retErr error) {
 			{Name: hostIf.Name, Mac: hostIf.HardwareAddr.String()},
 			{Name: contIf.Name, Mac: contIf.HardwareAddr.String(), Sandbox: args.Netns},
 		},
-		Routes: withDefaultRoutes(ipamResult.IPs, ipamResult.Routes),
-		DNS:    ipamResult.DNS,
+		DNS: ipamResult.DNS,
 	}
 	for _, ipc := range ipamResult.IPs {
 		c := *ipc
 		c.Interface = current.Int(1)
+		if conf.DefaultRoute == DefaultRouteOnLink {
+			c.Gateway = nil
+		}
 		result.IPs = append(result.IPs, &c)
 	}
-	if err := netns.Do(func(ns.NetNS) error { return ipam.ConfigureIface(args.IfName, result) }); err != nil {
+	if conf.DefaultRoute == DefaultRouteOnLink {
+		result.Routes = withOnLinkDefaultRoutes(result.IPs, ipamResult.Routes)
+	} else {
+		result.Routes = withDefaultRoutes(result.IPs, ipamResult.Routes)
+	}
+	if err := netns.Do(func(ns.NetNS) error {
+		if err := ipam.ConfigureIface(args.IfName, result); err != nil {
+			return err
+		}
+		// ConfigureIface waits for duplicate address detection only when
+		// there is an IPv6 gateway; a pod must be able to use its addresses
+		// when ADD returns in either mode.
+		return ip.SettleAddresses(args.IfName, 10*time.Second)
+	}); err != nil {
 		return types.NewError(types.ErrInternal, "failed to configure addresses on "+args.IfName, err.Error())
 	}
 
@@ -353,6 +370,32 @@ func withDefaultRoutes(ips []*current.IPConfig, routes []*types.Route) []*types.
 			dst = net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)}
 		}
 		out = append(out, &types.Route{Dst: dst, GW: ipc.Gateway})
+	}
+	return out
+}
+
+// withOnLinkDefaultRoutes adds a link-scope default route (no gateway) for
+// each address family that has an address and no default route yet.
+func withOnLinkDefaultRoutes(ips []*current.IPConfig, routes []*types.Route) []*types.Route {
+	out := append([]*types.Route(nil), routes...)
+	has := map[bool]bool{}
+	for _, r := range routes {
+		if ones, _ := r.Dst.Mask.Size(); ones == 0 {
+			has[r.Dst.IP.To4() != nil] = true
+		}
+	}
+	for _, ipc := range ips {
+		v4 := ipc.Address.IP.To4() != nil
+		if has[v4] {
+			continue
+		}
+		has[v4] = true
+		dst := net.IPNet{IP: net.IPv6zero, Mask: net.CIDRMask(0, 128)}
+		if v4 {
+			dst = net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)}
+		}
+		scope := int(netlink.SCOPE_LINK)
+		out = append(out, &types.Route{Dst: dst, Scope: &scope})
 	}
 	return out
 }

@@ -79,6 +79,7 @@ func netnsName(path string) string { return filepath.Base(path) }
 
 type netConf struct {
 	bridge, socket, dataDir string
+	defaultRoute            string
 	ranges                  [][]map[string]string
 	mtu                     int
 	prevResult              json.RawMessage
@@ -96,6 +97,9 @@ func (c netConf) json() []byte {
 			"dataDir": c.dataDir,
 			"ranges":  c.ranges,
 		},
+	}
+	if c.defaultRoute != "" {
+		conf["defaultRoute"] = c.defaultRoute
 	}
 	if c.mtu != 0 {
 		conf["mtu"] = c.mtu
@@ -520,6 +524,43 @@ func TestAddErrors(t *testing.T) {
 			t.Errorf("rollback touched the other bridge's port: %v", ports)
 		}
 	})
+}
+
+func TestOnLinkDefaultRoute(t *testing.T) {
+	env := ovsenv.Start(t)
+	br := env.AddBridge("l")
+	conf := netConf{bridge: br.Name, socket: env.DBSocketPath(), dataDir: t.TempDir(), ranges: dualStackRanges(), defaultRoute: "on-link"}
+	nsA := netnsFixture(t, "la")
+	inv := invocation{command: "ADD", containerID: "ctr-l", netns: nsA, ifName: "eth0", args: podArgs("pod-l"), stdin: conf.json()}
+	out := run(t, inv)
+	mustSucceed(t, out, "ADD on-link")
+	res := parseResult(t, out.stdout)
+	for _, ipc := range res.IPs {
+		if ipc.Gateway != nil {
+			t.Errorf("on-link result carries gateway %s", ipc.Gateway)
+		}
+	}
+	if got, _ := inNetns(t, nsA, "ip", "-4", "route", "show", "default"); strings.TrimSpace(got) != "default dev eth0 scope link" {
+		t.Errorf("IPv4 default route: %q", got)
+	}
+	if got, _ := inNetns(t, nsA, "ip", "-6", "route", "show", "default"); !strings.HasPrefix(strings.TrimSpace(got), "default dev eth0") || strings.Contains(got, "via") {
+		t.Errorf("IPv6 default route: %q", got)
+	}
+	if got, _ := inNetns(t, nsA, "ip", "-6", "addr", "show", "dev", "eth0", "tentative"); strings.TrimSpace(got) != "" {
+		t.Errorf("IPv6 address still tentative after ADD: %s", got)
+	}
+	withPrev := conf
+	withPrev.prevResult = out.stdout
+	check := inv
+	check.command, check.stdin = "CHECK", withPrev.json()
+	mustSucceed(t, run(t, check), "CHECK on-link")
+	inv.command = "DEL"
+	mustSucceed(t, run(t, inv), "DEL on-link")
+
+	bad := conf
+	bad.defaultRoute = "sideways"
+	inv.command, inv.stdin = "ADD", bad.json()
+	mustFailWith(t, run(t, inv), types.ErrInvalidNetworkConfig, `defaultRoute "sideways"`)
 }
 
 func TestStatus(t *testing.T) {
