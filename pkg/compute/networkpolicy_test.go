@@ -93,3 +93,202 @@ spec:
 		t.Errorf("unexpected conditions %+v", p.Conditions)
 	}
 }
+
+func TestNetworkPolicyFields(t *testing.T) {
+	cases := []struct {
+		name  string
+		yaml  string
+		check func(t *testing.T, s *model.Snapshot, p *model.Policy)
+	}{
+		{
+			name: "no policyTypes and no rules isolates ingress only",
+			yaml: `spec: {podSelector: {}}`,
+			check: func(t *testing.T, s *model.Snapshot, p *model.Policy) {
+				equalStrings(t, "isolates", dirs(p.Isolates), []string{"In"})
+				equalStrings(t, "subjects", atgPods(t, s, p.AppliedToGroups[0]), []string{"prod/db@n2", "prod/web@n1"})
+				if len(p.Rules) != 0 {
+					t.Errorf("rules %+v", p.Rules)
+				}
+				equalStrings(t, "span", p.Span, []string{"n1", "n2"})
+			},
+		},
+		{
+			name: "egress rules default policyTypes to both",
+			yaml: `spec: {podSelector: {}, egress: [{}]}`,
+			check: func(t *testing.T, s *model.Snapshot, p *model.Policy) {
+				equalStrings(t, "isolates", dirs(p.Isolates), []string{"In", "Out"})
+				// An egress rule with no "to" and no ports allows everything.
+				equalStrings(t, "to", blocks(p.Rules[0].Peer.IPBlocks), []string{"0.0.0.0/0", "::/0"})
+				if p.Rules[0].Direction != model.DirectionOut || len(p.Rules[0].Ports) != 0 {
+					t.Errorf("rule %+v", p.Rules[0])
+				}
+			},
+		},
+		{
+			name: "explicit Egress only: deny all egress, ingress rules ignored",
+			yaml: `spec: {podSelector: {}, policyTypes: [Egress], ingress: [{}]}`,
+			check: func(t *testing.T, s *model.Snapshot, p *model.Policy) {
+				equalStrings(t, "isolates", dirs(p.Isolates), []string{"Out"})
+				if len(p.Rules) != 0 {
+					t.Errorf("rules %+v", p.Rules)
+				}
+				equalStrings(t, "conditions", reasons(p.Conditions), []string{"RulesIgnored"})
+			},
+		},
+		{
+			name: "unknown policy type isolates both directions",
+			yaml: `spec: {podSelector: {}, policyTypes: [Ingres]}`,
+			check: func(t *testing.T, s *model.Snapshot, p *model.Policy) {
+				equalStrings(t, "isolates", dirs(p.Isolates), []string{"In", "Out"})
+				equalStrings(t, "conditions", reasons(p.Conditions), []string{"InvalidPolicyType"})
+			},
+		},
+		{
+			name: "empty from with ports: every source on those ports",
+			yaml: `spec: {podSelector: {matchLabels: {app: db}}, ingress: [{ports: [{port: sql}]}]}`,
+			check: func(t *testing.T, s *model.Snapshot, p *model.Policy) {
+				equalStrings(t, "from", blocks(p.Rules[0].Peer.IPBlocks), []string{"0.0.0.0/0", "::/0"})
+				if len(p.Rules[0].Ports) != 1 || p.Rules[0].Ports[0] != (model.Port{Protocol: "TCP", Name: "sql"}) {
+					t.Errorf("ports %+v", p.Rules[0].Ports)
+				}
+			},
+		},
+		{
+			name: "empty podSelector peer selects the policy's namespace only",
+			yaml: `spec: {podSelector: {}, ingress: [{from: [{podSelector: {}}]}]}`,
+			check: func(t *testing.T, s *model.Snapshot, p *model.Policy) {
+				equalStrings(t, "from", peerMembers(t, s, p.Rules[0]), []string{"prod/db", "prod/web"})
+			},
+		},
+		{
+			name: "empty namespaceSelector selects all namespaces",
+			yaml: `spec: {podSelector: {}, egress: [{to: [{namespaceSelector: {}}]}]}`,
+			check: func(t *testing.T, s *model.Snapshot, p *model.Policy) {
+				equalStrings(t, "to", peerMembers(t, s, p.Rules[0]), []string{"dev/client", "dev/web", "prod/db", "prod/web"})
+			},
+		},
+		{
+			name: "namespace by name via kubernetes.io/metadata.name",
+			yaml: `spec: {podSelector: {}, ingress: [{from: [{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: dev}}, podSelector: {matchExpressions: [{key: app, operator: NotIn, values: [web]}]}}]}]}`,
+			check: func(t *testing.T, s *model.Snapshot, p *model.Policy) {
+				equalStrings(t, "from", peerMembers(t, s, p.Rules[0]), []string{"dev/client"})
+			},
+		},
+		{
+			name: "peer with nothing set matches nothing",
+			yaml: `spec: {podSelector: {}, ingress: [{from: [{}, {podSelector: {}}]}]}`,
+			check: func(t *testing.T, s *model.Snapshot, p *model.Policy) {
+				r := p.Rules[0]
+				if len(r.Peer.AddressGroups)+len(r.Peer.IPBlocks)+len(r.Ports) != 0 || r.Action != model.ActionAllow {
+					t.Errorf("rule not fail-closed: %+v", r)
+				}
+				equalStrings(t, "conditions", reasons(p.Conditions), []string{"InvalidPeer"})
+				equalStrings(t, "isolates", dirs(p.Isolates), []string{"In"})
+			},
+		},
+		{
+			name: "ipBlock with a selector is invalid",
+			yaml: `spec: {podSelector: {}, ingress: [{from: [{ipBlock: {cidr: 10.0.0.0/8}, podSelector: {}}]}]}`,
+			check: failClosedAllow("InvalidPeer"),
+		},
+		{
+			name: "bad CIDR",
+			yaml: `spec: {podSelector: {}, ingress: [{from: [{ipBlock: {cidr: 10.0.0.0/33}}]}]}`,
+			check: failClosedAllow("InvalidCIDR"),
+		},
+		{
+			name: "except outside cidr",
+			yaml: `spec: {podSelector: {}, egress: [{to: [{ipBlock: {cidr: 10.0.0.0/16, except: [10.1.0.0/24]}}]}]}`,
+			check: failClosedAllow("InvalidCIDR"),
+		},
+		{
+			name: "ipv6 ipBlock, host bits masked",
+			yaml: `spec: {podSelector: {}, egress: [{to: [{ipBlock: {cidr: "2001:db8::1/64", except: ["2001:db8::/80"]}}]}]}`,
+			check: func(t *testing.T, s *model.Snapshot, p *model.Policy) {
+				equalStrings(t, "to", blocks(p.Rules[0].Peer.IPBlocks), []string{"2001:db8::/64 -2001:db8::/80"})
+			},
+		},
+		{
+			name: "endPort below port",
+			yaml: `spec: {podSelector: {}, ingress: [{ports: [{port: 90, endPort: 80}]}]}`,
+			check: failClosedAllow("InvalidPort"),
+		},
+		{
+			name: "endPort with named port",
+			yaml: `spec: {podSelector: {}, ingress: [{ports: [{port: http, endPort: 80}]}]}`,
+			check: failClosedAllow("InvalidPort"),
+		},
+		{
+			name: "endPort equal to port is one port",
+			yaml: `spec: {podSelector: {}, ingress: [{ports: [{port: 80, endPort: 80}]}]}`,
+			check: func(t *testing.T, s *model.Snapshot, p *model.Policy) {
+				if p.Rules[0].Ports[0] != (model.Port{Protocol: "TCP", Port: 80}) {
+					t.Errorf("ports %+v", p.Rules[0].Ports)
+				}
+			},
+		},
+		{
+			name: "unknown protocol",
+			yaml: `spec: {podSelector: {}, ingress: [{ports: [{protocol: ICMP}]}]}`,
+			check: failClosedAllow("UnknownProtocol"),
+		},
+		{
+			name: "port out of range",
+			yaml: `spec: {podSelector: {}, ingress: [{ports: [{port: 70000}]}]}`,
+			check: failClosedAllow("InvalidPort"),
+		},
+		{
+			name: "bad peer selector operator",
+			yaml: `spec: {podSelector: {}, ingress: [{from: [{podSelector: {matchExpressions: [{key: a, operator: Near}]}}]}]}`,
+			check: failClosedAllow("InvalidSelector"),
+		},
+		{
+			name: "bad subject selector: whole namespace isolated, rules match nothing",
+			yaml: `spec: {podSelector: {matchExpressions: [{key: app, operator: In}]}, ingress: [{}]}`,
+			check: func(t *testing.T, s *model.Snapshot, p *model.Policy) {
+				equalStrings(t, "subjects", atgPods(t, s, p.AppliedToGroups[0]), []string{"prod/db@n2", "prod/web@n1"})
+				failClosedAllow("InvalidSubject")(t, s, p)
+			},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := New()
+			world(e)
+			np := npYAML(t, tc.yaml)
+			np.Namespace, np.Name = "prod", "p"
+			e.UpsertNetworkPolicy(np)
+			s := e.Snapshot()
+			tc.check(t, s, policyByName(t, s, model.KindNetworkPolicy, "prod", "p"))
+		})
+	}
+}
+
+func dirs(ds []model.Direction) []string {
+	var out []string
+	for _, d := range ds {
+		out = append(out, string(d))
+	}
+	return out
+}
+
+// failClosedAllow checks that the policy's only rule is an Allow rule
+// matching nothing and that the policy carries exactly the given conditions.
+func failClosedAllow(reasonsWant ...string) func(t *testing.T, s *model.Snapshot, p *model.Policy) {
+	return func(t *testing.T, s *model.Snapshot, p *model.Policy) {
+		t.Helper()
+		if len(p.Rules) != 1 {
+			t.Fatalf("rules %+v", p.Rules)
+		}
+		r := p.Rules[0]
+		if r.Action != model.ActionAllow || len(r.Peer.AddressGroups)+len(r.Peer.IPBlocks)+len(r.Ports) != 0 {
+			t.Errorf("rule is not fail-closed Allow: %+v", r)
+		}
+		equalStrings(t, "conditions", reasons(p.Conditions), reasonsWant)
+		for _, c := range p.Conditions {
+			if c.Severity != model.SeverityError || c.Message == "" {
+				t.Errorf("condition %+v", c)
+			}
+		}
+	}
+}
