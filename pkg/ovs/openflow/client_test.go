@@ -2,12 +2,14 @@ package openflow_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
+	"sync/atomic"
 	"strings"
 	"testing"
 	"time"
@@ -147,4 +149,293 @@ func TestRoundTripEveryFieldAndAction(t *testing.T) {
 		t.Fatalf("client and ovs-ofctl installed different flows\nclient:\n%s\novs-ofctl:\n%s", strings.Join(a, "\n"), strings.Join(b, "\n"))
 	}
 	t.Logf("installed:\n%s", strings.Join(a, "\n"))
+}
+
+func dump(t *testing.T, br *ovsenv.Bridge) []string {
+	t.Helper()
+	flows, err := br.DumpFlows(-1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return withoutSentinel(flows)
+}
+
+// TestBundleAtomicity: a bundle with one flow the switch rejects changes
+// nothing (not even its deletions), and the error names the bad flow.
+func TestBundleAtomicity(t *testing.T) {
+	env := ovsenv.Start(t)
+	br := env.AddBridge("br")
+	c := dialBridge(t, br, openflow.Options{})
+	ctx := context.Background()
+	existing := openflow.Flow{Table: 1, Priority: 10, Cookie: 0x10, Match: openflow.Match{InPort: 7}, Actions: []openflow.Action{openflow.Normal{}}}
+	if err := c.AddFlows(ctx, existing); err != nil {
+		t.Fatal(err)
+	}
+	before := dump(t, br)
+	if len(before) != 1 {
+		t.Fatalf("setup: %q", before)
+	}
+	// Table 254 is valid OpenFlow, but OVS keeps it read-only for itself:
+	// only the switch can reject this flow.
+	bad := openflow.Flow{Table: 254, Priority: 1, Cookie: 0xbad}
+	changes := []openflow.FlowChange{
+		{Command: openflow.DeleteStrict, Flow: existing},
+		{Command: openflow.Add, Flow: openflow.Flow{Table: 2, Priority: 5, Cookie: 0x20, Actions: []openflow.Action{openflow.Normal{}}}},
+		{Command: openflow.Add, Flow: bad},
+		{Command: openflow.Add, Flow: openflow.Flow{Table: 3, Priority: 5, Cookie: 0x30}},
+	}
+	err := c.Apply(ctx, changes)
+	if err == nil {
+		t.Fatal("bundle with a bad flow succeeded")
+	}
+	var fe *openflow.FlowError
+	if !errors.As(err, &fe) {
+		t.Fatalf("error %v is not a FlowError", err)
+	}
+	if fe.Index != 2 || fe.Flow.Cookie != 0xbad || !strings.Contains(err.Error(), "table=254") {
+		t.Fatalf("error names the wrong flow: index %d: %v", fe.Index, err)
+	}
+	var se *openflow.SwitchError
+	if !errors.As(err, &se) {
+		t.Fatalf("error %v does not carry the switch's error", err)
+	}
+	t.Logf("switch error: %v", err)
+	if after := dump(t, br); strings.Join(after, "\n") != strings.Join(before, "\n") {
+		t.Fatalf("failed bundle changed flows:\nbefore %q\nafter  %q", before, after)
+	}
+	// The same bundle without the bad flow applies completely.
+	good := append(append([]openflow.FlowChange{}, changes[:2]...), changes[3])
+	if err := c.Apply(ctx, good); err != nil {
+		t.Fatal(err)
+	}
+	after := dump(t, br)
+	if len(after) != 2 || !strings.Contains(after[0], "cookie=0x20, table=2") || !strings.Contains(after[1], "cookie=0x30, table=3") {
+		t.Fatalf("after good bundle: %q", after)
+	}
+}
+
+// TestLocalValidationSendsNothing: flows OVS would reject or misread fail
+// before anything reaches the switch, naming the flow.
+func TestLocalValidationSendsNothing(t *testing.T) {
+	env := ovsenv.Start(t)
+	br := env.AddBridge("br")
+	c := dialBridge(t, br, openflow.Options{})
+	ok := openflow.Flow{Table: 0, Priority: 1, Cookie: 0x1}
+	bads := map[string]openflow.Flow{
+		"ip without eth_type":    {Match: openflow.Match{IPSrc: netip.MustParsePrefix("10.0.0.0/8")}},
+		"v6 prefix on ipv4":      {Match: openflow.Match{EthType: 0x0800, IPDst: netip.MustParsePrefix("fd00::/8")}},
+		"port without proto":     {Match: openflow.Match{EthType: 0x0800, L4Dst: &openflow.Masked{Value: 80}}},
+		"port over 16 bits":      {Match: openflow.Match{EthType: 0x0800, IPProto: 6, L4Dst: &openflow.Masked{Value: 70000}}},
+		"arp field on ip":        {Match: openflow.Match{EthType: 0x0800, ArpOp: 1}},
+		"reg16":                  {Match: openflow.Match{Regs: map[int]openflow.Masked{16: {Value: 1}}}},
+		"goto backwards":         {Table: 5, Actions: []openflow.Action{openflow.GotoTable{Table: 5}}},
+		"goto not last":          {Actions: []openflow.Action{openflow.GotoTable{Table: 5}, openflow.Normal{}}},
+		"conjunction mixed":      {Actions: []openflow.Action{openflow.Conjunction{ID: 1, Clause: 1, NClauses: 2}, openflow.Normal{}}},
+		"conjunction clause 0":   {Actions: []openflow.Action{openflow.Conjunction{ID: 1, Clause: 0, NClauses: 2}}},
+		"ct without ip":          {Actions: []openflow.Action{openflow.CT{Commit: true}}},
+		"ct mark without commit": {Match: openflow.Match{EthType: 0x0800}, Actions: []openflow.Action{openflow.CT{SetMark: &openflow.Masked{Value: 1}}}},
+		"load too wide":          {Actions: []openflow.Action{openflow.LoadReg{Reg: 0, Start: 0, End: 3, Value: 16}}},
+		"nil action":             {Actions: []openflow.Action{nil}},
+		"nd without icmpv6":      {Match: openflow.Match{EthType: 0x86dd, NDTarget: netip.MustParsePrefix("fd00::1/128")}},
+		"bad mac":                {Match: openflow.Match{EthSrc: net.HardwareAddr{1, 2, 3}}},
+	}
+	for name, bad := range bads {
+		err := c.AddFlows(context.Background(), ok, bad)
+		var fe *openflow.FlowError
+		if err == nil || !errors.As(err, &fe) || fe.Index != 1 {
+			t.Errorf("%s: got %v, want a FlowError for flow #1", name, err)
+			continue
+		}
+		if err := bad.Validate(); err == nil {
+			t.Errorf("%s: Validate accepted it", name)
+		}
+	}
+	if flows := dump(t, br); len(flows) != 0 {
+		t.Fatalf("rejected bundles installed flows: %q", flows)
+	}
+}
+
+// TestDeleteByCookieAndTable removes flows by cookie mask across tables and
+// a whole table, leaving the others.
+func TestDeleteByCookieAndTable(t *testing.T) {
+	env := ovsenv.Start(t)
+	br := env.AddBridge("br")
+	c := dialBridge(t, br, openflow.Options{})
+	ctx := context.Background()
+	var flows []openflow.Flow
+	for i, cookie := range []uint64{0x1_0001, 0x1_0002, 0x2_0001, 0x2_0002} {
+		flows = append(flows, openflow.Flow{Table: uint8(i % 2), Priority: uint16(10 + i), Cookie: cookie, Match: openflow.Match{InPort: uint32(i + 1)}})
+	}
+	flows = append(flows, openflow.Flow{Table: 7, Priority: 1, Cookie: 0x3_0000}, openflow.Flow{Table: 7, Priority: 2, Cookie: 0x1_0003})
+	if err := c.AddFlows(ctx, flows...); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DeleteByCookie(ctx, 0x1_0000, 0xffff_0000); err != nil {
+		t.Fatal(err)
+	}
+	got := dump(t, br)
+	for _, f := range got {
+		if strings.Contains(f, "cookie=0x1000") {
+			t.Fatalf("cookie 0x1xxxx survived: %q", got)
+		}
+	}
+	if len(got) != 3 {
+		t.Fatalf("after delete by cookie: %q", got)
+	}
+	if err := c.DeleteTable(ctx, 7); err != nil {
+		t.Fatal(err)
+	}
+	got = dump(t, br)
+	if len(got) != 2 || strings.Contains(strings.Join(got, "\n"), "table=7") {
+		t.Fatalf("after delete table 7: %q", got)
+	}
+	// Modify keeps the flow (same match and priority) and changes actions.
+	mod := flows[2]
+	mod.Actions = []openflow.Action{openflow.Output{Port: 9}}
+	if err := c.ModifyFlows(ctx, mod); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DeleteFlows(ctx, flows[3]); err != nil {
+		t.Fatal(err)
+	}
+	got = dump(t, br)
+	if len(got) != 1 || !strings.HasSuffix(got[0], "actions=output:9") {
+		t.Fatalf("after modify and delete: %q", got)
+	}
+}
+
+// TestFlowStatsCountRealPackets: counters of the flows that forward real
+// TCP traffic between two pods increase; other flows stay at zero.
+func TestFlowStatsCountRealPackets(t *testing.T) {
+	env := ovsenv.Start(t)
+	br := env.AddBridge("br")
+	a := br.AddPod("a", mac("0a:00:00:00:01:01"), netip.MustParsePrefix("10.20.0.1/24"))
+	b := br.AddPod("b", mac("0a:00:00:00:01:02"), netip.MustParsePrefix("10.20.0.2/24"))
+	c := dialBridge(t, br, openflow.Options{})
+	ctx := context.Background()
+	ip := func(cookie uint64, inPort uint32) openflow.Flow {
+		return openflow.Flow{Table: 0, Priority: 10, Cookie: cookie, Match: openflow.Match{InPort: inPort, EthType: 0x0800}, Actions: []openflow.Action{openflow.GotoTable{Table: 1}}}
+	}
+	flows := []openflow.Flow{
+		{Table: 0, Priority: 5, Cookie: 0x50, Match: openflow.Match{EthType: 0x0806}, Actions: []openflow.Action{openflow.Normal{}}},
+		ip(0x100, a.OFPort), ip(0x200, b.OFPort),
+		{Table: 0, Priority: 10, Cookie: 0x300, Match: openflow.Match{EthType: 0x86dd}},
+		{Table: 1, Priority: 1, Cookie: 0x400, Actions: []openflow.Action{openflow.Normal{}}},
+	}
+	if err := c.AddFlows(ctx, flows...); err != nil {
+		t.Fatal(err)
+	}
+	b.ListenTCP(7000)
+	if err := a.ProbeTCP(netip.AddrPortFrom(b.IPv4(), 7000), 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	stat := func(cookie uint64, table *uint8) openflow.FlowStat {
+		t.Helper()
+		stats, err := c.FlowStats(ctx, openflow.FlowStatsFilter{Table: table, Cookie: cookie, CookieMask: ^uint64(0)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(stats) != 1 {
+			t.Fatalf("stats for cookie %#x: %+v", cookie, stats)
+		}
+		return stats[0]
+	}
+	// OVS folds datapath counters into flow stats every ~500ms (the
+	// revalidators), so wait for the expected counts rather than read once.
+	waitStat := func(cookie uint64, table *uint8, ok func(openflow.FlowStat) bool) openflow.FlowStat {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			s := stat(cookie, table)
+			if ok(s) {
+				return s
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("counters of cookie %#x never reached the expected value: %+v", cookie, s)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	// The probe is a TCP handshake, one line each way and a close: at
+	// least 4 IPv4 packets from a.
+	fromA := waitStat(0x100, nil, func(s openflow.FlowStat) bool { return s.Packets >= 4 && s.Bytes >= s.Packets*54 })
+	waitStat(0x200, u8(0), func(s openflow.FlowStat) bool { return s.Packets >= 3 })
+	waitStat(0x400, u8(1), func(s openflow.FlowStat) bool { return s.Packets >= fromA.Packets })
+	if s := stat(0x300, nil); s.Packets != 0 {
+		t.Fatalf("unused IPv6 flow counted packets: %+v", s)
+	}
+	if err := a.ProbeTCP(netip.AddrPortFrom(b.IPv4(), 7000), 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	waitStat(0x100, nil, func(s openflow.FlowStat) bool { return s.Packets >= fromA.Packets+4 && s.Bytes > fromA.Bytes })
+	all, err := c.FlowStats(ctx, openflow.FlowStatsFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != len(flows) {
+		t.Fatalf("all-table stats returned %d flows, want %d: %+v", len(all), len(flows), all)
+	}
+}
+
+// TestReconnectAfterVswitchdRestart: when ovs-vswitchd restarts, the client
+// reconnects, reports that the flows were lost, and the hook's replay
+// restores them; calls made meanwhile wait for the new connection.
+func TestReconnectAfterVswitchdRestart(t *testing.T) {
+	env := ovsenv.Start(t)
+	br := env.AddBridge("br")
+	desired := []openflow.Flow{
+		{Table: 0, Priority: 10, Cookie: 0x1, Match: openflow.Match{InPort: 1}, Actions: []openflow.Action{openflow.GotoTable{Table: 2}}},
+		{Table: 2, Priority: 10, Cookie: 0x2, Actions: []openflow.Action{openflow.Normal{}}},
+	}
+	events := make(chan openflow.ConnectEvent, 10)
+	var replays atomic.Int32
+	opts := openflow.Options{
+		EchoInterval: 200 * time.Millisecond, ReplyTimeout: 2 * time.Second,
+		MinBackoff: 50 * time.Millisecond, MaxBackoff: 500 * time.Millisecond,
+		Logf: t.Logf,
+		OnConnect: func(ctx context.Context, c *openflow.Client, ev openflow.ConnectEvent) error {
+			events <- ev
+			if ev.FlowsLost {
+				replays.Add(1)
+				return c.AddFlows(ctx, desired...)
+			}
+			return nil
+		},
+	}
+	c := dialBridge(t, br, opts)
+	first := <-events
+	if first.Reconnect || !first.FlowsLost {
+		t.Fatalf("first connection event: %+v", first)
+	}
+	if got := dump(t, br); len(got) != 2 {
+		t.Fatalf("initial replay: %q", got)
+	}
+	if err := env.RestartVswitchd(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-events:
+		if !ev.Reconnect || !ev.FlowsLost {
+			t.Fatalf("reconnect event: %+v", ev)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("no reconnection after ovs-vswitchd restart\n%s", env.Log("ovs-vswitchd"))
+	}
+	// A call made now runs on the new connection, after the replay.
+	extra := openflow.Flow{Table: 3, Priority: 1, Cookie: 0x3}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.AddFlows(ctx, extra); err != nil {
+		t.Fatal(err)
+	}
+	got := dump(t, br)
+	if len(got) != 3 {
+		t.Fatalf("flows after restart and replay: %q", got)
+	}
+	if replays.Load() != 2 {
+		t.Fatalf("replays: %d, want 2", replays.Load())
+	}
+	if c.Connects() != 2 {
+		t.Fatalf("Connects = %d, want 2", c.Connects())
+	}
 }
