@@ -9,8 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"sync/atomic"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
