@@ -235,13 +235,19 @@ func (e *Engine) UpsertPod(pod *corev1.Pod) {
 			p.ns.podLabels.add(lbls, p)
 			p.labels = lbls
 		}
-		if infoChanged {
+		if p.node != node {
 			// Leave and re-join: keeps per-node counts (spans) right.
 			for g := range p.groups {
 				e.removePod(g, p)
 			}
 			p.setInfo(node, ips, ports)
 		} else {
+			if infoChanged {
+				p.setInfo(node, ips, ports)
+				for g := range p.groups {
+					e.touchGroup(g)
+				}
+			}
 			for g := range p.groups {
 				if !e.podMatches(g, p) {
 					e.removePod(g, p)
