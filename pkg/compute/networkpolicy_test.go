@@ -187,18 +187,18 @@ func TestNetworkPolicyFields(t *testing.T) {
 			},
 		},
 		{
-			name: "ipBlock with a selector is invalid",
-			yaml: `spec: {podSelector: {}, ingress: [{from: [{ipBlock: {cidr: 10.0.0.0/8}, podSelector: {}}]}]}`,
+			name:  "ipBlock with a selector is invalid",
+			yaml:  `spec: {podSelector: {}, ingress: [{from: [{ipBlock: {cidr: 10.0.0.0/8}, podSelector: {}}]}]}`,
 			check: failClosedAllow("InvalidPeer"),
 		},
 		{
-			name: "bad CIDR",
-			yaml: `spec: {podSelector: {}, ingress: [{from: [{ipBlock: {cidr: 10.0.0.0/33}}]}]}`,
+			name:  "bad CIDR",
+			yaml:  `spec: {podSelector: {}, ingress: [{from: [{ipBlock: {cidr: 10.0.0.0/33}}]}]}`,
 			check: failClosedAllow("InvalidCIDR"),
 		},
 		{
-			name: "except outside cidr",
-			yaml: `spec: {podSelector: {}, egress: [{to: [{ipBlock: {cidr: 10.0.0.0/16, except: [10.1.0.0/24]}}]}]}`,
+			name:  "except outside cidr",
+			yaml:  `spec: {podSelector: {}, egress: [{to: [{ipBlock: {cidr: 10.0.0.0/16, except: [10.1.0.0/24]}}]}]}`,
 			check: failClosedAllow("InvalidCIDR"),
 		},
 		{
@@ -209,13 +209,13 @@ func TestNetworkPolicyFields(t *testing.T) {
 			},
 		},
 		{
-			name: "endPort below port",
-			yaml: `spec: {podSelector: {}, ingress: [{ports: [{port: 90, endPort: 80}]}]}`,
+			name:  "endPort below port",
+			yaml:  `spec: {podSelector: {}, ingress: [{ports: [{port: 90, endPort: 80}]}]}`,
 			check: failClosedAllow("InvalidPort"),
 		},
 		{
-			name: "endPort with named port",
-			yaml: `spec: {podSelector: {}, ingress: [{ports: [{port: http, endPort: 80}]}]}`,
+			name:  "endPort with named port",
+			yaml:  `spec: {podSelector: {}, ingress: [{ports: [{port: http, endPort: 80}]}]}`,
 			check: failClosedAllow("InvalidPort"),
 		},
 		{
@@ -228,18 +228,18 @@ func TestNetworkPolicyFields(t *testing.T) {
 			},
 		},
 		{
-			name: "unknown protocol",
-			yaml: `spec: {podSelector: {}, ingress: [{ports: [{protocol: ICMP}]}]}`,
+			name:  "unknown protocol",
+			yaml:  `spec: {podSelector: {}, ingress: [{ports: [{protocol: ICMP}]}]}`,
 			check: failClosedAllow("UnknownProtocol"),
 		},
 		{
-			name: "port out of range",
-			yaml: `spec: {podSelector: {}, ingress: [{ports: [{port: 70000}]}]}`,
+			name:  "port out of range",
+			yaml:  `spec: {podSelector: {}, ingress: [{ports: [{port: 70000}]}]}`,
 			check: failClosedAllow("InvalidPort"),
 		},
 		{
-			name: "bad peer selector operator",
-			yaml: `spec: {podSelector: {}, ingress: [{from: [{podSelector: {matchExpressions: [{key: a, operator: Near}]}}]}]}`,
+			name:  "bad peer selector operator",
+			yaml:  `spec: {podSelector: {}, ingress: [{from: [{podSelector: {matchExpressions: [{key: a, operator: Near}]}}]}]}`,
 			check: failClosedAllow("InvalidSelector"),
 		},
 		{
