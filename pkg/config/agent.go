@@ -1,0 +1,157 @@
+package config
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// NodeNameEnv is the environment variable the agent's node name defaults
+// to; the DaemonSet sets it from spec.nodeName with the Downward API.
+const NodeNameEnv = "NODE_NAME"
+
+// Datapath types of the OVS bridge.
+const (
+	DatapathSystem = "system" // the Linux kernel datapath (openvswitch module)
+	DatapathNetdev = "netdev" // the userspace datapath in ovs-vswitchd
+)
+
+// Agent is tierflow-agent's configuration.
+type Agent struct {
+	NodeName string `json:"nodeName" flag:"node-name" usage:"name of this node as the API server knows it (default: env NODE_NAME)"`
+
+	BridgeName   string `json:"bridgeName" flag:"bridge-name" usage:"OVS bridge the pods are attached to"`
+	DatapathType string `json:"datapathType" flag:"datapath-type" usage:"OVS datapath of the bridge: system (kernel module) or netdev (userspace)"`
+	// OVSDBSocket accepts a path with or without the "unix:" prefix, as
+	// tierflow-cni does.
+	OVSDBSocket string `json:"ovsdbSocket" flag:"ovsdb-socket" usage:"OVSDB server unix socket"`
+	// OpenFlowSocket is empty by default: ovs-vswitchd's management socket
+	// of the bridge, next to the OVSDB socket (see OpenFlowSocketPath).
+	OpenFlowSocket string `json:"openflowSocket" flag:"openflow-socket" usage:"OpenFlow unix socket of the bridge; empty: BRIDGE.mgmt in the OVSDB socket's directory"`
+
+	ControllerAddress string `json:"controllerAddress" flag:"controller-address" usage:"host:port of tierflow-controller's agent service"`
+	ControllerCAFile  string `json:"controllerCAFile" flag:"controller-ca-file" usage:"PEM CA bundle that verifies the controller's certificate"`
+	// TokenFile is a projected service account token bound to the agent's
+	// pod (and so to its node); it is reread on every connection because
+	// the kubelet rotates it.
+	TokenFile string `json:"tokenFile" flag:"token-file" usage:"service account token the agent authenticates to the controller with"`
+	StateDir  string `json:"stateDir" flag:"state-dir" usage:"directory keeping the last policy state received, enforced at start when the controller is unreachable"`
+
+	MetricsAddress string `json:"metricsAddress" flag:"metrics-address" usage:"host:port serving /metrics, /healthz and /readyz; empty disables"`
+	LogLevel       string `json:"logLevel" flag:"log-level" usage:"log level: debug, info, warn or error"`
+
+	CNI CNI `json:"cni"`
+}
+
+// CNI configures how tierflow-cni is installed on the node.
+type CNI struct {
+	ConfDir string `json:"confDir" flag:"cni-conf-dir" usage:"directory of the node's CNI network configurations"`
+	BinDir  string `json:"binDir" flag:"cni-bin-dir" usage:"directory of the node's CNI plugin binaries"`
+	// MTU of the pods' interfaces; 0 keeps the kernel default (1500).
+	MTU int `json:"mtu" flag:"cni-mtu" usage:"MTU of pod interfaces; 0 keeps the kernel default"`
+}
+
+// DefaultAgent returns the agent's defaults, which fit the manifests in
+// manifests/. The node name is read from NODE_NAME.
+func DefaultAgent() Agent {
+	return Agent{
+		NodeName:          os.Getenv(NodeNameEnv),
+		BridgeName:        "br-int",
+		DatapathType:      DatapathSystem,
+		OVSDBSocket:       "/run/openvswitch/db.sock",
+		ControllerAddress: "tierflow-controller.kube-system.svc:10349",
+		ControllerCAFile:  "/etc/tierflow/tls/ca.crt",
+		TokenFile:         "/var/run/secrets/tierflow/token",
+		StateDir:          "/var/lib/tierflow",
+		MetricsAddress:    ":10351",
+		LogLevel:          "info",
+		CNI: CNI{
+			ConfDir: "/etc/cni/net.d",
+			BinDir:  "/opt/cni/bin",
+		},
+	}
+}
+
+// Validate checks every value; the first problem is returned as a
+// *FieldError.
+func (a *Agent) Validate() error {
+	if a.NodeName == "" {
+		return &FieldError{Key: "nodeName", Value: a.NodeName,
+			Reason: "is required: set NODE_NAME, TIERFLOW_NODE_NAME, --node-name or nodeName in the file"}
+	}
+	if err := checkDNSSubdomain("nodeName", a.NodeName, false); err != nil {
+		return err
+	}
+	if err := checkBridgeName("bridgeName", a.BridgeName); err != nil {
+		return err
+	}
+	if a.DatapathType != DatapathSystem && a.DatapathType != DatapathNetdev {
+		return &FieldError{Key: "datapathType", Value: a.DatapathType, Reason: `must be "system" or "netdev"`}
+	}
+	if err := checkAbsPath("ovsdbSocket", strings.TrimPrefix(a.OVSDBSocket, "unix:")); err != nil {
+		err.(*FieldError).Value = a.OVSDBSocket
+		return err
+	}
+	if a.OpenFlowSocket != "" {
+		if err := checkAbsPath("openflowSocket", strings.TrimPrefix(a.OpenFlowSocket, "unix:")); err != nil {
+			err.(*FieldError).Value = a.OpenFlowSocket
+			return err
+		}
+	}
+	if err := checkDialAddress("controllerAddress", a.ControllerAddress); err != nil {
+		return err
+	}
+	if err := checkPath("controllerCAFile", a.ControllerCAFile, true); err != nil {
+		return err
+	}
+	if err := checkPath("tokenFile", a.TokenFile, true); err != nil {
+		return err
+	}
+	if err := checkAbsPath("stateDir", a.StateDir); err != nil {
+		return err
+	}
+	if err := checkListenAddress("metricsAddress", a.MetricsAddress, true); err != nil {
+		return err
+	}
+	if err := checkLogLevel("logLevel", a.LogLevel); err != nil {
+		return err
+	}
+	if err := checkAbsPath("cni.confDir", a.CNI.ConfDir); err != nil {
+		return err
+	}
+	if err := checkAbsPath("cni.binDir", a.CNI.BinDir); err != nil {
+		return err
+	}
+	if a.CNI.MTU != 0 && (a.CNI.MTU < 68 || a.CNI.MTU > 65535) {
+		// The bounds tierflow-cni accepts (68 is IPv4's minimum MTU).
+		return &FieldError{Key: "cni.mtu", Value: a.CNI.MTU, Reason: "must be 0 (kernel default) or in 68..65535"}
+	}
+	return nil
+}
+
+// checkBridgeName accepts the names tierflow-cni accepts: a Linux
+// interface name (the bridge's internal port has it).
+func checkBridgeName(key, v string) error {
+	if v == "" || len(v) > 15 || strings.ContainsAny(v, " \t\n\"'/:") {
+		return &FieldError{Key: key, Value: v, Reason: "must be 1 to 15 characters without spaces, quotes, '/' or ':'"}
+	}
+	return nil
+}
+
+// OVSDBSocketPath is the OVSDB socket path without a "unix:" prefix.
+func (a *Agent) OVSDBSocketPath() string { return strings.TrimPrefix(a.OVSDBSocket, "unix:") }
+
+// OpenFlowSocketPath is the OpenFlow socket: OpenFlowSocket when set, else
+// the management socket ovs-vswitchd creates for the bridge in its run
+// directory (the OVSDB socket's directory in every standard layout).
+func (a *Agent) OpenFlowSocketPath() string {
+	if a.OpenFlowSocket != "" {
+		return strings.TrimPrefix(a.OpenFlowSocket, "unix:")
+	}
+	return filepath.Join(filepath.Dir(a.OVSDBSocketPath()), fmt.Sprintf("%s.mgmt", a.BridgeName))
+}
+
+// SlogLevel is the log/slog level of LogLevel (valid after Validate).
+func (a *Agent) SlogLevel() slog.Level { return mustLevel(a.LogLevel) }
