@@ -48,9 +48,9 @@ func (p LocalPod) Validate() error {
 }
 
 const (
-	ethIPv4 = 0x0800
-	ethIPv6 = 0x86dd
-	ethARP  = 0x0806
+	ethIPv4     = 0x0800
+	ethIPv6     = 0x86dd
+	ethARP      = 0x0806
 	protoICMPv6 = 58
 	icmp6NS     = 135
 	icmp6NA     = 136

@@ -1,0 +1,8 @@
+// Package flowsync keeps a bridge's flows equal to the agent's desired set:
+// it diffs each new desired set against what it installed and applies the
+// whole difference (adds, strict modifies, strict deletes) as one atomic
+// OpenFlow bundle, so a packet sees either the old policy or the new one,
+// never a mix. It also runs the agent's start-up protocol (a new cookie
+// round: install everything, then delete stale rounds in the same bundle)
+// and replays everything when the bridge lost its flows.
+package flowsync

@@ -1,0 +1,184 @@
+package flowsync
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	"github.com/tierflow/tierflow/pkg/agent/flowtext"
+	"github.com/tierflow/tierflow/pkg/agent/pipeline"
+	"github.com/tierflow/tierflow/pkg/ovs/openflow"
+)
+
+// CookieMask selects flows by cookie for a non-strict delete.
+type CookieMask struct{ Value, Mask uint64 }
+
+// Bundle is one atomic change of a bridge's flows. Installers apply Add,
+// then Modify, then Delete, then DeleteCookies inside one OpenFlow bundle
+// committed atomically.
+type Bundle struct {
+	// Add installs new flows, replacing a flow with the same table,
+	// priority and match (whose cookie changes).
+	Add []openflow.Flow
+	// Modify changes the actions of flows with the same table, priority,
+	// match and cookie, keeping their counters.
+	Modify []openflow.Flow
+	// Delete removes flows by table, priority and match.
+	Delete []openflow.Flow
+	// DeleteCookies removes every flow whose cookie matches, in all tables.
+	DeleteCookies []CookieMask
+}
+
+// Empty says whether the bundle changes nothing.
+func (b Bundle) Empty() bool {
+	return len(b.Add)+len(b.Modify)+len(b.Delete)+len(b.DeleteCookies) == 0
+}
+
+// FlowStat is one installed flow's identity and counters.
+type FlowStat struct {
+	Table    uint8
+	Priority uint16
+	Cookie   uint64
+	Packets  uint64
+	Bytes    uint64
+}
+
+// Installer talks to one bridge.
+type Installer interface {
+	// Apply commits b atomically: all of it or, on error, none of it.
+	Apply(ctx context.Context, b Bundle) error
+	// Stats lists every flow of the bridge with its counters.
+	Stats(ctx context.Context) ([]FlowStat, error)
+}
+
+// Syncer reconciles one bridge. It is not safe for concurrent use.
+type Syncer struct {
+	inst      Installer
+	installed map[string]openflow.Flow
+}
+
+// NewSyncer returns a syncer that believes the bridge holds none of its flows.
+func NewSyncer(inst Installer) *Syncer {
+	return &Syncer{inst: inst, installed: map[string]openflow.Flow{}}
+}
+
+// Installed is the number of flows the syncer believes it installed.
+func (s *Syncer) Installed() int { return len(s.installed) }
+
+// Diff computes the bundle that turns the installed flows into desired.
+func (s *Syncer) Diff(desired []openflow.Flow) (Bundle, map[string]openflow.Flow, error) {
+	want := make(map[string]openflow.Flow, len(desired))
+	for _, f := range desired {
+		k := flowtext.Key(f)
+		if _, dup := want[k]; dup {
+			return Bundle{}, nil, fmt.Errorf("two desired flows with the same table, priority and match: %s", k)
+		}
+		want[k] = f
+	}
+	var b Bundle
+	for _, k := range sortedKeys(want) {
+		f := want[k]
+		old, ok := s.installed[k]
+		switch {
+		case !ok || old.Cookie != f.Cookie:
+			b.Add = append(b.Add, f)
+		case flowtext.Actions(old.Actions) != flowtext.Actions(f.Actions):
+			b.Modify = append(b.Modify, f)
+		}
+	}
+	for _, k := range sortedKeys(s.installed) {
+		if _, ok := want[k]; !ok {
+			b.Delete = append(b.Delete, s.installed[k])
+		}
+	}
+	return b, want, nil
+}
+
+// Sync makes the bridge hold exactly desired (as far as the syncer's own
+// flows go), in one bundle. On error the bridge and the syncer's view are
+// unchanged.
+func (s *Syncer) Sync(ctx context.Context, desired []openflow.Flow) (Bundle, error) {
+	b, want, err := s.Diff(desired)
+	if err != nil {
+		return b, err
+	}
+	if b.Empty() {
+		return b, nil
+	}
+	if err := s.inst.Apply(ctx, b); err != nil {
+		return b, err
+	}
+	s.installed = want
+	return b, nil
+}
+
+// Adopt is the start-up sync of a restarted agent whose flows of earlier
+// rounds may still be installed: one bundle adds every desired flow (same
+// table, priority and match replace the old flow in place) and deletes the
+// flows of every round other than round, so established connections see no
+// gap.
+func (s *Syncer) Adopt(ctx context.Context, desired []openflow.Flow, round uint8) (Bundle, error) {
+	stats, err := s.inst.Stats(ctx)
+	if err != nil {
+		return Bundle{}, err
+	}
+	s.installed = map[string]openflow.Flow{}
+	b, want, err := s.Diff(desired)
+	if err != nil {
+		return b, err
+	}
+	stale := map[uint8]bool{}
+	for _, st := range stats {
+		if r, _, _ := pipeline.DecodeCookie(st.Cookie); r != round {
+			stale[r] = true
+		}
+	}
+	rounds := make([]int, 0, len(stale))
+	for r := range stale {
+		rounds = append(rounds, int(r))
+	}
+	sort.Ints(rounds)
+	for _, r := range rounds {
+		b.DeleteCookies = append(b.DeleteCookies, CookieMask{Value: pipeline.Cookie(uint8(r), 0, 0), Mask: pipeline.CookieRoundMask})
+	}
+	if err := s.inst.Apply(ctx, b); err != nil {
+		return b, err
+	}
+	s.installed = want
+	return b, nil
+}
+
+// Forget makes the syncer believe nothing is installed, so the next Sync
+// re-adds every flow: after ovs-vswitchd restarted or the flows were wiped.
+func (s *Syncer) Forget() { s.installed = map[string]openflow.Flow{} }
+
+// NextRound picks the cookie round for a starting agent: one past the
+// highest round found on the bridge (rounds wrap; 0 is skipped so a
+// bridge's initial state never looks like ours).
+func NextRound(stats []FlowStat) uint8 {
+	seen := map[uint8]bool{}
+	for _, st := range stats {
+		r, _, _ := pipeline.DecodeCookie(st.Cookie)
+		seen[r] = true
+	}
+	var max uint8
+	for r := range seen {
+		if r > max {
+			max = r
+		}
+	}
+	next := max + 1
+	for next == 0 || seen[next] {
+		next++
+	}
+	return next
+}
+
+func sortedKeys(m map[string]openflow.Flow) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}

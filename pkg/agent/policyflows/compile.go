@@ -1,0 +1,667 @@
+package policyflows
+
+import (
+	"fmt"
+	"net/netip"
+	"sort"
+	"strings"
+
+	"github.com/tierflow/tierflow/pkg/agent/flowtext"
+	"github.com/tierflow/tierflow/pkg/agent/pipeline"
+	"github.com/tierflow/tierflow/pkg/model"
+	"github.com/tierflow/tierflow/pkg/ovs/openflow"
+)
+
+// Input is everything the agent knows: the span-filtered model objects and
+// its node's attached pods.
+type Input struct {
+	Node            string
+	Policies        []*model.Policy
+	AppliedToGroups map[string]*model.AppliedToGroup
+	AddressGroups   map[string]*model.AddressGroup
+	Pods            []pipeline.LocalPod
+}
+
+// RuleInfo describes the rule behind a rule ID: what a cookie's or a
+// ct_label's rule ID reads back to.
+type RuleInfo struct {
+	ID        uint32          `json:"id"`
+	Policy    model.PolicyRef `json:"policy"`
+	PolicyID  string          `json:"policyID"`
+	Tier      model.Tier      `json:"tier"`
+	Direction model.Direction `json:"direction"`
+	Index     int             `json:"index"`
+	Name      string          `json:"name,omitempty"`
+	Action    model.Action    `json:"action"`
+	Table     string          `json:"table"`
+	Priority  uint16          `json:"priority"`
+}
+
+// Result is one compilation.
+type Result struct {
+	// Flows are the policy tables' flows (rules, isolation, metrics).
+	Flows []openflow.Flow
+	// Rules maps every rule ID present in Flows' cookies to its rule.
+	Rules map[uint32]RuleInfo
+	// Warnings name rules that could not be compiled as written and how
+	// they were compiled instead (always towards denying).
+	Warnings []string
+}
+
+// Compiler turns Inputs into flows. It is not safe for concurrent use.
+type Compiler struct {
+	round      uint8
+	nextRuleID uint32
+	nextConjID uint32
+	ruleIDs    map[string]uint32
+	conjIDs    map[string]uint32
+	prios      map[pipeline.Table]*priorityAllocator
+}
+
+// NewCompiler returns a compiler whose flows carry round in their cookies.
+func NewCompiler(round uint8) *Compiler {
+	return &Compiler{round: round, ruleIDs: map[string]uint32{}, conjIDs: map[string]uint32{}, prios: map[pipeline.Table]*priorityAllocator{}}
+}
+
+// Round is the cookie round of the compiler's flows.
+func (c *Compiler) Round() uint8 { return c.round }
+
+type tableSet struct{ admin, np, isolation, baseline, metric pipeline.Table }
+
+func tablesFor(d model.Direction) tableSet {
+	if d == model.DirectionOut {
+		return tableSet{pipeline.EgressAdmin, pipeline.EgressNetworkPolicy, pipeline.EgressIsolation, pipeline.EgressBaseline, pipeline.EgressMetric}
+	}
+	return tableSet{pipeline.IngressAdmin, pipeline.IngressNetworkPolicy, pipeline.IngressIsolation, pipeline.IngressBaseline, pipeline.IngressMetric}
+}
+
+func ruleReg(d model.Direction) int {
+	if d == model.DirectionOut {
+		return pipeline.RegEgressRule
+	}
+	return pipeline.RegIngrRule
+}
+
+func ruleKey(p *model.Policy, r *model.Rule) string {
+	return fmt.Sprintf("%s/%s/%d", p.ID, r.Direction, r.Index)
+}
+
+// placed is a rule with the table it lives in.
+type placed struct {
+	pol   *model.Policy
+	rule  *model.Rule
+	key   string
+	table pipeline.Table
+}
+
+// Compile compiles the whole input. An error means nothing should change
+// on the bridge (the previous flows stay).
+func (c *Compiler) Compile(in Input) (Result, error) {
+	res := Result{Rules: map[uint32]RuleInfo{}}
+	pods := map[model.PodRef]pipeline.LocalPod{}
+	for _, p := range in.Pods {
+		if err := p.Validate(); err != nil {
+			return res, err
+		}
+		pods[p.Pod] = p
+	}
+	pols := append([]*model.Policy(nil), in.Policies...)
+	sort.SliceStable(pols, func(i, j int) bool { return model.ComparePolicies(pols[i], pols[j]) < 0 })
+
+	// Place rules in tables, in evaluation order.
+	byTable := map[pipeline.Table][]placed{}
+	for _, p := range pols {
+		switch p.Tier {
+		case model.TierAdmin, model.TierNetworkPolicy, model.TierBaseline:
+		default:
+			return res, fmt.Errorf("policy %s: unknown tier %d", p.Source, p.Tier)
+		}
+		rules := make([]*model.Rule, 0, len(p.Rules))
+		for i := range p.Rules {
+			rules = append(rules, &p.Rules[i])
+		}
+		sort.SliceStable(rules, func(i, j int) bool { return rules[i].Index < rules[j].Index })
+		for _, r := range rules {
+			if r.Direction != model.DirectionIn && r.Direction != model.DirectionOut {
+				return res, fmt.Errorf("policy %s rule %d: unknown direction %q", p.Source, r.Index, r.Direction)
+			}
+			ts := tablesFor(r.Direction)
+			t := map[model.Tier]pipeline.Table{model.TierAdmin: ts.admin, model.TierNetworkPolicy: ts.np, model.TierBaseline: ts.baseline}[p.Tier]
+			byTable[t] = append(byTable[t], placed{p, r, ruleKey(p, r), t})
+		}
+	}
+
+	// Priorities: one per rule in the Admin and Baseline tables, one shared
+	// priority in the NetworkPolicy tables.
+	prio := map[string]uint16{}
+	for _, t := range []pipeline.Table{pipeline.EgressAdmin, pipeline.EgressBaseline, pipeline.IngressAdmin, pipeline.IngressBaseline} {
+		a := c.prios[t]
+		if a == nil {
+			a = newPriorityAllocator(pipeline.RulePriorityMin, pipeline.RulePriorityMax)
+			c.prios[t] = a
+		}
+		keys := make([]string, 0, len(byTable[t]))
+		for _, pr := range byTable[t] {
+			keys = append(keys, pr.key)
+		}
+		got, err := a.assign(keys)
+		if err != nil {
+			return res, fmt.Errorf("table %s: %w", t, err)
+		}
+		for k, v := range got {
+			prio[k] = v
+		}
+	}
+
+	// Rule IDs stay stable while the rule exists.
+	live := map[string]bool{}
+	liveConj := map[string]bool{}
+	b := newBuilder(c.round)
+	knownMembers := indexMembers(in.AddressGroups)
+	for _, t := range pipeline.Tables() {
+		for _, pr := range byTable[t] {
+			live[pr.key] = true
+			id := c.ruleIDs[pr.key]
+			if id == 0 {
+				c.nextRuleID++
+				id = c.nextRuleID
+				c.ruleIDs[pr.key] = id
+			}
+			p := prio[pr.key]
+			if pr.pol.Tier == model.TierNetworkPolicy {
+				p = pipeline.NetworkPolicyRulePriority
+			}
+			res.Rules[id] = RuleInfo{ID: id, Policy: pr.pol.Source, PolicyID: pr.pol.ID, Tier: pr.pol.Tier, Direction: pr.rule.Direction,
+				Index: pr.rule.Index, Name: pr.rule.Name, Action: pr.rule.Action, Table: t.String(), Priority: p}
+			warn := c.compileRule(b, in, pods, knownMembers, pr, id, p, liveConj)
+			res.Warnings = append(res.Warnings, warn...)
+		}
+	}
+	for k := range c.ruleIDs {
+		if !live[k] {
+			delete(c.ruleIDs, k)
+		}
+	}
+	for k := range c.conjIDs {
+		if !liveConj[k] {
+			delete(c.conjIDs, k)
+		}
+	}
+
+	// Isolation: pods an NP-tier policy isolates in a direction drop what no
+	// NetworkPolicy rule allowed.
+	for _, p := range pols {
+		if p.Tier != model.TierNetworkPolicy {
+			continue
+		}
+		for _, d := range p.Isolates {
+			if d != model.DirectionIn && d != model.DirectionOut {
+				continue
+			}
+			for _, lp := range appliedPods(in, pods, p) {
+				b.add(openflow.Flow{Table: tablesFor(d).isolation.ID(), Priority: pipeline.PriorityNormal,
+					Cookie: pipeline.Cookie(c.round, pipeline.RoleIsolation, 0), Match: appliedMatch(d, lp.OFPort),
+					Actions: []openflow.Action{pipeline.LoadDeny(), openflow.GotoTable{Table: pipeline.ConntrackCommit.ID()}}}, kindAction)
+			}
+		}
+	}
+	res.Flows = b.flows()
+	return res, nil
+}
+
+// appliedPods are the policy's applied-to pods attached to this node.
+func appliedPods(in Input, pods map[model.PodRef]pipeline.LocalPod, p *model.Policy) []appliedPod {
+	seen := map[uint32]bool{}
+	var out []appliedPod
+	for _, gid := range p.AppliedToGroups {
+		g := in.AppliedToGroups[gid]
+		if g == nil {
+			continue
+		}
+		for _, m := range g.MembersByNode[in.Node] {
+			if m.Pod == nil {
+				continue
+			}
+			lp, ok := pods[*m.Pod]
+			if !ok || seen[lp.OFPort] {
+				continue
+			}
+			seen[lp.OFPort] = true
+			out = append(out, appliedPod{OFPort: lp.OFPort, Ports: m.Ports})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].OFPort < out[j].OFPort })
+	return out
+}
+
+type appliedPod struct {
+	OFPort uint32
+	Ports  []model.NamedPort
+}
+
+func appliedMatch(d model.Direction, port uint32) openflow.Match {
+	if d == model.DirectionOut {
+		return openflow.Match{InPort: port}
+	}
+	return openflow.Match{Regs: map[int]openflow.Masked{pipeline.RegOutPort: {Value: port, Mask: 0xffffffff}}}
+}
+
+// indexMembers maps every address the agent knows a pod for to that pod's
+// named ports, to resolve an egress named port whose peer is an ipBlock.
+func indexMembers(ags map[string]*model.AddressGroup) map[netip.Addr][]model.NamedPort {
+	out := map[netip.Addr][]model.NamedPort{}
+	ids := make([]string, 0, len(ags))
+	for id := range ags {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		for _, m := range ags[id].Members {
+			if m.Pod == nil {
+				continue
+			}
+			for _, ip := range m.IPs {
+				if _, ok := out[ip]; !ok {
+					out[ip] = m.Ports
+				}
+			}
+		}
+	}
+	return out
+}
+
+// portValue is a resolved destination port.
+type portValue struct {
+	proto uint8
+	port  uint16
+}
+
+var protoNumbers = map[model.Protocol]uint8{model.ProtocolTCP: 6, model.ProtocolUDP: 17, model.ProtocolSCTP: 132}
+
+// portClause is one value of the ports dimension: a protocol with a
+// masked port, or every port when mask is 0.
+type portClause struct {
+	proto       uint8
+	value, mask uint16
+}
+
+func (pc portClause) covers(v portValue) bool {
+	return pc.proto == v.proto && v.port&pc.mask == pc.value
+}
+
+// subConj is one conjunction of a rule: applied-to ports × peer prefixes ×
+// port clauses; a nil slice for peers/ports means "any" (no clause).
+type subConj struct {
+	key     string
+	applied []uint32
+	peers   []netip.Prefix
+	anyPeer bool
+	ports   []portClause
+	anyPort bool
+}
+
+func (c *Compiler) compileRule(b *builder, in Input, pods map[model.PodRef]pipeline.LocalPod, known map[netip.Addr][]model.NamedPort,
+	pr placed, id uint32, prio uint16, liveConj map[string]bool) []string {
+	r := pr.rule
+	var warns []string
+	warnf := func(format string, args ...any) {
+		warns = append(warns, fmt.Sprintf("policy %s rule %s[%d]: ", pr.pol.Source, strings.ToLower(string(r.Direction)), r.Index)+fmt.Sprintf(format, args...))
+	}
+	applied := appliedPods(in, pods, pr.pol)
+	if len(applied) == 0 {
+		return nil
+	}
+	switch r.Action {
+	case model.ActionAllow, model.ActionDeny, model.ActionPass:
+	default:
+		warnf("unknown action %q: not enforced", r.Action)
+		return warns
+	}
+	if pr.pol.Tier == model.TierNetworkPolicy && r.Action != model.ActionAllow {
+		warnf("NetworkPolicy rules can only allow; %s not enforced", r.Action)
+		return warns
+	}
+
+	// Peers: address-group IPs and ipBlocks minus excepts, as prefixes.
+	var peers []netip.Prefix
+	invalid := false
+	for _, gid := range r.Peer.AddressGroups {
+		g := in.AddressGroups[gid]
+		if g == nil {
+			continue // not received yet: matches nothing
+		}
+		for _, m := range g.Members {
+			for _, ip := range m.IPs {
+				if ip.IsValid() {
+					peers = append(peers, netip.PrefixFrom(ip.Unmap(), ip.Unmap().BitLen()))
+				}
+			}
+		}
+	}
+	for _, blk := range r.Peer.IPBlocks {
+		if !blk.CIDR.IsValid() {
+			invalid = true
+			continue
+		}
+		peers = append(peers, subtract(blk.CIDR, blk.Except)...)
+	}
+	peers = normalize(peers)
+	// Ports: numeric and protocol-only ports become masked clauses; named
+	// ports resolve per destination pod below.
+	var ports []portClause
+	var named []model.Port
+	for _, p := range r.Ports {
+		if p.Name != "" {
+			named = append(named, p)
+			continue
+		}
+		proto, ok := protoNumbers[p.Protocol]
+		if !ok {
+			invalid = true
+			continue
+		}
+		switch {
+		case p.Port == 0 && p.EndPort == 0:
+			ports = append(ports, portClause{proto: proto})
+		case p.Port < 1 || p.Port > 65535 || p.EndPort > 65535 || (p.EndPort != 0 && p.EndPort < p.Port):
+			invalid = true
+		default:
+			end := p.Port
+			if p.EndPort > p.Port {
+				end = p.EndPort
+			}
+			for _, vm := range portMasks(uint16(p.Port), uint16(end)) {
+				ports = append(ports, portClause{proto, vm[0], vm[1]})
+			}
+		}
+	}
+	if invalid {
+		if r.Action == model.ActionDeny {
+			// Fail closed: a deny we cannot read exactly denies every
+			// peer and port of its applied-to pods.
+			warnf("invalid peer or port; enforced as a deny of all traffic of the applied-to pods")
+			peers, ports, named = []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")}, nil, nil
+			r = &model.Rule{Index: r.Index, Direction: r.Direction, Action: r.Action}
+		} else {
+			warnf("invalid peer or port; the invalid parts match nothing")
+		}
+	}
+	if len(peers) == 0 {
+		return warns // matches nothing
+	}
+	anyPeer := coversAll(peers)
+	allApplied := make([]uint32, 0, len(applied))
+	for _, a := range applied {
+		allApplied = append(allApplied, a.OFPort)
+	}
+	var subs []subConj
+	if len(r.Ports) == 0 {
+		subs = append(subs, subConj{key: "base", applied: allApplied, peers: peers, anyPeer: anyPeer, anyPort: true})
+	} else if len(ports) > 0 {
+		subs = append(subs, subConj{key: "base", applied: allApplied, peers: peers, anyPeer: anyPeer, ports: ports})
+	}
+	covered := func(v portValue) bool {
+		for _, pc := range ports {
+			if pc.covers(v) {
+				return true
+			}
+		}
+		return false
+	}
+	if len(named) > 0 {
+		resolve := func(nps []model.NamedPort) []portValue {
+			var out []portValue
+			for _, p := range named {
+				for _, np := range nps {
+					if np.Name != p.Name || (p.Protocol != "" && p.Protocol != np.Protocol) || np.Port < 1 || np.Port > 65535 {
+						continue
+					}
+					if proto, ok := protoNumbers[np.Protocol]; ok {
+						out = append(out, portValue{proto, uint16(np.Port)})
+					}
+				}
+			}
+			return out
+		}
+		if r.Direction == model.DirectionIn {
+			// Ingress: the name resolves on each applied-to pod.
+			byValue := map[portValue][]uint32{}
+			for _, a := range applied {
+				for _, v := range resolve(a.Ports) {
+					if !covered(v) {
+						byValue[v] = appendUnique(byValue[v], a.OFPort)
+					}
+				}
+			}
+			for _, v := range sortedValues(byValue) {
+				subs = append(subs, subConj{key: fmt.Sprintf("named/%d/%d", v.proto, v.port), applied: byValue[v], peers: peers, anyPeer: anyPeer,
+					ports: []portClause{{v.proto, v.port, 0xffff}}})
+			}
+		} else {
+			// Egress: the name resolves on each peer pod; peers are split
+			// by the number their name resolves to.
+			byValue := map[portValue][]netip.Prefix{}
+			addPeer := func(ip netip.Addr, nps []model.NamedPort) {
+				for _, v := range resolve(nps) {
+					if !covered(v) {
+						byValue[v] = append(byValue[v], netip.PrefixFrom(ip, ip.BitLen()))
+					}
+				}
+			}
+			for _, gid := range r.Peer.AddressGroups {
+				if g := in.AddressGroups[gid]; g != nil {
+					for _, m := range g.Members {
+						for _, ip := range m.IPs {
+							addPeer(ip.Unmap(), m.Ports)
+						}
+					}
+				}
+			}
+			for ip, nps := range known {
+				for _, blk := range r.Peer.IPBlocks {
+					if blk.CIDR.IsValid() && blk.CIDR.Contains(ip) && !excepted(blk, ip) {
+						addPeer(ip, nps)
+					}
+				}
+			}
+			for _, v := range sortedValues(byValue) {
+				subs = append(subs, subConj{key: fmt.Sprintf("named/%d/%d", v.proto, v.port), applied: allApplied, peers: normalize(byValue[v]),
+					ports: []portClause{{v.proto, v.port, 0xffff}}})
+			}
+		}
+	}
+
+	ts := tablesFor(r.Direction)
+	ck := pipeline.Cookie(c.round, pipeline.RoleAction, id)
+	var acts []openflow.Action
+	switch r.Action {
+	case model.ActionAllow:
+		acts = []openflow.Action{openflow.LoadReg{Reg: ruleReg(r.Direction), Start: 0, End: 31, Value: id}, openflow.GotoTable{Table: ts.metric.ID()}}
+		b.add(openflow.Flow{Table: ts.metric.ID(), Priority: pipeline.PriorityNormal, Cookie: pipeline.Cookie(c.round, pipeline.RoleMetric, id),
+			Match: openflow.Match{Regs: map[int]openflow.Masked{ruleReg(r.Direction): {Value: id, Mask: 0xffffffff}}}, Actions: nextAfterMetric(r.Direction)}, kindAction)
+	case model.ActionDeny:
+		acts = []openflow.Action{openflow.LoadReg{Reg: ruleReg(r.Direction), Start: 0, End: 31, Value: id}, pipeline.LoadDeny(), openflow.GotoTable{Table: pipeline.ConntrackCommit.ID()}}
+	case model.ActionPass:
+		if pr.pol.Tier == model.TierAdmin {
+			acts = []openflow.Action{openflow.GotoTable{Table: ts.np.ID()}}
+		} else {
+			acts = []openflow.Action{openflow.GotoTable{Table: ts.metric.ID()}} // Baseline pass: the default allow
+		}
+	}
+	for _, s := range subs {
+		ck := pr.key + "/" + s.key
+		liveConj[ck] = true
+		conj := c.conjIDs[ck]
+		if conj == 0 {
+			c.nextConjID++
+			conj = c.nextConjID
+			c.conjIDs[ck] = conj
+		}
+		c.emit(b, pr.table, prio, r.Direction, s, conj, id, acts)
+	}
+	_ = ck
+	return warns
+}
+
+func nextAfterMetric(d model.Direction) []openflow.Action {
+	if d == model.DirectionOut {
+		return []openflow.Action{openflow.GotoTable{Table: pipeline.Forwarding.ID()}}
+	}
+	return []openflow.Action{openflow.GotoTable{Table: pipeline.ConntrackCommit.ID()}}
+}
+
+func excepted(b model.IPBlock, ip netip.Addr) bool {
+	for _, x := range b.Except {
+		if x.Contains(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+func coversAll(ps []netip.Prefix) bool {
+	v4, v6 := false, false
+	for _, p := range ps {
+		if p.Bits() == 0 {
+			if p.Addr().Is4() {
+				v4 = true
+			} else {
+				v6 = true
+			}
+		}
+	}
+	return v4 && v6
+}
+
+func appendUnique(s []uint32, v uint32) []uint32 {
+	for _, x := range s {
+		if x == v {
+			return s
+		}
+	}
+	return append(s, v)
+}
+
+func sortedValues[T any](m map[portValue]T) []portValue {
+	out := make([]portValue, 0, len(m))
+	for v := range m {
+		out = append(out, v)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].proto != out[j].proto {
+			return out[i].proto < out[j].proto
+		}
+		return out[i].port < out[j].port
+	})
+	return out
+}
+
+// emit writes one conjunction's flows: a clause flow per value of each
+// dimension and the conj_id flow with the action, or, with a single
+// dimension, the action flows directly.
+func (c *Compiler) emit(b *builder, t pipeline.Table, prio uint16, d model.Direction, s subConj, conj, id uint32, acts []openflow.Action) {
+	var dims [][]openflow.Match
+	var applied []openflow.Match
+	for _, p := range s.applied {
+		applied = append(applied, appliedMatch(d, p))
+	}
+	dims = append(dims, applied)
+	if !s.anyPeer {
+		var ms []openflow.Match
+		for _, p := range s.peers {
+			m := openflow.Match{EthType: 0x0800}
+			if p.Addr().Is6() {
+				m.EthType = 0x86dd
+			}
+			if p.Bits() > 0 {
+				if d == model.DirectionOut {
+					m.IPDst = p
+				} else {
+					m.IPSrc = p
+				}
+			}
+			ms = append(ms, m)
+		}
+		dims = append(dims, ms)
+	}
+	if !s.anyPort {
+		var ms []openflow.Match
+		for _, pc := range s.ports {
+			for _, et := range []uint16{0x0800, 0x86dd} {
+				m := openflow.Match{EthType: et, IPProto: pc.proto}
+				if pc.mask != 0 {
+					m.L4Dst = &openflow.Masked{Value: uint32(pc.value), Mask: uint32(pc.mask)}
+				}
+				ms = append(ms, m)
+			}
+		}
+		dims = append(dims, ms)
+	}
+	if len(dims) == 1 {
+		for _, m := range dims[0] {
+			b.add(openflow.Flow{Table: t.ID(), Priority: prio, Cookie: pipeline.Cookie(c.round, pipeline.RoleAction, id), Match: m, Actions: acts}, kindAction)
+		}
+		return
+	}
+	n := uint8(len(dims))
+	for i, ms := range dims {
+		for _, m := range ms {
+			b.add(openflow.Flow{Table: t.ID(), Priority: prio, Cookie: pipeline.Cookie(c.round, pipeline.RoleClause, id), Match: m,
+				Actions: []openflow.Action{openflow.Conjunction{ID: conj, Clause: uint8(i + 1), NClauses: n}}}, kindClause)
+		}
+	}
+	cid := conj
+	b.add(openflow.Flow{Table: t.ID(), Priority: prio, Cookie: pipeline.Cookie(c.round, pipeline.RoleAction, id), Match: openflow.Match{ConjID: &cid}, Actions: acts}, kindAction)
+}
+
+type flowKind int
+
+const (
+	kindClause flowKind = iota
+	kindAction
+)
+
+// builder merges flows with the same table, priority and match: clause
+// flows of several conjunctions share one flow carrying all their
+// conjunction actions; an action flow beats a clause flow with the same
+// match (it matches everything the clause could contribute to at that
+// priority, with an equivalent action); the first action flow wins over
+// later ones (rules are added in evaluation order).
+type builder struct {
+	round uint8
+	order []string
+	byKey map[string]*openflow.Flow
+	kinds map[string]flowKind
+}
+
+func newBuilder(round uint8) *builder {
+	return &builder{round: round, byKey: map[string]*openflow.Flow{}, kinds: map[string]flowKind{}}
+}
+
+func (b *builder) add(f openflow.Flow, k flowKind) {
+	key := flowtext.Key(f)
+	old, ok := b.byKey[key]
+	if !ok {
+		b.order = append(b.order, key)
+		b.byKey[key] = &f
+		b.kinds[key] = k
+		return
+	}
+	switch {
+	case b.kinds[key] == kindAction:
+		// keep the first action flow
+	case k == kindAction:
+		b.byKey[key] = &f
+		b.kinds[key] = k
+	default:
+		old.Actions = append(old.Actions, f.Actions...)
+	}
+}
+
+func (b *builder) flows() []openflow.Flow {
+	out := make([]openflow.Flow, 0, len(b.order))
+	for _, k := range b.order {
+		out = append(out, *b.byKey[k])
+	}
+	return out
+}

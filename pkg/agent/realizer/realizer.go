@@ -1,0 +1,161 @@
+package realizer
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/tierflow/tierflow/pkg/agent/flowsync"
+	"github.com/tierflow/tierflow/pkg/agent/pipeline"
+	"github.com/tierflow/tierflow/pkg/agent/policyflows"
+	"github.com/tierflow/tierflow/pkg/ovs/openflow"
+)
+
+// Realizer installs the pipeline of one bridge. Its methods are safe for
+// concurrent use.
+type Realizer struct {
+	cfg  pipeline.Config
+	inst flowsync.Installer
+
+	mu       sync.Mutex
+	round    uint8
+	comp     *policyflows.Compiler
+	syncer   *flowsync.Syncer
+	started  bool
+	synced   bool
+	adopting bool
+	desired  []openflow.Flow
+	rules    map[uint32]policyflows.RuleInfo
+	warnings []string
+}
+
+// New returns a realizer for the bridge behind inst.
+func New(cfg pipeline.Config, inst flowsync.Installer) *Realizer {
+	return &Realizer{cfg: cfg, inst: inst, syncer: flowsync.NewSyncer(inst), rules: map[uint32]policyflows.RuleInfo{}}
+}
+
+// Start picks a new cookie round. On a bridge without flows of an earlier
+// run it installs the pipeline with no pod classified, so nothing passes
+// before the first full sync; a previous run's flows are left enforcing
+// their policy until the first Update adopts them.
+func (r *Realizer) Start(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	stats, err := r.inst.Stats(ctx)
+	if err != nil {
+		return fmt.Errorf("reading the bridge's flows: %w", err)
+	}
+	r.round = flowsync.NextRound(stats)
+	r.comp = policyflows.NewCompiler(r.round)
+	r.started = true
+	for _, st := range stats {
+		if _, role, _ := pipeline.DecodeCookie(st.Cookie); role == pipeline.RoleSentinel {
+			r.adopting = true
+			return nil
+		}
+	}
+	r.desired = pipeline.StaticFlows(r.cfg, nil, false, r.round)
+	_, err = r.syncer.Adopt(ctx, r.desired, r.round)
+	return err
+}
+
+// Round is the cookie round of this run.
+func (r *Realizer) Round() uint8 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.round
+}
+
+// Update makes the bridge enforce in, the agent's complete current state,
+// in one atomic bundle. On error nothing changed on the bridge.
+func (r *Realizer) Update(ctx context.Context, in policyflows.Input) (flowsync.Bundle, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.started {
+		return flowsync.Bundle{}, fmt.Errorf("realizer not started")
+	}
+	res, err := r.comp.Compile(in)
+	if err != nil {
+		return flowsync.Bundle{}, err
+	}
+	desired := append(pipeline.StaticFlows(r.cfg, in.Pods, true, r.round), res.Flows...)
+	var b flowsync.Bundle
+	if r.adopting {
+		b, err = r.syncer.Adopt(ctx, desired, r.round)
+	} else {
+		b, err = r.syncer.Sync(ctx, desired)
+	}
+	if err != nil {
+		return b, err
+	}
+	r.adopting, r.synced = false, true
+	r.desired, r.rules, r.warnings = desired, res.Rules, res.Warnings
+	return b, nil
+}
+
+// Warnings are the last compilation's warnings.
+func (r *Realizer) Warnings() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.warnings...)
+}
+
+// Rules maps the rule IDs in installed cookies and ct_labels to rules: the
+// table tooling reads flows back with.
+func (r *Realizer) Rules() map[uint32]policyflows.RuleInfo {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[uint32]policyflows.RuleInfo, len(r.rules))
+	for k, v := range r.rules {
+		out[k] = v
+	}
+	return out
+}
+
+// Check verifies the sentinel flow of this round is installed and, if it
+// is not (ovs-vswitchd restarted, someone ran del-flows), replays every
+// flow. It reports whether a replay happened. Call it periodically and from
+// the OpenFlow client's reconnect hook.
+func (r *Realizer) Check(ctx context.Context) (bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.started || r.adopting {
+		return false, nil
+	}
+	stats, err := r.inst.Stats(ctx)
+	if err != nil {
+		return false, err
+	}
+	want := pipeline.Cookie(r.round, pipeline.RoleSentinel, 0)
+	for _, st := range stats {
+		if st.Cookie == want {
+			return false, nil
+		}
+	}
+	// Everything we believed installed may be gone or partial: re-add all
+	// (replacing what is left) and delete anything of other rounds, in one
+	// bundle.
+	r.syncer.Forget()
+	if _, err := r.syncer.Adopt(ctx, r.desired, r.round); err != nil {
+		return true, err
+	}
+	return true, nil
+}
+
+// Stats returns the counters of every flow of this round.
+func (r *Realizer) Stats(ctx context.Context) ([]flowsync.FlowStat, error) {
+	r.mu.Lock()
+	round := r.round
+	r.mu.Unlock()
+	stats, err := r.inst.Stats(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := stats[:0]
+	for _, st := range stats {
+		if rd, _, _ := pipeline.DecodeCookie(st.Cookie); rd == round {
+			out = append(out, st)
+		}
+	}
+	return out, nil
+}
