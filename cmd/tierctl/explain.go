@@ -109,7 +109,7 @@ func (o *explainOptions) validate() error {
 	return nil
 }
 
-func (o *explainOptions) run(stdout, stderr io.Writer) error {
+func (o *explainOptions) run(stdout, stderr io.Writer) (runErr error) {
 	if err := o.validate(); err != nil {
 		return err
 	}
@@ -140,7 +140,12 @@ func (o *explainOptions) run(stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	warn(stderr, objs, built)
+	// Warnings go out only with a decision, so that a failure is one line.
+	defer func() {
+		if runErr == nil {
+			warn(stderr, objs, built)
+		}
+	}()
 	ev, err := explain.NewEvaluator(built.Snapshot, built.Inventory)
 	if err != nil {
 		return err
@@ -151,8 +156,8 @@ func (o *explainOptions) run(stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		for _, p := range skipped {
-			fmt.Fprintf(stderr, "warning: pod %s has no IP address and is left out of the matrix\n", p)
+		if len(skipped) > 0 {
+			fmt.Fprintf(stderr, "warning: left out of the matrix: %s\n", summarize(skipped))
 		}
 		if cells == nil {
 			cells = []explain.Cell{}

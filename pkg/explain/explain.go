@@ -1,6 +1,7 @@
 package explain
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -202,6 +203,10 @@ func (e *Evaluator) resolve(ep Endpoint) (end, error) {
 	return end{pod: e.inv.PodByIP(ip), ips: []netip.Addr{ip}}, nil
 }
 
+// ErrNoSharedFamily is returned for a source and destination that have no
+// address family in common (an IPv4-only pod and an IPv6-only pod).
+var ErrNoSharedFamily = errors.New("source and destination share no address family")
+
 // pickAddresses chooses the destination's first address for which the
 // source has an address of the same family, and that source address.
 func pickAddresses(src, dst end) (netip.Addr, netip.Addr, error) {
@@ -212,7 +217,7 @@ func pickAddresses(src, dst end) (netip.Addr, netip.Addr, error) {
 			}
 		}
 	}
-	return netip.Addr{}, netip.Addr{}, fmt.Errorf("source and destination share no address family")
+	return netip.Addr{}, netip.Addr{}, ErrNoSharedFamily
 }
 
 // Explain evaluates a query. Egress is evaluated for the source pod, ingress

@@ -1,6 +1,7 @@
 package explain
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -42,18 +43,28 @@ type Cell struct {
 	Result
 }
 
-// Matrix explains every ordered pair of distinct pods that have an address,
-// on every port given, in port, source, destination order (pods sorted by
-// namespace and name). Pods without an address cannot be an end of a
-// connection and are left out; skipped lists them.
-func (e *Evaluator) Matrix(ports []PortSpec) (cells []Cell, skipped []model.PodRef, err error) {
+// Matrix explains every ordered pair of distinct pods of the inventory, on
+// every port given, in port, source, destination order (pods sorted by
+// namespace and name). A pair that cannot connect (a pod without an
+// address, an IPv4-only and an IPv6-only pod) has no cell; skipped says, in
+// words, which were left out.
+func (e *Evaluator) Matrix(ports []PortSpec) (cells []Cell, skipped []string, err error) {
 	var pods []*Pod
 	for _, p := range e.inv.Pods() {
 		if len(p.IPs) == 0 {
-			skipped = append(skipped, p.Ref)
+			skipped = append(skipped, fmt.Sprintf("pod %s has no IP address", p.Ref))
 			continue
 		}
 		pods = append(pods, p)
+	}
+	for _, s := range pods {
+		for _, d := range pods {
+			if s != d {
+				if _, _, err := pickAddresses(end{pod: s, ips: s.IPs}, end{pod: d, ips: d.IPs}); err != nil {
+					skipped = append(skipped, fmt.Sprintf("%s to %s: %v", s.Ref, d.Ref, err))
+				}
+			}
+		}
 	}
 	for _, port := range ports {
 		for _, s := range pods {
@@ -63,6 +74,9 @@ func (e *Evaluator) Matrix(ports []PortSpec) (cells []Cell, skipped []model.PodR
 				}
 				sr, dr := s.Ref, d.Ref
 				res, err := e.Explain(Query{Src: Endpoint{Pod: &sr}, Dst: Endpoint{Pod: &dr}, Protocol: port.Protocol, Port: port.Port})
+				if errors.Is(err, ErrNoSharedFamily) {
+					continue
+				}
 				if err != nil {
 					return nil, nil, err
 				}
