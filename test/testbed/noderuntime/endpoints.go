@@ -1,0 +1,97 @@
+package noderuntime
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/tierflow/tierflow/test/testbed/agnhost"
+)
+
+// PodHostname is the hostname a kubelet gives the pod: spec.hostname, else
+// the pod's name, at most 63 characters.
+func PodHostname(pod *corev1.Pod) string {
+	h := pod.Spec.Hostname
+	if h == "" {
+		h = pod.Name
+	}
+	if len(h) > 63 {
+		h = h[:63]
+	}
+	return h
+}
+
+// PodEndpoints is what a pod serves: the agnhost servers its containers run
+// (serve-hostname, porter, netexec) and, for every declared containerPort
+// no command serves, a listener answering with the hostname (raw TCP: write
+// and close; UDP: reply). Warnings name what cannot be served (SCTP ports,
+// env values from references). Two servers on the same protocol and port
+// are an error, as they would be for real containers sharing a network
+// namespace.
+func PodEndpoints(pod *corev1.Pod) ([]agnhost.Endpoint, []string, error) {
+	hostname := PodHostname(pod)
+	var eps []agnhost.Endpoint
+	var warnings []string
+	type key struct {
+		proto string
+		port  int
+	}
+	owner := map[key]string{}
+	add := func(container string, ep agnhost.Endpoint) error {
+		k := key{ep.Protocol(), ep.Port}
+		if other, dup := owner[k]; dup {
+			return fmt.Errorf("containers %s and %s both serve %s/%d", other, container, k.proto, k.port)
+		}
+		owner[k] = container
+		eps = append(eps, ep)
+		return nil
+	}
+	for _, c := range pod.Spec.Containers {
+		argv, ok := agnhost.IsAgnhost(c.Image, c.Command, c.Args)
+		if !ok {
+			continue
+		}
+		env := map[string]string{}
+		for _, e := range c.Env {
+			if e.ValueFrom != nil {
+				warnings = append(warnings, fmt.Sprintf("container %s: env %s: valueFrom is not supported, ignored", c.Name, e.Name))
+				continue
+			}
+			env[e.Name] = e.Value
+		}
+		planned, err := agnhost.Plan(argv, env, hostname)
+		if err != nil {
+			return nil, warnings, fmt.Errorf("container %s: %w", c.Name, err)
+		}
+		for _, ep := range planned {
+			if err := add(c.Name, ep); err != nil {
+				return nil, warnings, err
+			}
+		}
+	}
+	for _, c := range pod.Spec.Containers {
+		for _, p := range c.Ports {
+			proto := p.Protocol
+			if proto == "" {
+				proto = corev1.ProtocolTCP
+			}
+			var ep agnhost.Endpoint
+			switch proto {
+			case corev1.ProtocolTCP:
+				ep = agnhost.Endpoint{Kind: agnhost.KindRawTCP, Port: int(p.ContainerPort), Body: hostname}
+			case corev1.ProtocolUDP:
+				ep = agnhost.Endpoint{Kind: agnhost.KindUDP, Port: int(p.ContainerPort), Body: hostname}
+			default:
+				warnings = append(warnings, fmt.Sprintf("container %s: port %d/%s: protocol not supported, not served", c.Name, p.ContainerPort, proto))
+				continue
+			}
+			if _, served := owner[key{ep.Protocol(), ep.Port}]; served {
+				continue
+			}
+			if err := add(c.Name, ep); err != nil {
+				return nil, warnings, err
+			}
+		}
+	}
+	return eps, warnings, nil
+}
