@@ -1,0 +1,342 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	npclient "sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned"
+	npinformers "sigs.k8s.io/network-policy-api/pkg/client/informers/externalversions"
+
+	"github.com/tierflow/tierflow/pkg/compute"
+	"github.com/tierflow/tierflow/pkg/model"
+)
+
+// Config is what a Controller needs.
+type Config struct {
+	// Kube and Policy are the clients to watch and write with.
+	Kube   kubernetes.Interface
+	Policy npclient.Interface
+	// Engine receives every API change. Nil: the controller makes its own.
+	Engine *compute.Engine
+	// Identity names this replica: the field manager of its status writes
+	// and the host of its Events. Default "tierflow-controller".
+	Identity string
+	// CRDPollInterval is how often discovery is asked whether a missing
+	// policy CRD has been installed. Default 10s.
+	CRDPollInterval time.Duration
+	// ResyncPeriod of the informers; 0 disables resync (the handlers are
+	// level-triggered and the engine is exact, so none is needed).
+	ResyncPeriod time.Duration
+	// Workers sync status concurrently. Default 2.
+	Workers int
+	// Realization, when set, supplies the Realized condition.
+	Realization RealizationSource
+}
+
+// Controller feeds API objects into the engine and writes status back.
+type Controller struct {
+	cfg     Config
+	engine  *compute.Engine
+	metrics *metrics
+
+	kubeFactory   informers.SharedInformerFactory
+	policyFactory npinformers.SharedInformerFactory
+	coreSynced    []cache.InformerSynced
+	npInformer    cache.SharedIndexInformer
+
+	mu    sync.Mutex
+	kinds map[model.PolicyKind]*policyKind // network-policy-api kinds, by kind
+	// refs remembers the API object of each computed policy ID, so that a
+	// Deleted change (after which the engine no longer knows the ID) still
+	// reaches the right queue key.
+	refs map[string]model.PolicyRef
+	// npFindings is the last set of findings emitted as Events per
+	// NetworkPolicy, so Events are emitted only when findings change.
+	npFindings map[model.PolicyRef]string
+
+	queue       workqueue.TypedRateLimitingInterface[model.PolicyRef]
+	broadcaster record.EventBroadcaster
+	recorder    record.EventRecorder
+	started     bool
+}
+
+// New builds a controller; Run starts it.
+func New(cfg Config) (*Controller, error) {
+	if cfg.Kube == nil || cfg.Policy == nil {
+		return nil, errors.New("controller: Config.Kube and Config.Policy are required")
+	}
+	if cfg.Identity == "" {
+		cfg.Identity = "tierflow-controller"
+	}
+	if cfg.CRDPollInterval <= 0 {
+		cfg.CRDPollInterval = 10 * time.Second
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 2
+	}
+	if cfg.Engine == nil {
+		cfg.Engine = compute.New()
+	}
+	c := &Controller{
+		cfg:        cfg,
+		engine:     cfg.Engine,
+		metrics:    newMetrics(),
+		kinds:      map[model.PolicyKind]*policyKind{},
+		refs:       map[string]model.PolicyRef{},
+		npFindings: map[model.PolicyRef]string{},
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.DefaultTypedControllerRateLimiter[model.PolicyRef](),
+			workqueue.TypedRateLimitingQueueConfig[model.PolicyRef]{Name: "tierflow-status"}),
+	}
+	// Managed fields are large and never read: drop them from the caches.
+	c.kubeFactory = informers.NewSharedInformerFactoryWithOptions(cfg.Kube, cfg.ResyncPeriod, informers.WithTransform(stripManagedFields))
+	c.policyFactory = npinformers.NewSharedInformerFactoryWithOptions(cfg.Policy, cfg.ResyncPeriod, npinformers.WithTransform(stripManagedFields))
+	for _, k := range policyKinds(c) {
+		c.kinds[k.kind] = k
+	}
+	if err := c.registerCoreHandlers(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Engine is the engine the controller feeds.
+func (c *Controller) Engine() *compute.Engine { return c.engine }
+
+// Identity is the controller's replica name.
+func (c *Controller) Identity() string { return c.cfg.Identity }
+
+func stripManagedFields(obj interface{}) (interface{}, error) {
+	if m, ok := obj.(metav1.Object); ok {
+		m.SetManagedFields(nil)
+	}
+	return obj, nil
+}
+
+// Run starts the informers and status workers and blocks until ctx is
+// done. A Controller runs once.
+func (c *Controller) Run(ctx context.Context) error {
+	c.mu.Lock()
+	if c.started {
+		c.mu.Unlock()
+		return errors.New("controller: Run called twice")
+	}
+	c.started = true
+	c.mu.Unlock()
+	logger := klog.FromContext(ctx).WithValues("controller", c.cfg.Identity)
+
+	c.broadcaster = record.NewBroadcaster(record.WithContext(ctx))
+	c.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.cfg.Kube.CoreV1().Events("")})
+	c.recorder = c.broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "tierflow-controller", Host: c.cfg.Identity})
+	defer c.broadcaster.Shutdown()
+	defer c.queue.ShutDown()
+
+	unsubscribe := c.engine.Subscribe(c.onEngineChanges)
+	defer unsubscribe()
+
+	c.kubeFactory.Start(ctx.Done())
+	defer c.kubeFactory.Shutdown()
+	defer c.policyFactory.Shutdown()
+	// Look for the policy CRDs once before waiting, so objects that exist
+	// at start are in the engine when the first status is written.
+	c.discoverPolicyKinds(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), c.coreSynced...) {
+		return ctx.Err()
+	}
+	c.waitPolicyKindsSynced(ctx)
+	logger.Info("caches synced; writing status", "kinds", c.WatchedKinds())
+
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		wait.UntilWithContext(ctx, c.discoverPolicyKinds, c.cfg.CRDPollInterval)
+	}()
+	for i := 0; i < c.cfg.Workers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for c.processNext(ctx) {
+			}
+		}()
+	}
+	<-ctx.Done()
+	c.queue.ShutDown()
+	wg.Wait()
+	return nil
+}
+
+// HasSynced reports whether every started informer has delivered its
+// initial list to the engine.
+func (c *Controller) HasSynced() bool {
+	for _, s := range c.coreSynced {
+		if !s() {
+			return false
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, k := range c.kinds {
+		if k.informer != nil && !k.informer.HasSynced() {
+			return false
+		}
+	}
+	return true
+}
+
+// WatchedKinds lists the network-policy-api kinds being watched (their
+// CRDs were found).
+func (c *Controller) WatchedKinds() []model.PolicyKind {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []model.PolicyKind
+	for _, k := range []model.PolicyKind{model.KindAdminNetworkPolicy, model.KindBaselineAdminNetworkPolicy, model.KindClusterNetworkPolicy} {
+		if c.kinds[k].informer != nil {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// RealizationChanged tells the controller that a policy's realization
+// summary changed, so its status is rewritten.
+func (c *Controller) RealizationChanged(ref model.PolicyRef) {
+	c.queue.Add(queueKey(ref))
+}
+
+func queueKey(ref model.PolicyRef) model.PolicyRef {
+	ref.UID = ""
+	return ref
+}
+
+// handlerFuncs wraps engine feeding with tombstone handling, timing and
+// object counting.
+func (c *Controller) handlerFuncs(kind string, upsert func(obj interface{}), del func(obj interface{})) cache.ResourceEventHandlerFuncs {
+	objects := c.metrics.apiObjects.WithLabelValues(kind)
+	timed := func(f func(interface{}), obj interface{}) {
+		start := time.Now()
+		f(obj)
+		c.metrics.syncDuration.WithLabelValues(kind, "engine").Observe(time.Since(start).Seconds())
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj interface{}) {
+			objects.Inc()
+			timed(upsert, obj)
+		},
+		UpdateFunc: func(_, obj interface{}) { timed(upsert, obj) },
+		DeleteFunc: func(obj interface{}) {
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			objects.Dec()
+			timed(del, obj)
+		},
+	}
+}
+
+func (c *Controller) registerCoreHandlers() error {
+	e := c.engine
+	var errs []error
+	add := func(inf cache.SharedIndexInformer, h cache.ResourceEventHandler) {
+		// AddEventHandler fails only on a stopped informer; these are new.
+		if _, err := inf.AddEventHandler(h); err != nil {
+			errs = append(errs, fmt.Errorf("controller: adding an event handler: %w", err))
+		}
+		c.coreSynced = append(c.coreSynced, inf.HasSynced)
+	}
+	add(c.kubeFactory.Core().V1().Namespaces().Informer(), c.handlerFuncs("Namespace",
+		func(obj interface{}) {
+			if ns, ok := obj.(*corev1.Namespace); ok {
+				e.UpsertNamespace(ns)
+			}
+		},
+		func(obj interface{}) {
+			if m, ok := obj.(metav1.Object); ok {
+				e.DeleteNamespace(m.GetName())
+			}
+		}))
+	add(c.kubeFactory.Core().V1().Pods().Informer(), c.handlerFuncs("Pod",
+		func(obj interface{}) {
+			if p, ok := obj.(*corev1.Pod); ok {
+				e.UpsertPod(p)
+			}
+		},
+		func(obj interface{}) {
+			if m, ok := obj.(metav1.Object); ok {
+				e.DeletePod(m.GetNamespace(), m.GetName())
+			}
+		}))
+	add(c.kubeFactory.Core().V1().Nodes().Informer(), c.handlerFuncs("Node",
+		func(obj interface{}) {
+			if n, ok := obj.(*corev1.Node); ok {
+				e.UpsertNode(n)
+			}
+		},
+		func(obj interface{}) {
+			if m, ok := obj.(metav1.Object); ok {
+				e.DeleteNode(m.GetName())
+			}
+		}))
+	c.npInformer = c.kubeFactory.Networking().V1().NetworkPolicies().Informer()
+	add(c.npInformer, c.handlerFuncs(string(model.KindNetworkPolicy),
+		func(obj interface{}) {
+			if np, ok := obj.(*networkingv1.NetworkPolicy); ok {
+				e.UpsertNetworkPolicy(np)
+				c.queue.Add(model.PolicyRef{Kind: model.KindNetworkPolicy, Namespace: np.Namespace, Name: np.Name})
+			}
+		},
+		func(obj interface{}) {
+			if m, ok := obj.(metav1.Object); ok {
+				e.DeleteNetworkPolicy(m.GetNamespace(), m.GetName())
+				c.queue.Add(model.PolicyRef{Kind: model.KindNetworkPolicy, Namespace: m.GetNamespace(), Name: m.GetName()})
+			}
+		}))
+	return errors.Join(errs...)
+}
+
+// onEngineChanges queues a status sync for every policy whose computed
+// form changed: its conditions may have changed, including through another
+// policy (a same-priority warning appears or goes).
+func (c *Controller) onEngineChanges(changes []compute.Change) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, ch := range changes {
+		gauge := c.metrics.computedObjects.WithLabelValues(string(ch.Kind))
+		switch ch.Type {
+		case compute.Added:
+			gauge.Inc()
+		case compute.Deleted:
+			gauge.Dec()
+		}
+		if ch.Kind != compute.KindPolicy {
+			continue
+		}
+		if ch.Type == compute.Deleted {
+			if ref, ok := c.refs[ch.ID]; ok {
+				delete(c.refs, ch.ID)
+				c.queue.Add(ref)
+			}
+			continue
+		}
+		if p, ok := c.engine.Policy(ch.ID); ok {
+			ref := queueKey(p.Source)
+			c.refs[ch.ID] = ref
+			c.queue.Add(ref)
+		}
+	}
+}

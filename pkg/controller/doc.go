@@ -1,0 +1,21 @@
+// Package controller is tierflow-controller's core: it watches the API
+// objects policy depends on (Pods, Namespaces, Nodes, NetworkPolicies, and,
+// when their CRDs are installed, AdminNetworkPolicies,
+// BaselineAdminNetworkPolicies and ClusterNetworkPolicies), feeds every
+// change into the incremental engine of package compute, and reports the
+// engine's validation findings back to users.
+//
+// Findings on the network-policy-api kinds become status conditions (see
+// docs/status.md in this directory for the condition types and when they
+// are written); findings on NetworkPolicies, which have no status, become
+// Events. Status is written by a rate-limited work queue keyed by policy,
+// only when the desired conditions differ from what the object already
+// carries, so a steady state makes no writes.
+//
+// A policy CRD that is missing when the controller starts is looked for in
+// discovery every Config.CRDPollInterval; its informer starts once the API
+// server serves the kind (which it does only when the CRD is Established).
+//
+// Only one replica may write: RunWithLeaderElection runs a controller while
+// holding a coordination.k8s.io Lease and stops it when the lease is lost.
+package controller
