@@ -32,6 +32,9 @@ func New(node string) *Agent {
 	return &Agent{node: node, cache: wire.NewNodeState(node), failing: map[string]error{}, changed: make(chan struct{})}
 }
 
+// Node is the agent's node name.
+func (a *Agent) Node() string { return a.node }
+
 // Apply implements client.Receiver.
 func (a *Agent) Apply(d *wire.Delta) error {
 	a.mu.Lock()

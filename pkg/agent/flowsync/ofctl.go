@@ -57,7 +57,21 @@ func (o Ofctl) Apply(ctx context.Context, b Bundle) error {
 	if b.Empty() {
 		return nil
 	}
-	_, err := o.run(ctx, BundleText(b), "--bundle", "add-flows", o.Target, "-")
+	text := BundleText(b)
+	_, err := o.run(ctx, text, "--bundle", "add-flows", o.Target, "-")
+	if err != nil {
+		// ovs-ofctl names the failing line as "-:N:"; quote it.
+		if i := strings.LastIndex(err.Error(), " -:"); i >= 0 {
+			rest := err.Error()[i+3:]
+			if n, _, ok := strings.Cut(rest, ":"); ok {
+				if i, perr := strconv.Atoi(n); perr == nil && i >= 1 {
+					if lines := strings.Split(text, "\n"); i <= len(lines) {
+						err = fmt.Errorf("%w (line %d: %s)", err, i, lines[i-1])
+					}
+				}
+			}
+		}
+	}
 	return err
 }
 

@@ -223,14 +223,17 @@ func StaticFlows(cfg Config, pods []LocalPod, synced bool, round uint8) []openfl
 	// deciding rules in ct_label; an allowed packet of a blocked connection
 	// unblocks it (the policy allows it again).
 	deny := map[int]openflow.Masked{RegFlags: MatchDeny()}
-	add(ConntrackCommit, PriorityHigh, openflow.Match{Regs: deny, CtState: ctState(ctEst|ctTrk, ctEst|ctTrk)},
-		openflow.CT{Commit: true, Zone: cfg.CtZone, SetMark: &openflow.Masked{Value: CtMarkBlocked, Mask: CtMarkBlocked}})
-	add(ConntrackCommit, PriorityHigh-10, openflow.Match{Regs: deny})
 	labels := []openflow.RegToLabel{{Reg: RegEgressRule, LabelStart: CtLabelEgressShift}, {Reg: RegIngrRule, LabelStart: CtLabelIngressShift}}
-	add(ConntrackCommit, PriorityNormal, openflow.Match{CtState: ctState(ctNew|ctTrk, ctNew|ctTrk)},
-		openflow.CT{Commit: true, Zone: cfg.CtZone, SetMark: &openflow.Masked{Value: 0, Mask: CtMarkBlocked}, LabelFromRegs: labels}, goTo(Output))
-	add(ConntrackCommit, PriorityNormal, openflow.Match{CtState: ctState(ctEst|ctTrk, ctEst|ctTrk), CtMark: blocked},
-		openflow.CT{Commit: true, Zone: cfg.CtZone, SetMark: &openflow.Masked{Value: 0, Mask: CtMarkBlocked}, LabelFromRegs: labels}, goTo(Output))
+	// ct(commit) needs an IP match, so the commit flows exist per family.
+	for _, et := range []uint16{ethIPv4, ethIPv6} {
+		add(ConntrackCommit, PriorityHigh, openflow.Match{EthType: et, Regs: deny, CtState: ctState(ctEst|ctTrk, ctEst|ctTrk)},
+			openflow.CT{Commit: true, Zone: cfg.CtZone, SetMark: &openflow.Masked{Value: CtMarkBlocked, Mask: CtMarkBlocked}})
+		add(ConntrackCommit, PriorityNormal, openflow.Match{EthType: et, CtState: ctState(ctNew|ctTrk, ctNew|ctTrk)},
+			openflow.CT{Commit: true, Zone: cfg.CtZone, SetMark: &openflow.Masked{Value: 0, Mask: CtMarkBlocked}, LabelFromRegs: labels}, goTo(Output))
+		add(ConntrackCommit, PriorityNormal, openflow.Match{EthType: et, CtState: ctState(ctEst|ctTrk, ctEst|ctTrk), CtMark: blocked},
+			openflow.CT{Commit: true, Zone: cfg.CtZone, SetMark: &openflow.Masked{Value: 0, Mask: CtMarkBlocked}, LabelFromRegs: labels}, goTo(Output))
+	}
+	add(ConntrackCommit, PriorityHigh-10, openflow.Match{Regs: deny})
 	add(ConntrackCommit, PriorityDefault, openflow.Match{}, goTo(Output))
 
 	// Output: to the port Forwarding chose.
