@@ -85,12 +85,22 @@ func (o *Objects) Read(r io.Reader, source string) error {
 		}
 		js, err := yaml.YAMLToJSONStrict(data)
 		if err != nil {
-			return fmt.Errorf("%s: document %d: %w", source, doc, err)
+			return fmt.Errorf("%s: document %d: %s", source, doc, oneLine(err.Error()))
 		}
 		if err := o.add(js, fmt.Sprintf("%s: document %d", source, doc)); err != nil {
 			return err
 		}
 	}
+}
+
+// oneLine joins a multi-line parser message, so that a caller can print
+// the error as one line.
+func oneLine(s string) string {
+	lines := strings.Split(s, "\n")
+	for i := range lines {
+		lines[i] = strings.TrimSpace(lines[i])
+	}
+	return strings.Join(lines, " ")
 }
 
 type typeMeta struct {
