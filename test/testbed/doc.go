@@ -1,0 +1,37 @@
+// Package testbed assembles a simulated Kubernetes cluster whose pods are
+// real network namespaces on real OVS bridges:
+//
+//   - a real control plane from test/kubeapi (etcd, kube-apiserver,
+//     kube-controller-manager, kube-scheduler, the network-policy-api CRDs)
+//     plus kwok's Exec CRD;
+//   - a private Open vSwitch from test/ovsenv: one bridge per node and a
+//     "fabric" bridge (NORMAL switching) joined to every node bridge by a
+//     patch port, the node's uplink; pods of all nodes share one flat L2
+//     network, and tierflow-cni gives them on-link default routes;
+//   - kwok (sigs.k8s.io/kwok v0.8.0, `go install`ed into _output/bin)
+//     keeping N Node objects Ready with the node-fast and
+//     heartbeat-with-lease stages of its own kustomize/stage directory, and
+//     serving `kubectl exec` (--enable-crds=Exec) over TLS on each node's
+//     address (a dummy interface holds the node addresses);
+//   - per node, `tierflow-podrunner node` (package noderuntime): the
+//     kubelet stand-in that attaches each pod with tierflow-cni, runs its
+//     servers in its namespace, creates its Exec object and reports its
+//     status with the namespace's real addresses.
+//
+// kwok runs no pod stages: pod status belongs to the node runtimes alone
+// (see noderuntime), so kwok never overwrites podIP(s).
+//
+// `kubectl exec POD -- /agnhost connect HOST:PORT --timeout=3s
+// --protocol=tcp` works because /agnhost on the host is a symlink to
+// tierflow-podrunner (created by Start if absent, removed by its cleanup
+// when it created it), which enters the pod's namespace named in the Exec
+// object's environment.
+//
+// Without an agent, Options.NormalFlows installs a NORMAL flow in each node
+// bridge so pods can talk; with an agent, leave it off and give the agent
+// the node bridge, its uplink port (Node.UplinkPort) and the OVSDB socket.
+//
+// Start(tb, opts) is for tests (everything stops at cleanup); the command
+// test/testbed/cmd/tierflow-testbed (make testbed-up / testbed-down) runs
+// the same assembly as a long-lived process for demos.
+package testbed

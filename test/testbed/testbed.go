@@ -1,0 +1,510 @@
+package testbed
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/tierflow/tierflow/test/kubeapi"
+	"github.com/tierflow/tierflow/test/ovsenv"
+)
+
+// NodeLabel marks the Node objects of the test bed; kwok manages exactly
+// the nodes carrying it.
+const NodeLabel = "tierflow.io/testbed-node"
+
+// AgnhostPath is where `kubectl exec POD -- /agnhost ...` finds agnhost.
+const AgnhostPath = "/agnhost"
+
+// Options configures Start.
+type Options struct {
+	// Nodes is the number of kwok nodes (default 3).
+	Nodes int
+	// IPv6 gives pods an IPv6 address besides the IPv4 one.
+	IPv6 bool
+	// NormalFlows installs a NORMAL flow in every node bridge, for tests
+	// that run no agent.
+	NormalFlows bool
+	// Dir holds binaries, configuration, state and logs; default: a
+	// temporary directory removed at cleanup.
+	Dir string
+}
+
+// Node is one simulated node.
+type Node struct {
+	Name string
+	// IP is the node's InternalIP (on the test bed's dummy interface).
+	IP string
+	// Bridge is the node's OVS bridge; UplinkPort the name of its patch
+	// port to the fabric bridge.
+	Bridge     *ovsenv.Bridge
+	UplinkPort string
+	// PodCIDRs are the node's pod ranges (IPv4 first).
+	PodCIDRs []string
+	// CNIConfig is the tierflow-cni network configuration file the node's
+	// runtime uses; StateDir its per-pod state and IPAM data.
+	CNIConfig string
+	StateDir  string
+	runtime   *process
+}
+
+// Testbed is a running simulated cluster.
+type Testbed struct {
+	Cluster *kubeapi.Cluster
+	OVS     *ovsenv.Env
+	// Fabric joins the node bridges.
+	Fabric *ovsenv.Bridge
+	Nodes  []*Node
+	// Dir is the test bed's directory; BinDir holds tierflow-cni,
+	// host-local and tierflow-podrunner.
+	Dir, BinDir string
+	// KwokPort is the port kwok serves the kubelet API on, on every node IP.
+	KwokPort int
+	// NodeInterface is the dummy interface holding the node addresses.
+	NodeInterface string
+
+	kwok *process
+	tb   testing.TB
+}
+
+// Start brings up the test bed; everything stops at tb's cleanup.
+// Missing prerequisites fail tb.
+func Start(tb testing.TB, opts Options) *Testbed {
+	tb.Helper()
+	if opts.Nodes == 0 {
+		opts.Nodes = 3
+	}
+	if opts.Nodes < 1 || opts.Nodes > 200 {
+		tb.Fatalf("testbed: %d nodes: want 1..200", opts.Nodes)
+	}
+	dir := opts.Dir
+	if dir == "" {
+		dir = tb.TempDir()
+	}
+	tbed := &Testbed{Dir: dir, BinDir: filepath.Join(dir, "bin"), tb: tb}
+	if err := os.MkdirAll(tbed.BinDir, 0o755); err != nil {
+		tb.Fatalf("testbed: %v", err)
+	}
+	root, err := kubeapi.RepoRoot()
+	if err != nil {
+		tb.Fatalf("testbed: %v", err)
+	}
+	if err := buildBinaries(root, tbed.BinDir); err != nil {
+		tb.Fatalf("testbed: %v", err)
+	}
+	kwokBin, kwokModule, err := EnsureKwok(root)
+	if err != nil {
+		tb.Fatalf("testbed: %v", err)
+	}
+
+	tbed.Cluster = kubeapi.Start(tb, kubeapi.WithControllerManager(), kubeapi.WithScheduler(), kubeapi.WithCRDs())
+	tbed.Cluster.Kubectl(tb, "apply", "-f", filepath.Join(kwokModule, "kustomize", "crd", "bases", "kwok.x-k8s.io_execs.yaml"))
+
+	tbed.OVS = ovsenv.Start(tb)
+	tbed.Fabric = tbed.OVS.AddBridge("fab")
+	if _, err := tbed.Fabric.Ofctl("add-flow", "priority=0,actions=NORMAL"); err != nil {
+		tb.Fatalf("testbed: %v", err)
+	}
+
+	tbed.NodeInterface = "tf" + tbed.OVS.ID + "nodes"
+	subnet, err := randomByte()
+	if err != nil {
+		tb.Fatalf("testbed: %v", err)
+	}
+	var nodeIPs []string
+	for i := 1; i <= opts.Nodes; i++ {
+		nodeIPs = append(nodeIPs, fmt.Sprintf("172.31.%d.%d", subnet, 10+i))
+	}
+	if err := addDummy(tbed.NodeInterface, nodeIPs); err != nil {
+		tb.Fatalf("testbed: %v", err)
+	}
+	tb.Cleanup(func() { _ = run("ip", "link", "del", tbed.NodeInterface) })
+
+	if err := installAgnhost(tb, filepath.Join(tbed.BinDir, "tierflow-podrunner")); err != nil {
+		tb.Fatalf("testbed: %v", err)
+	}
+
+	if err := tbed.startKwok(kwokBin, kwokModule, nodeIPs); err != nil {
+		tb.Fatalf("testbed: %v", err)
+	}
+	for i := 1; i <= opts.Nodes; i++ {
+		n, err := tbed.addNode(i, nodeIPs[i-1], opts)
+		if err != nil {
+			tb.Fatalf("testbed: node %d: %v", i, err)
+		}
+		tbed.Nodes = append(tbed.Nodes, n)
+	}
+	if err := tbed.waitNodesReady(90 * time.Second); err != nil {
+		tb.Fatalf("testbed: %v\nkwok log: %s", err, tbed.kwok.logTail(20))
+	}
+	return tbed
+}
+
+// buildBinaries builds the test bed's own commands and the host-local IPAM
+// plugin into binDir.
+func buildBinaries(root, binDir string) error {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		goBin = "/usr/local/go/bin/go"
+	}
+	cmd := exec.Command(goBin, "build", "-o", binDir+"/",
+		"./cmd/tierflow-cni", "./cmd/tierflow-podrunner",
+		"github.com/containernetworking/plugins/plugins/ipam/host-local")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build test bed binaries: %v\n%s", err, out)
+	}
+	return nil
+}
+
+// KwokVersion is the kwok release the test bed runs.
+const KwokVersion = "v0.8.0"
+
+// EnsureKwok returns the kwok binary (in _output/bin, installed with `go
+// install sigs.k8s.io/kwok/cmd/kwok@v0.8.0` when missing) and the kwok
+// module's source directory (for its CRDs and stages).
+func EnsureKwok(root string) (bin, moduleDir string, err error) {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		goBin = "/usr/local/go/bin/go"
+	}
+	bin = filepath.Join(root, "_output", "bin", "kwok")
+	if _, err := os.Stat(bin); err != nil {
+		if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
+			return "", "", err
+		}
+		lock, err := os.OpenFile(filepath.Join(root, "_output", ".kwok.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+		if err != nil {
+			return "", "", err
+		}
+		defer lock.Close()
+		if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+			return "", "", err
+		}
+		defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+		if _, err := os.Stat(bin); err != nil {
+			cmd := exec.Command(goBin, "install", "sigs.k8s.io/kwok/cmd/kwok@"+KwokVersion)
+			cmd.Env = append(os.Environ(), "GOBIN="+filepath.Dir(bin))
+			if out, err := cmd.CombinedOutput(); err != nil {
+				return "", "", fmt.Errorf("go install sigs.k8s.io/kwok/cmd/kwok@%s (needs the Go module proxy the first time): %v\n%s", KwokVersion, err, out)
+			}
+		}
+	}
+	out, err := exec.Command(goBin, "mod", "download", "-json", "sigs.k8s.io/kwok@"+KwokVersion).Output()
+	if err != nil {
+		return "", "", fmt.Errorf("go mod download sigs.k8s.io/kwok@%s: %v", KwokVersion, err)
+	}
+	var mod struct{ Dir string }
+	if err := json.Unmarshal(out, &mod); err != nil || mod.Dir == "" {
+		return "", "", fmt.Errorf("go mod download sigs.k8s.io/kwok@%s: no module directory in %s", KwokVersion, out)
+	}
+	return bin, mod.Dir, nil
+}
+
+// installAgnhost makes /agnhost the test bed's agnhost: a symlink to
+// tierflow-podrunner, removed at cleanup if this call created it.
+func installAgnhost(tb testing.TB, podrunner string) error {
+	target, err := os.Readlink(AgnhostPath)
+	switch {
+	case err == nil && filepath.Base(target) == "tierflow-podrunner":
+		if _, err := os.Stat(target); err == nil {
+			return nil // another test bed's; the same program
+		}
+		if err := os.Remove(AgnhostPath); err != nil {
+			return err
+		}
+	case err == nil:
+		return fmt.Errorf("%s is a symlink to %s, not to tierflow-podrunner; remove it", AgnhostPath, target)
+	case errors.Is(err, os.ErrNotExist):
+	default:
+		if _, statErr := os.Lstat(AgnhostPath); statErr == nil {
+			return fmt.Errorf("%s exists and is not the test bed's symlink; remove it", AgnhostPath)
+		}
+		return err
+	}
+	if err := os.Symlink(podrunner, AgnhostPath); err != nil {
+		return err
+	}
+	tb.Cleanup(func() {
+		if t, err := os.Readlink(AgnhostPath); err == nil && t == podrunner {
+			_ = os.Remove(AgnhostPath)
+		}
+	})
+	return nil
+}
+
+func (t *Testbed) startKwok(bin, moduleDir string, nodeIPs []string) error {
+	dir := filepath.Join(t.Dir, "kwok")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	var stages [][]byte
+	for _, f := range []string{"node/fast/node-initialize.yaml", "node/heartbeat-with-lease/node-heartbeat-with-lease.yaml"} {
+		data, err := os.ReadFile(filepath.Join(moduleDir, "kustomize", "stage", f))
+		if err != nil {
+			return fmt.Errorf("kwok stage: %w", err)
+		}
+		stages = append(stages, data)
+	}
+	stageFile := filepath.Join(dir, "stages.yaml")
+	if err := os.WriteFile(stageFile, bytes.Join(stages, []byte("\n---\n")), 0o644); err != nil {
+		return err
+	}
+	certFile, keyFile := filepath.Join(dir, "serving.crt"), filepath.Join(dir, "serving.key")
+	if err := writeServingCert(certFile, keyFile, nodeIPs); err != nil {
+		return err
+	}
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	t.KwokPort = port
+	p, err := startProcess(dir, "kwok", bin,
+		"--kubeconfig="+t.Cluster.Kubeconfig,
+		"--config="+stageFile,
+		"--manage-nodes-with-label-selector="+NodeLabel+"=true",
+		"--enable-crds=Exec",
+		"--server-address=0.0.0.0:"+strconv.Itoa(port),
+		"--node-port="+strconv.Itoa(port),
+		"--node-ip="+nodeIPs[0],
+		"--tls-cert-file="+certFile,
+		"--tls-private-key-file="+keyFile,
+		"--node-lease-duration-seconds=40",
+	)
+	if err != nil {
+		return err
+	}
+	t.kwok = p
+	t.tb.Cleanup(func() { p.stop(10 * time.Second) })
+	return nil
+}
+
+func (t *Testbed) addNode(i int, ip string, opts Options) (*Node, error) {
+	name := fmt.Sprintf("node-%d", i)
+	n := &Node{Name: name, IP: ip, StateDir: filepath.Join(t.Dir, "nodes", name)}
+	if err := os.MkdirAll(n.StateDir, 0o755); err != nil {
+		return nil, err
+	}
+	n.PodCIDRs = []string{fmt.Sprintf("10.244.%d.0/24", i)}
+	if opts.IPv6 {
+		n.PodCIDRs = append(n.PodCIDRs, fmt.Sprintf("fd00:10:244:%x::/64", i))
+	}
+	n.Bridge = t.OVS.AddBridge(fmt.Sprintf("n%d", i))
+	n.UplinkPort = n.Bridge.Name + "-up"
+	fabricPort := n.Bridge.Name + "-fab"
+	if _, err := t.OVS.Vsctl(
+		"add-port", n.Bridge.Name, n.UplinkPort, "--", "set", "Interface", n.UplinkPort, "type=patch", "options:peer="+fabricPort,
+		"--", "add-port", t.Fabric.Name, fabricPort, "--", "set", "Interface", fabricPort, "type=patch", "options:peer="+n.UplinkPort,
+	); err != nil {
+		return nil, err
+	}
+	if opts.NormalFlows {
+		if _, err := n.Bridge.Ofctl("add-flow", "priority=0,actions=NORMAL"); err != nil {
+			return nil, err
+		}
+	}
+
+	var ranges []any
+	for _, c := range n.PodCIDRs {
+		ranges = append(ranges, []any{map[string]any{"subnet": c}})
+	}
+	conf, _ := json.MarshalIndent(map[string]any{
+		"cniVersion":   "1.0.0",
+		"name":         "tierflow",
+		"type":         "tierflow-cni",
+		"bridge":       n.Bridge.Name,
+		"ovsdbSocket":  t.OVS.DBSocketPath(),
+		"defaultRoute": "on-link",
+		"ipam": map[string]any{
+			"type":    "host-local",
+			"dataDir": filepath.Join(n.StateDir, "ipam"),
+			"ranges":  ranges,
+		},
+	}, "", "  ")
+	n.CNIConfig = filepath.Join(n.StateDir, "cni.conf")
+	if err := os.WriteFile(n.CNIConfig, conf, 0o644); err != nil {
+		return nil, err
+	}
+
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:   name,
+			Labels: map[string]string{NodeLabel: "true", "kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "type": "kwok"},
+		},
+		Spec: corev1.NodeSpec{PodCIDR: n.PodCIDRs[0], PodCIDRs: n.PodCIDRs},
+		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{
+			{Type: corev1.NodeInternalIP, Address: ip},
+			{Type: corev1.NodeHostName, Address: name},
+		}},
+	}
+	if _, err := t.Cluster.Kube.CoreV1().Nodes().Create(context.Background(), node, metav1.CreateOptions{}); err != nil {
+		return nil, fmt.Errorf("create Node: %w", err)
+	}
+
+	p, err := startProcess(n.StateDir, "noderuntime", filepath.Join(t.BinDir, "tierflow-podrunner"), "node",
+		"--kubeconfig="+t.Cluster.Kubeconfig,
+		"--node="+name,
+		"--node-ip="+ip,
+		"--cni-bin-dir="+t.BinDir,
+		"--cni-config="+n.CNIConfig,
+		"--state-dir="+filepath.Join(n.StateDir, "pods"),
+	)
+	if err != nil {
+		return nil, err
+	}
+	n.runtime = p
+	// Runtimes stop before OVS and the API server (cleanups run in reverse
+	// order), so their teardown can still run CNI DEL.
+	t.tb.Cleanup(func() { p.stop(60 * time.Second) })
+	return n, nil
+}
+
+func (t *Testbed) waitNodesReady(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		ready := 0
+		for _, n := range t.Nodes {
+			node, err := t.Cluster.Kube.CoreV1().Nodes().Get(context.Background(), n.Name, metav1.GetOptions{})
+			if err != nil {
+				continue
+			}
+			for _, c := range node.Status.Conditions {
+				if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+					ready++
+				}
+			}
+		}
+		if ready == len(t.Nodes) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d nodes Ready after %v", ready, len(t.Nodes), timeout)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// RuntimeLog returns the tail of a node runtime's log.
+func (n *Node) RuntimeLog(lines int) string { return n.runtime.logTail(lines) }
+
+// KwokLog returns the tail of kwok's log.
+func (t *Testbed) KwokLog(lines int) string { return t.kwok.logTail(lines) }
+
+// ExecResult is the outcome of a command run with kubectl exec.
+type ExecResult struct {
+	Stdout, Stderr string
+	// ExitCode is the remote command's exit status (kubectl passes it
+	// through), -1 if kubectl itself could not run.
+	ExitCode int
+}
+
+// Exec runs `kubectl exec -n NAMESPACE POD -- CMD...`.
+func (t *Testbed) Exec(namespace, pod string, cmd ...string) ExecResult {
+	args := append([]string{"--kubeconfig=" + t.Cluster.Kubeconfig, "exec", "-n", namespace, pod, "--"}, cmd...)
+	c := exec.Command(filepath.Join(t.Cluster.BinDir, "kubectl"), args...)
+	var stdout, stderr bytes.Buffer
+	c.Stdout, c.Stderr = &stdout, &stderr
+	err := c.Run()
+	res := ExecResult{Stdout: stdout.String(), Stderr: stderr.String()}
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		res.ExitCode = ee.ExitCode()
+	default:
+		res.ExitCode = -1
+		res.Stderr += err.Error()
+	}
+	return res
+}
+
+func addDummy(name string, ips []string) error {
+	_ = run("ip", "link", "del", name)
+	if err := run("ip", "link", "add", name, "type", "dummy"); err != nil {
+		return err
+	}
+	for _, ip := range ips {
+		if err := run("ip", "addr", "add", ip+"/32", "dev", name); err != nil {
+			return err
+		}
+	}
+	return run("ip", "link", "set", name, "up")
+}
+
+func writeServingCert(certFile, keyFile string, ips []string) error {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()),
+		Subject:      pkix.Name{CommonName: "kwok"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(365 * 24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+		DNSNames:     []string{"localhost"},
+	}
+	for _, ip := range ips {
+		tmpl.IPAddresses = append(tmpl.IPAddresses, net.ParseIP(ip))
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return err
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600)
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func randomByte() (int, error) {
+	b := make([]byte, 1)
+	if _, err := rand.Read(b); err != nil {
+		return 0, err
+	}
+	return int(b[0]), nil
+}
+
+func run(name string, args ...string) error {
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s %s: %v: %s", name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
