@@ -331,6 +331,11 @@ func TestAgainstCyclonus(t *testing.T) {
 			objs.NetworkPolicies = append(objs.NetworkPolicies, g.networkPolicy(len(objs.NetworkPolicies)))
 		}
 		policies += len(objs.NetworkPolicies)
+		if c%4 == 0 {
+			// Every fourth case goes through manifest text, as tierctl
+			// reads it, to cover the parser and its defaults too.
+			objs = roundTrip(t, objs)
+		}
 		objs.Complete()
 		built, err := load.Build(objs)
 		if err != nil {
@@ -407,6 +412,33 @@ func TestAgainstCyclonus(t *testing.T) {
 	if policies < 2000 || allowed < cells/10 || denied < cells/10 {
 		t.Errorf("corpus too weak: %d policies, %d allowed and %d denied of %d cells", policies, allowed, denied, cells)
 	}
+}
+
+// roundTrip writes objs as one multi-document manifest and reads it back.
+func roundTrip(t *testing.T, objs *load.Objects) *load.Objects {
+	t.Helper()
+	var docs []string
+	add := func(apiVersion, kind string, obj any) {
+		y, err := yaml.Marshal(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs = append(docs, fmt.Sprintf("apiVersion: %s\nkind: %s\n%s", apiVersion, kind, y))
+	}
+	for _, ns := range objs.Namespaces {
+		add("v1", "Namespace", ns)
+	}
+	for _, p := range objs.Pods {
+		add("v1", "Pod", p)
+	}
+	for _, np := range objs.NetworkPolicies {
+		add("networking.k8s.io/v1", "NetworkPolicy", np)
+	}
+	out := &load.Objects{}
+	if err := out.Read(strings.NewReader(strings.Join(docs, "---\n")), "generated.yaml"); err != nil {
+		t.Fatalf("reading generated manifests: %v", err)
+	}
+	return out
 }
 
 func describe(c int, nps []*networkingv1.NetworkPolicy, src, dst string, port explain.PortSpec, ours *explain.Result, theirs *matcher.AllowedResult) string {

@@ -2,7 +2,8 @@
 // semantics against an independent engine, the matcher of
 // github.com/mattfenwick/cyclonus v0.5.6: thousands of randomly generated
 // NetworkPolicies (fixed seed) go through tierflow's whole offline path
-// (pkg/explain/load defaults, pkg/compute, pkg/explain) and through
+// (pkg/explain/load defaults, every fourth case from manifest text through
+// the parser, pkg/compute, pkg/explain) and through
 // cyclonus, and every (source, destination, port) cell of both directions
 // must agree. The package has no non-test code.
 //
