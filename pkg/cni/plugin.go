@@ -158,14 +158,7 @@ func Add(args *skel.CmdArgs) (retErr error) {
 		return types.NewError(types.ErrInternal, "failed to configure addresses on "+args.IfName, err.Error())
 	}
 
-	ids := map[string]string{
-		ExternalIDPodNamespace: string(k8s.K8S_POD_NAMESPACE),
-		ExternalIDPodName:      string(k8s.K8S_POD_NAME),
-		ExternalIDPodIPs:       joinIPs(result.IPs),
-		ExternalIDPodMAC:       contIf.HardwareAddr.String(),
-		ExternalIDContainerID:  args.ContainerID,
-		ExternalIDIfName:       args.IfName,
-	}
+	ids := externalIDs(k8s, result.IPs, contIf.HardwareAddr.String(), args)
 	if err := ovs.addPort(conf.Bridge, hostName, ids); err != nil {
 		// The transaction may have been committed before the error (e.g. a
 		// timeout waiting for ovs-vswitchd), so remove the port as well.
@@ -297,20 +290,30 @@ func Check(args *skel.CmdArgs) error {
 	if err != nil {
 		return types.NewError(ErrOVS, "failed to read external_ids of "+hostName, err.Error())
 	}
-	want := map[string]string{
-		ExternalIDPodNamespace: string(k8s.K8S_POD_NAMESPACE),
-		ExternalIDPodName:      string(k8s.K8S_POD_NAME),
-		ExternalIDPodIPs:       joinIPs(prev.IPs),
-		ExternalIDPodMAC:       contIface.Mac,
-		ExternalIDContainerID:  args.ContainerID,
-		ExternalIDIfName:       args.IfName,
-	}
+	want := externalIDs(k8s, prev.IPs, contIface.Mac, args)
 	for _, k := range sortedKeys(want) {
 		if ids[k] != want[k] {
 			return types.NewError(ErrOVS, fmt.Sprintf("port %s: external_ids:%s is %q, want %q", hostName, k, ids[k], want[k]), "")
 		}
 	}
 	return nil
+}
+
+// externalIDs are the Interface external_ids of an attachment. The pod keys
+// are set only when the runtime named the pod: the agent ignores interfaces
+// without a pod name, rather than guessing.
+func externalIDs(k8s *K8sArgs, ips []*current.IPConfig, mac string, args *skel.CmdArgs) map[string]string {
+	ids := map[string]string{
+		ExternalIDPodIPs:      joinIPs(ips),
+		ExternalIDPodMAC:      mac,
+		ExternalIDContainerID: args.ContainerID,
+		ExternalIDIfName:      args.IfName,
+	}
+	if k8s.K8S_POD_NAME != "" && k8s.K8S_POD_NAMESPACE != "" {
+		ids[ExternalIDPodNamespace] = string(k8s.K8S_POD_NAMESPACE)
+		ids[ExternalIDPodName] = string(k8s.K8S_POD_NAME)
+	}
+	return ids
 }
 
 // Status reports whether pods can be attached: OVSDB answers and the bridge

@@ -315,6 +315,7 @@ func (t *Testbed) addNode(i int, ip string, opts Options) (*Node, error) {
 	fabricPort := n.Bridge.Name + "-fab"
 	if _, err := t.OVS.Vsctl(
 		"add-port", n.Bridge.Name, n.UplinkPort, "--", "set", "Interface", n.UplinkPort, "type=patch", "options:peer="+fabricPort,
+		`external_ids:"tierflow.io/role"="uplink"`,
 		"--", "add-port", t.Fabric.Name, fabricPort, "--", "set", "Interface", fabricPort, "type=patch", "options:peer="+n.UplinkPort,
 	); err != nil {
 		return nil, err
