@@ -1,0 +1,548 @@
+package ovsdb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/go-logr/logr"
+	"github.com/ovn-org/libovsdb/client"
+	"github.com/ovn-org/libovsdb/model"
+	libovsdb "github.com/ovn-org/libovsdb/ovsdb"
+)
+
+// The subset of the Open_vSwitch schema (vswitch.ovsschema) tierflow uses.
+// libovsdb validates these against the server's schema on connect.
+
+// OpenvSwitch is the root row.
+type OpenvSwitch struct {
+	UUID    string   `ovsdb:"_uuid"`
+	Bridges []string `ovsdb:"bridges"`
+	NextCfg int      `ovsdb:"next_cfg"`
+	CurCfg  int      `ovsdb:"cur_cfg"`
+}
+
+// Bridge is a Bridge row.
+type Bridge struct {
+	UUID         string            `ovsdb:"_uuid"`
+	Name         string            `ovsdb:"name"`
+	Ports        []string          `ovsdb:"ports"`
+	DatapathType string            `ovsdb:"datapath_type"`
+	FailMode     *string           `ovsdb:"fail_mode"`
+	Protocols    []string          `ovsdb:"protocols"`
+	ExternalIDs  map[string]string `ovsdb:"external_ids"`
+}
+
+// Port is a Port row.
+type Port struct {
+	UUID        string            `ovsdb:"_uuid"`
+	Name        string            `ovsdb:"name"`
+	Interfaces  []string          `ovsdb:"interfaces"`
+	ExternalIDs map[string]string `ovsdb:"external_ids"`
+}
+
+// Interface is an Interface row.
+type Interface struct {
+	UUID          string            `ovsdb:"_uuid"`
+	Name          string            `ovsdb:"name"`
+	Type          string            `ovsdb:"type"`
+	OFPort        *int              `ovsdb:"ofport"`
+	OFPortRequest *int              `ovsdb:"ofport_request"`
+	Options       map[string]string `ovsdb:"options"`
+	ExternalIDs   map[string]string `ovsdb:"external_ids"`
+	Error         *string           `ovsdb:"error"`
+	MACInUse      *string           `ovsdb:"mac_in_use"`
+}
+
+const (
+	tableOpenvSwitch = "Open_vSwitch"
+	tableBridge      = "Bridge"
+	tablePort        = "Port"
+	tableInterface   = "Interface"
+)
+
+// Options configure a Client.
+type Options struct {
+	// NoWait makes changes return once ovsdb-server committed them, without
+	// waiting for ovs-vswitchd to apply them (ovs-vsctl --no-wait). By
+	// default every change waits, like ovs-vsctl, until ovs-vswitchd has
+	// reconfigured (cur_cfg caught up with next_cfg).
+	NoWait bool
+	// Logger for libovsdb; nil discards its logs.
+	Logger *logr.Logger
+}
+
+// Client is a connection to ovsdb-server's Open_vSwitch database with a
+// monitored cache of the Open_vSwitch, Bridge, Port and Interface tables.
+// It reconnects by itself.
+type Client struct {
+	ovs  client.Client
+	opts Options
+}
+
+// Connect connects to endpoint ("unix:/var/run/openvswitch/db.sock" or
+// "tcp:HOST:PORT") and starts monitoring.
+func Connect(ctx context.Context, endpoint string, opts Options) (*Client, error) {
+	dbModel, err := model.NewClientDBModel("Open_vSwitch", map[string]model.Model{
+		tableOpenvSwitch: &OpenvSwitch{},
+		tableBridge:      &Bridge{},
+		tablePort:        &Port{},
+		tableInterface:   &Interface{},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ovsdb model: %w", err)
+	}
+	logger := logr.Discard()
+	if opts.Logger != nil {
+		logger = *opts.Logger
+	}
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval = 100 * time.Millisecond
+	bo.MaxInterval = 5 * time.Second
+	bo.MaxElapsedTime = 0 // never give up
+	ovs, err := client.NewOVSDBClient(dbModel,
+		client.WithEndpoint(endpoint),
+		client.WithReconnect(10*time.Second, bo),
+		client.WithLogger(&logger))
+	if err != nil {
+		return nil, fmt.Errorf("ovsdb client: %w", err)
+	}
+	if err := ovs.Connect(ctx); err != nil {
+		return nil, fmt.Errorf("ovsdb connect %s: %w", endpoint, err)
+	}
+	// Name the columns: without a list libovsdb monitors every column of
+	// the schema and then fails to apply updates to columns the models
+	// lack (losing e.g. ofport updates).
+	root, br, port, iface := &OpenvSwitch{}, &Bridge{}, &Port{}, &Interface{}
+	if _, err := ovs.Monitor(ctx, ovs.NewMonitor(
+		client.WithTable(root, &root.Bridges, &root.NextCfg, &root.CurCfg),
+		client.WithTable(br, &br.Name, &br.Ports, &br.DatapathType, &br.FailMode, &br.Protocols, &br.ExternalIDs),
+		client.WithTable(port, &port.Name, &port.Interfaces, &port.ExternalIDs),
+		client.WithTable(iface, &iface.Name, &iface.Type, &iface.OFPort, &iface.OFPortRequest, &iface.Options,
+			&iface.ExternalIDs, &iface.Error, &iface.MACInUse),
+	)); err != nil {
+		ovs.Close()
+		return nil, fmt.Errorf("ovsdb monitor: %w", err)
+	}
+	return &Client{ovs: ovs, opts: opts}, nil
+}
+
+// Close disconnects.
+func (c *Client) Close() { c.ovs.Close() }
+
+// root returns the Open_vSwitch row.
+func (c *Client) root() (*OpenvSwitch, error) {
+	var rows []OpenvSwitch
+	if err := c.ovs.List(context.Background(), &rows); err != nil {
+		return nil, err
+	}
+	if len(rows) != 1 {
+		return nil, fmt.Errorf("Open_vSwitch table has %d rows, want 1 (run ovs-vsctl init)", len(rows))
+	}
+	return &rows[0], nil
+}
+
+// transact runs ops, checks every result, and (unless NoWait) waits for
+// ovs-vswitchd to apply the change.
+func (c *Client) transact(ctx context.Context, ops ...libovsdb.Operation) ([]libovsdb.OperationResult, error) {
+	selectCfg := -1
+	if !c.opts.NoWait {
+		// Like ovs-vsctl: bump next_cfg and read it back in the same
+		// transaction (the cache may lag), then wait for cur_cfg to reach it.
+		root, err := c.root()
+		if err != nil {
+			return nil, err
+		}
+		mutate, err := c.ovs.Where(root).Mutate(root, model.Mutation{Field: &root.NextCfg, Mutator: libovsdb.MutateOperationAdd, Value: 1})
+		if err != nil {
+			return nil, err
+		}
+		ops = append(ops, mutate...)
+		ops = append(ops, libovsdb.Operation{Op: libovsdb.OperationSelect, Table: tableOpenvSwitch,
+			Where:   []libovsdb.Condition{{Column: "_uuid", Function: libovsdb.ConditionEqual, Value: libovsdb.UUID{GoUUID: root.UUID}}},
+			Columns: []string{"next_cfg"}})
+		selectCfg = len(ops) - 1
+	}
+	res, err := c.ovs.Transact(ctx, ops...)
+	if err != nil {
+		return nil, fmt.Errorf("ovsdb transact: %w", err)
+	}
+	if _, err := libovsdb.CheckOperationResults(res, ops); err != nil {
+		return nil, fmt.Errorf("ovsdb transact: %w", err)
+	}
+	var wantCfg int
+	if selectCfg >= 0 {
+		if len(res) <= selectCfg || len(res[selectCfg].Rows) != 1 {
+			return nil, errors.New("ovsdb transact: no next_cfg in reply")
+		}
+		switch v := res[selectCfg].Rows[0]["next_cfg"].(type) {
+		case float64:
+			wantCfg = int(v)
+		case int:
+			wantCfg = v
+		default:
+			return nil, fmt.Errorf("ovsdb transact: next_cfg is %T", v)
+		}
+	}
+	if !c.opts.NoWait {
+		if err := c.waitCurCfg(ctx, wantCfg); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+// waitCurCfg waits until ovs-vswitchd reports cur_cfg >= want.
+func (c *Client) waitCurCfg(ctx context.Context, want int) error {
+	return c.poll(ctx, func() (bool, error) {
+		root, err := c.root()
+		if err != nil {
+			return false, err
+		}
+		return root.CurCfg >= want, nil
+	}, "ovs-vswitchd to apply the change (is it running?)")
+}
+
+// poll evaluates cond against the cache until it holds or ctx ends.
+func (c *Client) poll(ctx context.Context, cond func() (bool, error), what string) error {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		ok, err := cond()
+		if err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// ErrNotFound is returned for a missing bridge, port or interface.
+var ErrNotFound = errors.New("not found")
+
+// Bridge returns the bridge named name from the cache.
+func (c *Client) Bridge(name string) (*Bridge, error) {
+	var rows []Bridge
+	err := c.ovs.WhereCache(func(b *Bridge) bool { return b.Name == name }).List(context.Background(), &rows)
+	if err != nil {
+		return nil, err
+	}
+	if len(rows) == 0 {
+		return nil, fmt.Errorf("bridge %s: %w", name, ErrNotFound)
+	}
+	return &rows[0], nil
+}
+
+// BridgeConfig is the wanted configuration of tierflow's bridge.
+type BridgeConfig struct {
+	Name string
+	// DatapathType is "system" (kernel datapath, the default) or "netdev"
+	// (userspace).
+	DatapathType string
+	// Protocols default to OpenFlow13; OpenFlow13 is always included
+	// because the openflow client speaks only 1.3.
+	Protocols   []string
+	ExternalIDs map[string]string
+}
+
+func (cfg *BridgeConfig) normalize() error {
+	if cfg.Name == "" {
+		return errors.New("bridge name is empty")
+	}
+	switch cfg.DatapathType {
+	case "":
+		cfg.DatapathType = "system"
+	case "system", "netdev":
+	default:
+		return fmt.Errorf("datapath type %q: want system or netdev", cfg.DatapathType)
+	}
+	protos := map[string]bool{"OpenFlow13": true}
+	for _, p := range cfg.Protocols {
+		switch p {
+		case "OpenFlow13", "OpenFlow14", "OpenFlow15":
+			protos[p] = true
+		default:
+			return fmt.Errorf("protocol %q: want OpenFlow13 or later", p)
+		}
+	}
+	cfg.Protocols = cfg.Protocols[:0]
+	for p := range protos {
+		cfg.Protocols = append(cfg.Protocols, p)
+	}
+	sort.Strings(cfg.Protocols)
+	return nil
+}
+
+// EnsureBridge creates the bridge, or adopts an existing one by setting its
+// datapath type, fail_mode=secure (no forwarding without flows: a bridge
+// without policy flows must not pass traffic) and protocols. External IDs
+// given are merged in. It reports whether the bridge was created.
+func (c *Client) EnsureBridge(ctx context.Context, cfg BridgeConfig) (bool, error) {
+	if err := cfg.normalize(); err != nil {
+		return false, err
+	}
+	secure := "secure"
+	existing, err := c.Bridge(cfg.Name)
+	if err == nil {
+		br := *existing
+		br.DatapathType = cfg.DatapathType
+		br.FailMode = &secure
+		br.Protocols = cfg.Protocols
+		if br.ExternalIDs == nil {
+			br.ExternalIDs = map[string]string{}
+		}
+		for k, v := range cfg.ExternalIDs {
+			br.ExternalIDs[k] = v
+		}
+		ops, err := c.ovs.Where(&br).Update(&br, &br.DatapathType, &br.FailMode, &br.Protocols, &br.ExternalIDs)
+		if err != nil {
+			return false, err
+		}
+		if _, err := c.transact(ctx, ops...); err != nil {
+			return false, fmt.Errorf("adopt bridge %s: %w", cfg.Name, err)
+		}
+		return false, nil
+	}
+	if !errors.Is(err, ErrNotFound) {
+		return false, err
+	}
+	// Like ovs-vsctl add-br: the bridge, its internal port and interface.
+	iface := &Interface{UUID: "newiface", Name: cfg.Name, Type: "internal"}
+	port := &Port{UUID: "newport", Name: cfg.Name, Interfaces: []string{iface.UUID}}
+	br := &Bridge{UUID: "newbridge", Name: cfg.Name, Ports: []string{port.UUID}, DatapathType: cfg.DatapathType,
+		FailMode: &secure, Protocols: cfg.Protocols, ExternalIDs: cfg.ExternalIDs}
+	ops, err := c.ovs.Create(iface, port, br)
+	if err != nil {
+		return false, err
+	}
+	root, err := c.root()
+	if err != nil {
+		return false, err
+	}
+	mutate, err := c.ovs.Where(root).Mutate(root, model.Mutation{Field: &root.Bridges, Mutator: libovsdb.MutateOperationInsert, Value: []string{br.UUID}})
+	if err != nil {
+		return false, err
+	}
+	if _, err := c.transact(ctx, append(ops, mutate...)...); err != nil {
+		return false, fmt.Errorf("create bridge %s: %w", cfg.Name, err)
+	}
+	return true, nil
+}
+
+// DeleteBridge removes a bridge with its ports; a missing bridge is not an
+// error.
+func (c *Client) DeleteBridge(ctx context.Context, name string) error {
+	br, err := c.Bridge(name)
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	root, err := c.root()
+	if err != nil {
+		return err
+	}
+	ops, err := c.ovs.Where(root).Mutate(root, model.Mutation{Field: &root.Bridges, Mutator: libovsdb.MutateOperationDelete, Value: []string{br.UUID}})
+	if err != nil {
+		return err
+	}
+	_, err = c.transact(ctx, ops...)
+	return err
+}
+
+// PortType is an interface type.
+type PortType string
+
+const (
+	// PortSystem attaches an existing network device (e.g. a veth end).
+	PortSystem PortType = ""
+	// PortInternal is a device created by OVS.
+	PortInternal PortType = "internal"
+	// PortPatch connects two bridges; PortConfig.Peer names the other end.
+	PortPatch PortType = "patch"
+)
+
+// PortConfig describes a port with a single interface of the same name.
+type PortConfig struct {
+	Name string
+	Type PortType
+	// Peer is the peer port of a patch port.
+	Peer string
+	// OFPortRequest asks ovs-vswitchd for this ofport (1-65279); 0: any.
+	OFPortRequest int
+	// ExternalIDs of the interface (see the tierflow.io/ keys).
+	ExternalIDs map[string]string
+}
+
+// AddPort adds a port to a bridge, or updates it (type, peer, requested
+// ofport, external IDs) if the bridge already has it.
+func (c *Client) AddPort(ctx context.Context, bridge string, cfg PortConfig) error {
+	if cfg.Name == "" {
+		return errors.New("port name is empty")
+	}
+	var options map[string]string
+	switch cfg.Type {
+	case PortSystem, PortInternal:
+		if cfg.Peer != "" {
+			return fmt.Errorf("port %s: Peer only applies to patch ports", cfg.Name)
+		}
+	case PortPatch:
+		if cfg.Peer == "" {
+			return fmt.Errorf("patch port %s needs a Peer", cfg.Name)
+		}
+		options = map[string]string{"peer": cfg.Peer}
+	default:
+		return fmt.Errorf("port %s: unsupported type %q", cfg.Name, cfg.Type)
+	}
+	if cfg.OFPortRequest < 0 || cfg.OFPortRequest > 65279 {
+		return fmt.Errorf("port %s: ofport request %d out of range 1-65279", cfg.Name, cfg.OFPortRequest)
+	}
+	br, err := c.Bridge(bridge)
+	if err != nil {
+		return err
+	}
+	iface := &Interface{Name: cfg.Name, Type: string(cfg.Type), Options: options, ExternalIDs: cfg.ExternalIDs}
+	if cfg.OFPortRequest > 0 {
+		req := cfg.OFPortRequest
+		iface.OFPortRequest = &req
+	}
+	if existing, err := c.portOnBridge(br, cfg.Name); err == nil {
+		cur, err := c.Interface(cfg.Name)
+		if err != nil {
+			return err
+		}
+		iface.UUID = cur.UUID
+		_ = existing
+		ops, err := c.ovs.Where(iface).Update(iface, &iface.Type, &iface.Options, &iface.ExternalIDs, &iface.OFPortRequest)
+		if err != nil {
+			return err
+		}
+		_, err = c.transact(ctx, ops...)
+		return err
+	}
+	iface.UUID = "newiface"
+	port := &Port{UUID: "newport", Name: cfg.Name, Interfaces: []string{iface.UUID}}
+	ops, err := c.ovs.Create(iface, port)
+	if err != nil {
+		return err
+	}
+	mutate, err := c.ovs.Where(br).Mutate(br, model.Mutation{Field: &br.Ports, Mutator: libovsdb.MutateOperationInsert, Value: []string{port.UUID}})
+	if err != nil {
+		return err
+	}
+	if _, err := c.transact(ctx, append(ops, mutate...)...); err != nil {
+		return fmt.Errorf("add port %s to %s: %w", cfg.Name, bridge, err)
+	}
+	return nil
+}
+
+func (c *Client) portOnBridge(br *Bridge, name string) (*Port, error) {
+	var rows []Port
+	err := c.ovs.WhereCache(func(p *Port) bool { return p.Name == name }).List(context.Background(), &rows)
+	if err != nil {
+		return nil, err
+	}
+	for i := range rows {
+		for _, u := range br.Ports {
+			if u == rows[i].UUID {
+				return &rows[i], nil
+			}
+		}
+	}
+	return nil, fmt.Errorf("port %s on bridge %s: %w", name, br.Name, ErrNotFound)
+}
+
+// DeletePort removes a port from a bridge; a missing port is not an error.
+func (c *Client) DeletePort(ctx context.Context, bridge, name string) error {
+	br, err := c.Bridge(bridge)
+	if err != nil {
+		return err
+	}
+	port, err := c.portOnBridge(br, name)
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	// Port and Interface rows are garbage-collected once unreferenced.
+	ops, err := c.ovs.Where(br).Mutate(br, model.Mutation{Field: &br.Ports, Mutator: libovsdb.MutateOperationDelete, Value: []string{port.UUID}})
+	if err != nil {
+		return err
+	}
+	_, err = c.transact(ctx, ops...)
+	return err
+}
+
+// Interface returns the interface named name from the cache.
+func (c *Client) Interface(name string) (*Interface, error) {
+	var rows []Interface
+	err := c.ovs.WhereCache(func(i *Interface) bool { return i.Name == name }).List(context.Background(), &rows)
+	if err != nil {
+		return nil, err
+	}
+	if len(rows) == 0 {
+		return nil, fmt.Errorf("interface %s: %w", name, ErrNotFound)
+	}
+	return &rows[0], nil
+}
+
+// SetInterfaceExternalIDs replaces an interface's external_ids.
+func (c *Client) SetInterfaceExternalIDs(ctx context.Context, name string, ids map[string]string) error {
+	cur, err := c.Interface(name)
+	if err != nil {
+		return err
+	}
+	iface := &Interface{UUID: cur.UUID, ExternalIDs: ids}
+	if iface.ExternalIDs == nil {
+		iface.ExternalIDs = map[string]string{}
+	}
+	ops, err := c.ovs.Where(iface).Update(iface, &iface.ExternalIDs)
+	if err != nil {
+		return err
+	}
+	_, err = c.transact(ctx, ops...)
+	return err
+}
+
+// WaitOFPort waits until ovs-vswitchd assigned an OpenFlow port number to
+// the interface, and returns it. An interface ovs-vswitchd could not open
+// (ofport -1) fails with its error column.
+func (c *Client) WaitOFPort(ctx context.Context, name string) (uint32, error) {
+	var port uint32
+	err := c.poll(ctx, func() (bool, error) {
+		iface, err := c.Interface(name)
+		if errors.Is(err, ErrNotFound) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		if iface.OFPort == nil {
+			return false, nil
+		}
+		if *iface.OFPort < 0 {
+			msg := "no error reported"
+			if iface.Error != nil {
+				msg = *iface.Error
+			}
+			return false, fmt.Errorf("interface %s has no ofport: %s", name, msg)
+		}
+		if *iface.OFPort > 0 {
+			port = uint32(*iface.OFPort)
+			return true, nil
+		}
+		return false, nil
+	}, "an ofport for interface "+name)
+	return port, err
+}

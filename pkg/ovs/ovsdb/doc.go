@@ -1,0 +1,29 @@
+// Package ovsdb manages tierflow's Open vSwitch bridge through ovsdb-server
+// (github.com/ovn-org/libovsdb): it creates or adopts the bridge
+// (datapath_type system or netdev, fail_mode=secure, OpenFlow 1.3+), adds and
+// removes ports (system/veth, internal, patch), sets interface external_ids,
+// and watches the Interface table to map pods to OpenFlow port numbers.
+//
+// Every change waits, like ovs-vsctl, until ovs-vswitchd has applied it
+// (next_cfg/cur_cfg), unless Options.NoWait is set.
+//
+// # Interface external_ids (contract with the CNI plugin)
+//
+// The CNI plugin sets these on the OVS Interface of each pod it attaches;
+// the agent reads them through a Watcher:
+//
+//	tierflow.io/pod-namespace  the pod's namespace (required with pod-name)
+//	tierflow.io/pod-name       the pod's name
+//	tierflow.io/pod-ips        comma-separated addresses, no prefix length: "10.0.0.5,fd00::5"
+//	tierflow.io/pod-mac        MAC of the pod's interface: "0a:58:0a:00:00:05"
+//	tierflow.io/role           "uplink" on the uplink/underlay port (and no pod keys)
+//
+// An interface with neither pod-name nor role is ignored. Keys that do not
+// parse (bad address or MAC, pod-name without pod-namespace, unknown role)
+// make the watcher drop the interface and list it in Watcher.Invalid: the
+// agent then has no port for that pod, so no flow can allow traffic to or
+// from addresses nobody vouched for (fail closed).
+//
+// A pod's ofport is 0 until ovs-vswitchd assigns one; the watcher reports
+// the assignment as a PortUpdated event (Event.OFPortAssigned).
+package ovsdb
