@@ -68,6 +68,10 @@ type Controller struct {
 	// npFindings is the last set of findings emitted as Events per
 	// NetworkPolicy, so Events are emitted only when findings change.
 	npFindings map[model.PolicyRef]string
+	// changedPolicies collects engine changes (policy ID → last change)
+	// for resolveChanges; policiesChanged wakes it.
+	changedPolicies map[string]compute.ChangeType
+	policiesChanged chan struct{}
 
 	queue       workqueue.TypedRateLimitingInterface[model.PolicyRef]
 	broadcaster record.EventBroadcaster
@@ -99,6 +103,9 @@ func New(cfg Config) (*Controller, error) {
 		kinds:      map[model.PolicyKind]*policyKind{},
 		refs:       map[string]model.PolicyRef{},
 		npFindings: map[model.PolicyRef]string{},
+
+		changedPolicies: map[string]compute.ChangeType{},
+		policiesChanged: make(chan struct{}, 1),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[model.PolicyRef](),
 			workqueue.TypedRateLimitingQueueConfig[model.PolicyRef]{Name: "tierflow-status"}),
@@ -148,6 +155,13 @@ func (c *Controller) Run(ctx context.Context) error {
 
 	unsubscribe := c.engine.Subscribe(c.onEngineChanges)
 	defer unsubscribe()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		c.resolveChanges(ctx)
+	}()
 
 	c.kubeFactory.Start(ctx.Done())
 	defer c.kubeFactory.Shutdown()
@@ -161,7 +175,6 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.waitPolicyKindsSynced(ctx)
 	logger.Info("caches synced; writing status", "kinds", c.WatchedKinds())
 
-	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -309,12 +322,14 @@ func (c *Controller) registerCoreHandlers() error {
 	return errors.Join(errs...)
 }
 
-// onEngineChanges queues a status sync for every policy whose computed
-// form changed: its conditions may have changed, including through another
-// policy (a same-priority warning appears or goes).
+// onEngineChanges notes every policy whose computed form changed: its
+// conditions may have changed, including through another policy (a
+// same-priority warning appears or goes). It must not call the engine: it
+// runs under the engine's notification lock, and another engine call may
+// be holding the engine's main lock while waiting for it. resolveChanges
+// turns the IDs into queue keys outside that lock.
 func (c *Controller) onEngineChanges(changes []compute.Change) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	for _, ch := range changes {
 		gauge := c.metrics.computedObjects.WithLabelValues(string(ch.Kind))
 		switch ch.Type {
@@ -323,19 +338,49 @@ func (c *Controller) onEngineChanges(changes []compute.Change) {
 		case compute.Deleted:
 			gauge.Dec()
 		}
-		if ch.Kind != compute.KindPolicy {
-			continue
+		if ch.Kind == compute.KindPolicy {
+			c.changedPolicies[ch.ID] = ch.Type
 		}
-		if ch.Type == compute.Deleted {
-			if ref, ok := c.refs[ch.ID]; ok {
-				delete(c.refs, ch.ID)
-				c.queue.Add(ref)
+	}
+	c.mu.Unlock()
+	select {
+	case c.policiesChanged <- struct{}{}:
+	default: // a wake-up is already pending
+	}
+}
+
+// resolveChanges queues a status sync for each policy onEngineChanges
+// noted, until ctx is done.
+func (c *Controller) resolveChanges(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.policiesChanged:
+		}
+		c.mu.Lock()
+		changed := c.changedPolicies
+		c.changedPolicies = map[string]compute.ChangeType{}
+		c.mu.Unlock()
+		for id, typ := range changed {
+			p, ok := c.engine.Policy(id)
+			c.mu.Lock()
+			if typ == compute.Deleted || !ok {
+				// Gone: the engine no longer knows its source; use what
+				// it was last seen as.
+				ref, known := c.refs[id]
+				if !ok {
+					delete(c.refs, id)
+				}
+				c.mu.Unlock()
+				if known {
+					c.queue.Add(ref)
+				}
+				continue
 			}
-			continue
-		}
-		if p, ok := c.engine.Policy(ch.ID); ok {
 			ref := queueKey(p.Source)
-			c.refs[ch.ID] = ref
+			c.refs[id] = ref
+			c.mu.Unlock()
 			c.queue.Add(ref)
 		}
 	}
