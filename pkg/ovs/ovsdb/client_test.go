@@ -266,7 +266,9 @@ func TestWatcherMapsPodsToOFPorts(t *testing.T) {
 		}
 	}
 	// The cache may see the interface before its ofport: wait for both.
-	ev := next("pod a with ofport", func(ev ovsdb.Event) bool { return ev.Type != ovsdb.PortRemoved && ev.Port.PodName == "a" && ev.Port.OFPort != 0 })
+	ev := next("pod a with ofport", func(ev ovsdb.Event) bool {
+		return ev.Type != ovsdb.PortRemoved && ev.Port.PodName == "a" && ev.Port.OFPort != 0
+	})
 	if ev.Port.OFPort != a.OFPort || ev.Port.PodNamespace != "default" || ev.Port.MAC.String() != a.MAC.String() ||
 		len(ev.Port.IPs) != 2 || ev.Port.IPs[0] != netip.MustParseAddr("10.30.0.1") || ev.Port.IPs[1] != netip.MustParseAddr("fd00:30::1") {
 		t.Fatalf("pod a: %+v (ofport %d, mac %s)", ev.Port, a.OFPort, a.MAC)
