@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // NodeNameEnv is the environment variable the agent's node name defaults
@@ -33,6 +35,10 @@ type Agent struct {
 
 	ControllerAddress string `json:"controllerAddress" flag:"controller-address" usage:"host:port of tierflow-controller's agent service"`
 	ControllerCAFile  string `json:"controllerCAFile" flag:"controller-ca-file" usage:"PEM CA bundle that verifies the controller's certificate"`
+	// ControllerServerName is verified in the controller's certificate
+	// whatever address is dialled: in a cluster the agent dials the
+	// Service's ClusterIP (DNS may not work before the network does).
+	ControllerServerName string `json:"controllerServerName" flag:"controller-server-name" usage:"DNS name the controller's certificate must carry"`
 	// TokenFile is a projected service account token bound to the agent's
 	// pod (and so to its node); it is reread on every connection because
 	// the kubelet rotates it.
@@ -63,10 +69,13 @@ func DefaultAgent() Agent {
 		OVSDBSocket:       "/run/openvswitch/db.sock",
 		ControllerAddress: "tierflow-controller.kube-system.svc:10349",
 		ControllerCAFile:  "/etc/tierflow/tls/ca.crt",
-		TokenFile:         "/var/run/secrets/tierflow/token",
-		StateDir:          "/var/lib/tierflow",
-		MetricsAddress:    ":10351",
-		LogLevel:          "info",
+		// The Service's name; manifests/create-tls-secret.sh puts it in
+		// the certificate.
+		ControllerServerName: "tierflow-controller.kube-system.svc",
+		TokenFile:            "/var/run/secrets/tierflow/token",
+		StateDir:             "/var/lib/tierflow",
+		MetricsAddress:       ":10351",
+		LogLevel:             "info",
 		CNI: CNI{
 			ConfDir: "/etc/cni/net.d",
 			BinDir:  "/opt/cni/bin",
@@ -105,6 +114,9 @@ func (a *Agent) Validate() error {
 	}
 	if err := checkPath("controllerCAFile", a.ControllerCAFile, true); err != nil {
 		return err
+	}
+	if errs := validation.IsDNS1123Subdomain(a.ControllerServerName); len(errs) > 0 {
+		return &FieldError{Key: "controllerServerName", Value: a.ControllerServerName, Reason: "must be a DNS name: " + errs[0]}
 	}
 	if err := checkPath("tokenFile", a.TokenFile, true); err != nil {
 		return err

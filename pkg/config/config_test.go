@@ -264,6 +264,7 @@ func TestRejections(t *testing.T) {
 		{name: "controller address without host", agent: true, args: []string{"--controller-address=:10349"}, want: []string{"controllerAddress", "with a host"}},
 		{name: "controller address port 0", agent: true, args: []string{"--controller-address=ctl:0"}, want: []string{"controllerAddress", "1..65535"}},
 		{name: "unexpanded service env", agent: true, env: map[string]string{"TIERFLOW_CONTROLLER_ADDRESS": "$(TIERFLOW_CONTROLLER_SERVICE_HOST):$(TIERFLOW_CONTROLLER_SERVICE_PORT)"}, want: []string{"controllerAddress", "from env TIERFLOW_CONTROLLER_ADDRESS"}},
+		{name: "bad server name", agent: true, args: []string{"--controller-server-name=10.96.0.10:443"}, want: []string{"controllerServerName", "DNS name"}},
 		{name: "long bridge name", agent: true, args: []string{"--bridge-name=a-very-long-bridge"}, want: []string{"bridgeName", "1 to 15"}},
 		{name: "relative state dir", agent: true, file: "stateDir: var/lib/tierflow\n", want: []string{"stateDir", "absolute"}},
 		{name: "bad mtu", agent: true, file: "cni:\n  mtu: 40\n", want: []string{"cni.mtu 40", "68..65535"}},
