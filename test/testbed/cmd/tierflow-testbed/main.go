@@ -1,0 +1,318 @@
+// Command tierflow-testbed runs the tierflow test bed (package
+// test/testbed) outside of tests, for demos and manual work:
+//
+//	tierflow-testbed up   [--dir D] [--nodes N] [--ipv6] [--normal-flows]
+//	    starts the test bed in the background and returns once the nodes
+//	    are Ready; D/state.json and D/kubeconfig describe it
+//	tierflow-testbed down [--dir D]
+//	    stops it (pods torn down, daemons stopped), then checks that no
+//	    namespace, interface or process is left, removes any it finds and
+//	    fails if it had to
+//
+// `make testbed-up` and `make testbed-down` run these with D=_output/testbed.
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tierflow/tierflow/pkg/cni"
+	"github.com/tierflow/tierflow/test/testbed"
+	"github.com/tierflow/tierflow/test/testbed/noderuntime"
+)
+
+// State describes a running test bed (D/state.json).
+type State struct {
+	PID         int         `json:"pid"`
+	Kubeconfig  string      `json:"kubeconfig"`
+	Kubectl     string      `json:"kubectl"`
+	OVSDBSocket string      `json:"ovsdbSocket"`
+	OVSDir      string      `json:"ovsDir"`
+	Fabric      string      `json:"fabricBridge"`
+	NodeIface   string      `json:"nodeInterface"`
+	Nodes       []NodeState `json:"nodes"`
+}
+
+// NodeState describes one node: what an agent for it needs.
+type NodeState struct {
+	Name       string   `json:"name"`
+	IP         string   `json:"ip"`
+	Bridge     string   `json:"bridge"`
+	UplinkPort string   `json:"uplinkPort"`
+	PodCIDRs   []string `json:"podCIDRs"`
+	CNIConfig  string   `json:"cniConfig"`
+}
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: tierflow-testbed up|down [flags]")
+		os.Exit(2)
+	}
+	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
+	dir := fs.String("dir", "_output/testbed", "test bed directory")
+	nodes := fs.Int("nodes", 3, "number of nodes")
+	ipv6 := fs.Bool("ipv6", false, "give pods IPv6 addresses too")
+	normal := fs.Bool("normal-flows", false, "install NORMAL flows in node bridges (no agent)")
+	foreground := fs.Bool("foreground", false, "run in the foreground until SIGTERM (up)")
+	_ = fs.Parse(os.Args[2:])
+	abs, err := filepath.Abs(*dir)
+	if err != nil {
+		log.Fatal(err)
+	}
+	switch os.Args[1] {
+	case "up":
+		if *foreground {
+			os.Exit(runForeground(abs, testbed.Options{Nodes: *nodes, IPv6: *ipv6, NormalFlows: *normal, Dir: abs}))
+		}
+		os.Exit(upDetached(abs, os.Args[2:]))
+	case "down":
+		os.Exit(down(abs))
+	default:
+		fmt.Fprintf(os.Stderr, "tierflow-testbed: unknown command %q\n", os.Args[1])
+		os.Exit(2)
+	}
+}
+
+func statePath(dir string) string { return filepath.Join(dir, "state.json") }
+func logPath(dir string) string   { return dir + ".log" }
+
+func upDetached(dir string, args []string) int {
+	if st, err := readState(dir); err == nil && processAlive(st.PID) {
+		fmt.Fprintf(os.Stderr, "a test bed is already running (pid %d, %s); run `tierflow-testbed down` first\n", st.PID, dir)
+		return 1
+	}
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		log.Print(err)
+		return 1
+	}
+	logFile, err := os.Create(logPath(dir))
+	if err != nil {
+		log.Print(err)
+		return 1
+	}
+	self, err := os.Executable()
+	if err != nil {
+		log.Print(err)
+		return 1
+	}
+	cmd := exec.Command(self, append([]string{"up", "--foreground"}, args...)...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		log.Print(err)
+		return 1
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	deadline := time.After(10 * time.Minute)
+	for {
+		select {
+		case err := <-exited:
+			fmt.Fprintf(os.Stderr, "test bed failed to start (%v); log %s:\n%s\n", err, logPath(dir), tail(logPath(dir), 30))
+			return 1
+		case <-deadline:
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			fmt.Fprintf(os.Stderr, "test bed not ready after 10 minutes; log %s:\n%s\n", logPath(dir), tail(logPath(dir), 30))
+			return 1
+		case <-time.After(500 * time.Millisecond):
+		}
+		st, err := readState(dir)
+		if err != nil || st.PID != cmd.Process.Pid {
+			continue
+		}
+		fmt.Printf("test bed up (pid %d, log %s)\n", st.PID, logPath(dir))
+		fmt.Printf("  export KUBECONFIG=%s\n  kubectl: %s\n  OVSDB: unix:%s\n", filepath.Join(dir, "kubeconfig"), st.Kubectl, st.OVSDBSocket)
+		for _, n := range st.Nodes {
+			fmt.Printf("  %s  ip %s  bridge %s  uplink %s  pods %s\n", n.Name, n.IP, n.Bridge, n.UplinkPort, strings.Join(n.PodCIDRs, ","))
+		}
+		return 0
+	}
+}
+
+func runForeground(dir string, opts testbed.Options) int {
+	logger := log.New(os.Stderr, "tierflow-testbed ", log.LstdFlags)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		logger.Print(err)
+		return 1
+	}
+	runner := testbed.NewRunner(logger)
+	defer os.RemoveAll(dir)
+	defer runner.Close()
+	var tb *testbed.Testbed
+	if !runner.Run(func(t testing.TB) { tb = testbed.Start(t, opts) }) {
+		logger.Print("start failed; cleaning up")
+		return 1
+	}
+	st := State{
+		PID: os.Getpid(), Kubeconfig: tb.Cluster.Kubeconfig, Kubectl: filepath.Join(tb.Cluster.BinDir, "kubectl"),
+		OVSDBSocket: tb.OVS.DBSocketPath(), OVSDir: tb.OVS.Dir, Fabric: tb.Fabric.Name, NodeIface: tb.NodeInterface,
+	}
+	for _, n := range tb.Nodes {
+		st.Nodes = append(st.Nodes, NodeState{Name: n.Name, IP: n.IP, Bridge: n.Bridge.Name, UplinkPort: n.UplinkPort, PodCIDRs: n.PodCIDRs, CNIConfig: n.CNIConfig})
+	}
+	kc, err := os.ReadFile(tb.Cluster.Kubeconfig)
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, "kubeconfig"), kc, 0o600)
+	}
+	if err != nil {
+		logger.Print(err)
+		return 1
+	}
+	data, _ := json.MarshalIndent(st, "", "  ")
+	if err := os.WriteFile(statePath(dir)+".tmp", data, 0o644); err != nil {
+		logger.Print(err)
+		return 1
+	}
+	if err := os.Rename(statePath(dir)+".tmp", statePath(dir)); err != nil {
+		logger.Print(err)
+		return 1
+	}
+	logger.Printf("ready: %d nodes", len(tb.Nodes))
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	s := <-sig
+	logger.Printf("%v: stopping", s)
+	_ = os.Remove(statePath(dir))
+	return 0
+}
+
+func down(dir string) int {
+	st, err := readState(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		fmt.Println("no test bed state in", dir)
+	} else if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
+	if st != nil && processAlive(st.PID) {
+		_ = syscall.Kill(st.PID, syscall.SIGTERM)
+		deadline := time.Now().Add(3 * time.Minute)
+		for processAlive(st.PID) && time.Now().Before(deadline) {
+			time.Sleep(200 * time.Millisecond)
+		}
+		if processAlive(st.PID) {
+			fmt.Fprintf(os.Stderr, "test bed (pid %d) did not stop in 3 minutes; killing it\n", st.PID)
+			_ = syscall.Kill(st.PID, syscall.SIGKILL)
+		}
+	}
+	leftovers := removeLeftovers(dir, st)
+	if len(leftovers) > 0 {
+		fmt.Fprintf(os.Stderr, "test bed left these behind (now removed):\n  %s\n", strings.Join(leftovers, "\n  "))
+		return 1
+	}
+	fmt.Println("test bed down; no namespace, interface or process left")
+	return 0
+}
+
+// removeLeftovers finds and removes what a stopped test bed should not have
+// left: pod namespaces and veths (from the node runtimes' records and the
+// namespace prefix), the state's bridges and dummy interface, processes
+// running from the test bed's directory, /agnhost if dangling.
+func removeLeftovers(dir string, st *State) []string {
+	var found []string
+	records, _ := filepath.Glob(filepath.Join(dir, "nodes", "*", "pods", "*.json"))
+	for _, f := range records {
+		if strings.HasSuffix(f, ".pod.json") {
+			continue
+		}
+		var att struct{ UID string }
+		if data, err := os.ReadFile(f); err == nil && json.Unmarshal(data, &att) == nil && att.UID != "" {
+			veth := cni.HostVethName(att.UID, "eth0")
+			if exec.Command("ip", "link", "show", "dev", veth).Run() == nil {
+				found = append(found, "veth "+veth)
+				_ = exec.Command("ip", "link", "del", veth).Run()
+			}
+		}
+	}
+	entries, _ := os.ReadDir("/var/run/netns")
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), noderuntime.NetnsPrefix) {
+			found = append(found, "namespace "+e.Name())
+			_ = exec.Command("ip", "netns", "del", e.Name()).Run()
+		}
+	}
+	if st != nil {
+		links := []string{st.Fabric, st.NodeIface}
+		for _, n := range st.Nodes {
+			links = append(links, n.Bridge)
+		}
+		for _, l := range links {
+			if l != "" && exec.Command("ip", "link", "show", "dev", l).Run() == nil {
+				found = append(found, "interface "+l)
+				_ = exec.Command("ip", "link", "del", l).Run()
+			}
+		}
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	self := os.Getpid()
+	for _, p := range procs {
+		pid, _ := strconv.Atoi(strings.Split(p, "/")[2])
+		if pid == self {
+			continue
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		cmd := strings.ReplaceAll(strings.TrimRight(string(data), "\x00"), "\x00", " ")
+		if strings.Contains(cmd, dir+"/") || (st != nil && st.OVSDir != "" && strings.Contains(cmd, st.OVSDir)) {
+			found = append(found, fmt.Sprintf("process %d: %s", pid, cmd))
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	if target, err := os.Readlink(testbed.AgnhostPath); err == nil && strings.HasPrefix(target, dir+"/") {
+		found = append(found, testbed.AgnhostPath+" -> "+target)
+		_ = os.Remove(testbed.AgnhostPath)
+	}
+	if _, err := os.Stat(dir); err == nil {
+		_ = os.RemoveAll(dir)
+	}
+	return found
+}
+
+func readState(dir string) (*State, error) {
+	data, err := os.ReadFile(statePath(dir))
+	if err != nil {
+		return nil, err
+	}
+	st := &State{}
+	if err := json.Unmarshal(data, st); err != nil {
+		return nil, fmt.Errorf("%s: %w", statePath(dir), err)
+	}
+	return st, nil
+}
+
+func processAlive(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	if err := syscall.Kill(pid, 0); err != nil {
+		return false
+	}
+	// A zombie is not alive.
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	return err == nil && !strings.Contains(string(data), ") Z ")
+}
+
+func tail(path string, lines int) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	parts := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(parts) > lines {
+		parts = parts[len(parts)-lines:]
+	}
+	return strings.Join(parts, "\n")
+}
