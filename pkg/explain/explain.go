@@ -43,6 +43,16 @@ type Evaluator struct {
 	applied map[string]map[model.PodRef]*model.GroupMember
 	// addresses maps an AddressGroup ID to its members by address.
 	addresses map[string]map[netip.Addr]*model.GroupMember
+	// byPod lists, per pod and tier, the policies that apply to the pod in
+	// evaluation order, with the pod's applied-to group member.
+	byPod map[model.PodRef]map[model.Tier][]appliedPolicy
+}
+
+// appliedPolicy is a policy that applies to a pod, with the pod's entry in
+// one of the policy's applied-to groups (its named ports).
+type appliedPolicy struct {
+	policy *model.Policy
+	member *model.GroupMember
 }
 
 // Explain evaluates one query; see Evaluator.Explain.
@@ -97,8 +107,26 @@ func NewEvaluator(snap *model.Snapshot, inv *Inventory) (*Evaluator, error) {
 		}
 		e.byTier[p.Tier] = append(e.byTier[p.Tier], p)
 	}
-	for _, ps := range e.byTier {
+	e.byPod = map[model.PodRef]map[model.Tier][]appliedPolicy{}
+	for tier, ps := range e.byTier {
 		slices.SortStableFunc(ps, model.ComparePolicies)
+		for _, p := range ps {
+			seen := map[model.PodRef]bool{}
+			for _, id := range p.AppliedToGroups {
+				for ref, m := range e.applied[id] {
+					if seen[ref] {
+						continue
+					}
+					seen[ref] = true
+					tiers := e.byPod[ref]
+					if tiers == nil {
+						tiers = map[model.Tier][]appliedPolicy{}
+						e.byPod[ref] = tiers
+					}
+					tiers[tier] = append(tiers[tier], appliedPolicy{policy: p, member: m})
+				}
+			}
+		}
 	}
 	return e, nil
 }
@@ -272,12 +300,10 @@ func (e *Evaluator) direction(dir model.Direction, subject *Pod, c conn) Decisio
 	}
 
 	// Admin tier: the first matching rule decides; Pass leaves the tier.
+	tiers := e.byPod[subject.Ref]
 admin:
-	for _, p := range e.byTier[model.TierAdmin] {
-		member := e.appliedMember(p, subject.Ref)
-		if member == nil {
-			continue
-		}
+	for _, ap := range tiers[model.TierAdmin] {
+		p, member := ap.policy, ap.member
 		for i := range p.Rules {
 			r := &p.Rules[i]
 			if r.Direction != dir || !e.ruleMatches(r, member, c) {
@@ -295,12 +321,9 @@ admin:
 	// isolating policy allows.
 	var allowedBy *model.Policy
 	var allowedRule *model.Rule
-	for _, p := range e.byTier[model.TierNetworkPolicy] {
+	for _, ap := range tiers[model.TierNetworkPolicy] {
+		p, member := ap.policy, ap.member
 		if !slices.Contains(p.Isolates, dir) {
-			continue
-		}
-		member := e.appliedMember(p, subject.Ref)
-		if member == nil {
 			continue
 		}
 		d.IsolatedBy = append(d.IsolatedBy, policyID(p))
@@ -325,11 +348,8 @@ admin:
 
 	// Baseline tier: the first matching rule decides; Pass, or no match,
 	// is the default allow.
-	for _, p := range e.byTier[model.TierBaseline] {
-		member := e.appliedMember(p, subject.Ref)
-		if member == nil {
-			continue
-		}
+	for _, ap := range tiers[model.TierBaseline] {
+		p, member := ap.policy, ap.member
 		for i := range p.Rules {
 			r := &p.Rules[i]
 			if r.Direction != dir || !e.ruleMatches(r, member, c) {
@@ -355,17 +375,6 @@ func decided(d Decision, tier model.Tier, p *model.Policy, r *model.Rule) Decisi
 func defaultAllow(d Decision) Decision {
 	d.Tier, d.Action, d.Reason = model.TierBaseline.String(), model.ActionAllow, ReasonDefaultAllow
 	return d
-}
-
-// appliedMember returns pod's entry in one of p's applied-to groups, or nil
-// when p does not apply to pod.
-func (e *Evaluator) appliedMember(p *model.Policy, pod model.PodRef) *model.GroupMember {
-	for _, id := range p.AppliedToGroups {
-		if m := e.applied[id][pod]; m != nil {
-			return m
-		}
-	}
-	return nil
 }
 
 // ruleMatches says whether r, of a policy applied to member, matches c: the
