@@ -1,0 +1,155 @@
+package manifests
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/tierflow/tierflow/pkg/config"
+)
+
+// TestCombinedFileUpToDate: tierflow.yaml is what its parts render to,
+// both through Render and through `make manifests` with the Makefile's
+// default variables.
+func TestCombinedFileUpToDate(t *testing.T) {
+	committed, err := os.ReadFile("tierflow.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rendered, err := Render(DefaultValues())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(committed, rendered) {
+		t.Fatal("manifests/tierflow.yaml is out of date with manifests/crds and manifests/parts: run make manifests")
+	}
+	out := filepath.Join(t.TempDir(), "tierflow.yaml")
+	cmd := exec.Command("make", "--no-print-directory", "-C", "..", "manifests", "MANIFESTS_OUT="+out)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("make manifests: %v\n%s", err, b)
+	}
+	viaMake, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(viaMake, committed) {
+		t.Fatal("make manifests with default variables does not reproduce manifests/tierflow.yaml: the Makefile's defaults and DefaultValues differ")
+	}
+}
+
+// TestRenderedConfigurationIsAccepted: the configuration each container
+// loads (ConfigMap file, environment, arguments) passes pkg/config, and
+// carries the values the manifest was rendered with.
+func TestRenderedConfigurationIsAccepted(t *testing.T) {
+	committed, err := os.ReadFile("tierflow.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked, err := Check(committed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctl, agent := checked.Controller, checked.Agent
+	if !ctl.LeaderElection.Enabled || ctl.LeaderElection.LeaseName != "tierflow-controller" || ctl.AgentTokenAudience != "tierflow" {
+		t.Errorf("controller configuration %+v", ctl)
+	}
+	if agent.NodeName != checkNodeName || agent.DatapathType != config.DatapathSystem || agent.ControllerAddress != checkClusterIP+":10349" || agent.StateDir != "/var/lib/tierflow/agent" {
+		t.Errorf("agent configuration %+v", agent)
+	}
+	if len(checked.Objects) != 3+8+1+2+1 {
+		t.Errorf("%d objects", len(checked.Objects))
+	}
+
+	v := DefaultValues()
+	v.DatapathType, v.LogLevel, v.AgentMetricsPort, v.ControllerMetricsPort, v.PodMTU = config.DatapathNetdev, "debug", 20351, 20350, 1450
+	v.ControllerImage, v.AgentImage = "registry.example.com:5000/tf/controller:v1.2.3", "registry.example.com/tf/agent@sha256:"+strings.Repeat("ab", 32)
+	rendered, err := Render(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked, err = Check(rendered)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := checked.Agent; a.DatapathType != "netdev" || a.LogLevel != "debug" || a.MetricsAddress != ":20351" || a.CNI.MTU != 1450 {
+		t.Errorf("agent configuration %+v", a)
+	}
+	if c := checked.Controller; c.LogLevel != "debug" || c.MetricsAddress != ":20350" {
+		t.Errorf("controller configuration %+v", c)
+	}
+	for _, want := range []string{"image: registry.example.com:5000/tf/controller:v1.2.3", "image: " + v.AgentImage, "containerPort: 20351"} {
+		if !strings.Contains(string(rendered), want) {
+			t.Errorf("rendered manifest lacks %q", want)
+		}
+	}
+}
+
+func TestRenderRejectsBadValues(t *testing.T) {
+	for name, mutate := range map[string]func(*Values){
+		"datapath":    func(v *Values) { v.DatapathType = "dpdk" },
+		"log level":   func(v *Values) { v.LogLevel = "verbose" },
+		"image":       func(v *Values) { v.AgentImage = "agent image" },
+		"empty image": func(v *Values) { v.ControllerImage = "" },
+		"pull policy": func(v *Values) { v.ImagePullPolicy = "Sometimes" },
+		"port":        func(v *Values) { v.AgentMetricsPort = 70000 },
+		"same ports":  func(v *Values) { v.AgentMetricsPort = v.ControllerMetricsPort },
+		"mtu":         func(v *Values) { v.PodMTU = 20 },
+	} {
+		v := DefaultValues()
+		mutate(&v)
+		if _, err := Render(v); err == nil {
+			t.Errorf("%s: accepted %+v", name, v)
+		}
+	}
+	cmd := exec.Command("make", "--no-print-directory", "-C", "..", "manifests", "MANIFESTS_OUT="+filepath.Join(t.TempDir(), "x.yaml"), "DATAPATH_TYPE=kernel")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), `datapath type "kernel"`) {
+		t.Errorf("make manifests DATAPATH_TYPE=kernel: %v\n%s", err, out)
+	}
+}
+
+// TestCheckCatchesBrokenManifests: edits an operator could make by hand
+// that would only fail in the cluster are caught by Check.
+func TestCheckCatchesBrokenManifests(t *testing.T) {
+	good, err := os.ReadFile("tierflow.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ name, old, new, want string }{
+		{"unknown config key", "    bridgeName: br-int\n", "    bridgeName: br-int\n    bridge: br-int\n", "unknown key bridge"},
+		{"bad datapath in ConfigMap", "datapathType: system", "datapathType: kernel", `invalid datapathType "kernel"`},
+		{"token audience", "audience: tierflow", "audience: kubernetes", "audience"},
+		{"unmounted state dir", "stateDir: /var/lib/tierflow/agent", "stateDir: /var/lib/other", "stateDir"},
+		{"unknown flag", "- --config=/etc/tierflow/config/controller.yaml", "- --config=/etc/tierflow/config/controller.yaml\n            - --leader-elect-lease=x", "unknown flag"},
+		{"lease name", "resourceNames: [tierflow-controller]", "resourceNames: [other]", "Lease tierflow-controller"},
+		{"no service env", "$(TIERFLOW_CONTROLLER_SERVICE_HOST)", "$(CONTROLLER_HOST)", "controllerAddress"},
+		{"socket dir", "mountPath: /run/openvswitch", "mountPath: /var/run/ovs", "OVSDB socket directory"},
+		{"metrics port", "containerPort: 10351", "containerPort: 10999", "metricsAddress"},
+		{"missing ServiceAccount", "  name: tierflow-agent\n  namespace: kube-system\n  labels:\n    app.kubernetes.io/name: tierflow\n    app.kubernetes.io/component: agent\n---", "  name: tierflow-agent-x\n  namespace: kube-system\n  labels:\n    app.kubernetes.io/name: tierflow\n    app.kubernetes.io/component: agent\n---", "ServiceAccount kube-system/tierflow-agent is missing"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bad := strings.Replace(string(good), tc.old, tc.new, 1)
+			if bad == string(good) {
+				t.Fatalf("%q not found in tierflow.yaml", tc.old)
+			}
+			_, err := Check([]byte(bad))
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q does not mention %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestCreateTLSSecretScriptSyntax keeps the script parseable; its run
+// against a real API server is in TestApplyToRealAPIServer.
+func TestCreateTLSSecretScriptSyntax(t *testing.T) {
+	if out, err := exec.Command("bash", "-n", "create-tls-secret.sh").CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+}
