@@ -12,7 +12,7 @@
 //     keeping N Node objects Ready with the node-fast and
 //     heartbeat-with-lease stages of its own kustomize/stage directory, and
 //     serving `kubectl exec` (--enable-crds=Exec) over TLS on each node's
-//     address (a dummy interface holds the node addresses);
+//     address (the fabric bridge's interface holds the node addresses);
 //   - per node, `tierflow-podrunner node` (package noderuntime): the
 //     kubelet stand-in that attaches each pod with tierflow-cni, runs its
 //     servers in its namespace, creates its Exec object and reports its

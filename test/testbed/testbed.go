@@ -81,7 +81,7 @@ type Testbed struct {
 	Dir, BinDir string
 	// KwokPort is the port kwok serves the kubelet API on, on every node IP.
 	KwokPort int
-	// NodeInterface is the dummy interface holding the node addresses.
+	// NodeInterface holds the node addresses (the fabric bridge's port).
 	NodeInterface string
 
 	kwok *process
@@ -127,7 +127,10 @@ func Start(tb testing.TB, opts Options) *Testbed {
 		tb.Fatalf("testbed: %v", err)
 	}
 
-	tbed.NodeInterface = "tf" + tbed.OVS.ID + "nodes"
+	// The node addresses live on the fabric bridge's own (tap) interface:
+	// local to the host, so kube-apiserver reaches kwok on them, and gone
+	// with the bridge.
+	tbed.NodeInterface = tbed.Fabric.Name
 	subnet, err := randomByte()
 	if err != nil {
 		tb.Fatalf("testbed: %v", err)
@@ -136,10 +139,9 @@ func Start(tb testing.TB, opts Options) *Testbed {
 	for i := 1; i <= opts.Nodes; i++ {
 		nodeIPs = append(nodeIPs, fmt.Sprintf("172.31.%d.%d", subnet, 10+i))
 	}
-	if err := addDummy(tbed.NodeInterface, nodeIPs); err != nil {
+	if err := addAddresses(tbed.NodeInterface, nodeIPs); err != nil {
 		tb.Fatalf("testbed: %v", err)
 	}
-	tb.Cleanup(func() { _ = run("ip", "link", "del", tbed.NodeInterface) })
 
 	if err := installAgnhost(tb, filepath.Join(tbed.BinDir, "tierflow-podrunner")); err != nil {
 		tb.Fatalf("testbed: %v", err)
@@ -440,17 +442,13 @@ func (t *Testbed) Exec(namespace, pod string, cmd ...string) ExecResult {
 	return res
 }
 
-func addDummy(name string, ips []string) error {
-	_ = run("ip", "link", "del", name)
-	if err := run("ip", "link", "add", name, "type", "dummy"); err != nil {
-		return err
-	}
+func addAddresses(dev string, ips []string) error {
 	for _, ip := range ips {
-		if err := run("ip", "addr", "add", ip+"/32", "dev", name); err != nil {
+		if err := run("ip", "addr", "add", ip+"/32", "dev", dev); err != nil {
 			return err
 		}
 	}
-	return run("ip", "link", "set", name, "up")
+	return run("ip", "link", "set", dev, "up")
 }
 
 func writeServingCert(certFile, keyFile string, ips []string) error {
