@@ -42,11 +42,16 @@
 //
 // These are stable and are part of tierctl's output contract:
 //
-//	situation                tier           policy  rule  action  reason
-//	a rule decided           Admin|NetworkPolicy|Baseline  set  set  Allow|Deny  Rule
-//	isolation drop           NetworkPolicy  null    null  Deny    Isolation     (isolatedBy lists the isolating policies)
-//	default allow            Baseline       null    null  Allow   DefaultAllow  (also after a Baseline Pass, see passedThrough)
-//	end is not a pod         None           null    null  Allow   NotAPod
+//	situation           tier                               policy  rule  action      reason
+//	a rule decided      Admin, NetworkPolicy or Baseline   set     set   Allow/Deny  Rule
+//	isolation drop      NetworkPolicy                      null    null  Deny        Isolation
+//	default allow       Baseline                           null    null  Allow       DefaultAllow
+//	end is not a pod    None                               null    null  Allow       NotAPod
+//
+// The isolation drop lists the isolating NetworkPolicies in isolatedBy. The
+// default allow is also the outcome of a Baseline-tier Pass (listed in
+// passedThrough). "Not a pod" is a bare address that no pod of the
+// inventory has; an address that exactly one pod has is that pod.
 //
 // passedThrough is always present (an empty list when no Pass was taken).
 // isolatedBy is present whenever the pod is isolated in that direction, also
