@@ -37,8 +37,8 @@ func (e *Env) AddBridge(name string) *Bridge {
 		"datapath_type=netdev", "fail_mode=secure", "protocols=OpenFlow13"); err != nil {
 		e.t.Fatalf("ovsenv: %v", err)
 	}
-	if err := waitForSocket(filepath.Join(e.Dir, full+".mgmt"), 10*time.Second); err != nil {
-		e.t.Fatalf("ovsenv: bridge %s: %v", full, err)
+	if err := waitForSocket(filepath.Join(e.Dir, full+".mgmt"), startTimeout); err != nil {
+		e.t.Fatalf("ovsenv: bridge %s: %v\n%s", full, err, e.log("ovs-vswitchd"))
 	}
 	br := &Bridge{env: e, Name: full}
 	e.mu.Lock()
@@ -126,7 +126,7 @@ func (b *Bridge) Trace(spec string, extra ...string) (string, error) {
 // OFPort returns the OpenFlow port number of an interface, waiting until
 // ovs-vswitchd assigned one.
 func (b *Bridge) OFPort(iface string) (uint32, error) {
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(startTimeout)
 	for {
 		out, err := b.env.Vsctl("get", "Interface", iface, "ofport")
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"net"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -20,6 +21,10 @@ import (
 
 // SchemaPath is the OVSDB schema of the Debian openvswitch-switch package.
 const SchemaPath = "/usr/share/openvswitch/vswitch.ovsschema"
+
+// startTimeout bounds waiting for a daemon or bridge to come up; generous
+// because tests share a small, busy machine (it only matters on failure).
+const startTimeout = 60 * time.Second
 
 // nsPrefix starts the name of every namespace this package creates; the
 // creating process's pid follows, so stale namespaces of dead test processes
@@ -79,7 +84,7 @@ func Start(t testing.TB) *Env {
 		"--unixctl="+filepath.Join(dir, "ovsdb-server.ctl"),
 		"--log-file="+filepath.Join(dir, "ovsdb-server.log"),
 		"--no-chdir")
-	if err := waitForSocket(e.DBSocketPath(), 10*time.Second); err != nil {
+	if err := waitForSocket(e.DBSocketPath(), startTimeout); err != nil {
 		t.Fatalf("ovsenv: ovsdb-server: %v\n%s", err, e.log("ovsdb-server"))
 	}
 	if _, err := e.Vsctl("--no-wait", "init"); err != nil {
@@ -143,12 +148,12 @@ func (e *Env) StartVswitchd() error {
 		// No kernel datapath: tests use the userspace datapath only and must
 		// not depend on (or disturb) the openvswitch kernel module.
 		"--disable-system")
-	if err := waitForSocket(e.vswitchdCtl(), 10*time.Second); err != nil {
+	if err := waitForSocket(e.vswitchdCtl(), startTimeout); err != nil {
 		return fmt.Errorf("ovs-vswitchd: %v\n%s", err, e.log("ovs-vswitchd"))
 	}
 	// ovs-vsctl waits (without --no-wait) until ovs-vswitchd has applied the
 	// change, i.e. caught up with the database.
-	if _, err := e.vsctlTimeout(20, "set", "Open_vSwitch", ".", "other_config:tierflow-test="+e.ID); err != nil {
+	if _, err := e.vsctlTimeout(60, "set", "Open_vSwitch", ".", "other_config:tierflow-test="+e.ID); err != nil {
 		return err
 	}
 	return nil
@@ -190,15 +195,20 @@ func waitExit(cmd *exec.Cmd, timeout time.Duration) error {
 	return fmt.Errorf("%s did not exit in %v; killed", filepath.Base(cmd.Path), timeout)
 }
 
+// waitForSocket waits until a unix socket accepts connections (the file
+// appears at bind(), before the daemon listens).
 func waitForSocket(path string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
+	var err error
 	for time.Now().Before(deadline) {
-		if fi, err := os.Stat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+		var c net.Conn
+		if c, err = net.DialTimeout("unix", path, time.Second); err == nil {
+			c.Close()
 			return nil
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return fmt.Errorf("socket %s did not appear in %v", path, timeout)
+	return fmt.Errorf("socket %s not accepting connections after %v: %v", path, timeout, err)
 }
 
 func (e *Env) log(daemon string) string {
@@ -229,7 +239,7 @@ func (e *Env) run(timeout time.Duration, name string, args ...string) (string, e
 
 // Vsctl runs ovs-vsctl against the private database.
 func (e *Env) Vsctl(args ...string) (string, error) {
-	return e.vsctlTimeout(10, args...)
+	return e.vsctlTimeout(60, args...)
 }
 
 func (e *Env) vsctlTimeout(seconds int, args ...string) (string, error) {
@@ -239,13 +249,13 @@ func (e *Env) vsctlTimeout(seconds int, args ...string) (string, error) {
 
 // Appctl runs ovs-appctl against the private ovs-vswitchd.
 func (e *Env) Appctl(args ...string) (string, error) {
-	return e.run(20*time.Second, "ovs-appctl", append([]string{"-t", e.vswitchdCtl()}, args...)...)
+	return e.run(60*time.Second, "ovs-appctl", append([]string{"-t", e.vswitchdCtl()}, args...)...)
 }
 
 // Ofctl runs ovs-ofctl -O OpenFlow13 with the given arguments; bridge names
 // resolve to the private management sockets.
 func (e *Env) Ofctl(args ...string) (string, error) {
-	return e.run(20*time.Second, "ovs-ofctl", append([]string{"-O", "OpenFlow13"}, args...)...)
+	return e.run(60*time.Second, "ovs-ofctl", append([]string{"-O", "OpenFlow13"}, args...)...)
 }
 
 func (e *Env) cleanup() {

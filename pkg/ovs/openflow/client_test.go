@@ -439,3 +439,82 @@ func TestReconnectAfterVswitchdRestart(t *testing.T) {
 		t.Fatalf("Connects = %d, want 2", c.Connects())
 	}
 }
+
+// TestBundleCommitErrorNamesFlow: a failure the switch only detects when
+// committing (the table is full) is mapped to the flow that caused it, and
+// the bundle installs nothing.
+func TestBundleCommitErrorNamesFlow(t *testing.T) {
+	env := ovsenv.Start(t)
+	br := env.AddBridge("br")
+	if _, err := env.Vsctl("--", "--id=@ft", "create", "Flow_Table", "flow_limit=2", "overflow_policy=refuse",
+		"--", "set", "Bridge", br.Name, "flow_tables:5=@ft"); err != nil {
+		t.Fatal(err)
+	}
+	c := dialBridge(t, br, openflow.Options{})
+	var flows []openflow.Flow
+	for i := 0; i < 3; i++ {
+		flows = append(flows, openflow.Flow{Table: 5, Priority: uint16(100 + i), Cookie: uint64(0x500 + i)})
+	}
+	flows = append([]openflow.Flow{{Table: 4, Priority: 1, Cookie: 0x400}}, flows...)
+	err := c.AddFlows(context.Background(), flows...)
+	var fe *openflow.FlowError
+	if !errors.As(err, &fe) {
+		t.Fatalf("got %v, want a FlowError", err)
+	}
+	if fe.Index != 3 || fe.Flow.Cookie != 0x502 || !strings.Contains(err.Error(), "OFPFMFC_TABLE_FULL") {
+		t.Fatalf("error names the wrong flow or cause: %v", err)
+	}
+	if got := dump(t, br); len(got) != 0 {
+		t.Fatalf("failed bundle installed flows: %q", got)
+	}
+	if err := c.AddFlows(context.Background(), flows[:3]...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDialRequiresOpenFlow13: a bridge that does not allow OpenFlow 1.3 is
+// refused with a clear error instead of being driven with a wrong encoding.
+func TestDialRequiresOpenFlow13(t *testing.T) {
+	env := ovsenv.Start(t)
+	br := env.AddBridge("br")
+	if _, err := env.Vsctl("set", "Bridge", br.Name, "protocols=OpenFlow10"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := openflow.Dial(ctx, br.MgmtEndpoint(), openflow.Options{})
+	if err == nil {
+		c.Close()
+		t.Fatal("Dial succeeded on an OpenFlow10-only bridge")
+	}
+	t.Logf("error: %v", err)
+	if _, err := openflow.Dial(ctx, "http://x", openflow.Options{}); err == nil {
+		t.Fatal("Dial accepted a bad target")
+	}
+}
+
+// BenchmarkAddFlowsBundle measures installing 1000 conjunctive-style flows
+// in one bundle on a real OVS.
+func BenchmarkAddFlowsBundle(b *testing.B) {
+	env := ovsenv.Start(b)
+	br := env.AddBridge("bn")
+	ctx := context.Background()
+	c, err := openflow.Dial(ctx, br.MgmtEndpoint(), openflow.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	flows := make([]openflow.Flow, 1000)
+	for i := range flows {
+		flows[i] = openflow.Flow{Table: 10, Priority: 100, Cookie: 0x1, Match: openflow.Match{EthType: 0x0800,
+			IPSrc: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i >> 8), byte(i), 0}), 24)},
+			Actions: []openflow.Action{openflow.Conjunction{ID: 1, Clause: 1, NClauses: 2}}}
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := c.AddFlows(ctx, flows...); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(len(flows)), "flows/op")
+}
