@@ -118,7 +118,10 @@ func Start(tb testing.TB, opts Options) *Testbed {
 		tb.Fatalf("testbed: %v", err)
 	}
 
-	tbed.Cluster = kubeapi.Start(tb, kubeapi.WithControllerManager(), kubeapi.WithScheduler(), kubeapi.WithCRDs())
+	// kube-apiserver reaches kwok (exec, logs) at each node's InternalIP:
+	// the default preference starts with Hostname, which does not resolve.
+	tbed.Cluster = kubeapi.Start(tb, kubeapi.WithControllerManager(), kubeapi.WithScheduler(), kubeapi.WithCRDs(),
+		kubeapi.WithAPIServerArgs("--kubelet-preferred-address-types=InternalIP"))
 	tbed.Cluster.Kubectl(tb, "apply", "-f", filepath.Join(kwokModule, "kustomize", "crd", "bases", "kwok.x-k8s.io_execs.yaml"))
 
 	tbed.OVS = ovsenv.Start(tb)
