@@ -510,6 +510,21 @@ func TestAddErrors(t *testing.T) {
 		mustSucceed(t, run(t, invocation{command: "DEL", containerID: "r1", netns: nsA, ifName: "eth0", stdin: good.json()}), "DEL r1")
 	})
 
+	t.Run("no pod identity", func(t *testing.T) {
+		// Without K8S_POD_* the port carries no pod keys, so the agent
+		// ignores it rather than mapping it to a pod.
+		mustSucceed(t, run(t, invocation{command: "ADD", containerID: "anon", netns: nsA, ifName: "eth0", args: "", stdin: good.json()}), "ADD without CNI_ARGS")
+		host := cni.HostVethName("anon", "eth0")
+		out, err := env.Vsctl("get", "Interface", host, "external_ids")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(out, cni.ExternalIDPodName) || strings.Contains(out, cni.ExternalIDPodNamespace) || !strings.Contains(out, cni.ExternalIDPodIPs) {
+			t.Errorf("external_ids without pod identity: %s", out)
+		}
+		mustSucceed(t, run(t, invocation{command: "DEL", containerID: "anon", netns: nsA, ifName: "eth0", stdin: good.json()}), "DEL anon")
+	})
+
 	t.Run("OVS failure rolls back", func(t *testing.T) {
 		// A port of the same name on another bridge makes add-port fail
 		// after the veth exists and the addresses are allocated.
