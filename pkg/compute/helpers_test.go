@@ -72,8 +72,11 @@ func mkNode(name string, lbls []string, ips ...string) *corev1.Node {
 
 // mustYAML decodes a YAML object into out or fails the test.
 func mustYAML(t testing.TB, doc string, out any) {
-	t.Helper()
 	if err := yaml.UnmarshalStrict([]byte(doc), out); err != nil {
+		if t == nil {
+			panic(fmt.Sprintf("decoding test YAML: %v\n%s", err, doc))
+		}
+		t.Helper()
 		t.Fatalf("decoding test YAML: %v\n%s", err, doc)
 	}
 }
