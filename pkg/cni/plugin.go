@@ -20,16 +20,19 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/safchain/ethtool"
 	"github.com/vishvananda/netlink"
+
+	"github.com/tierflow/tierflow/pkg/ovs/ovsdb"
 )
 
 // Interface external_ids tierflow-cni sets on the host end's OVS Interface.
-// The first four identify the pod for the agent; the last two let CHECK and
+// The first four identify the pod for the agent and are defined by package
+// ovsdb (the contract the agent reads); the last two let CHECK and
 // operators find the CNI attachment a port belongs to.
 const (
-	ExternalIDPodNamespace = "tierflow.io/pod-namespace"
-	ExternalIDPodName      = "tierflow.io/pod-name"
-	ExternalIDPodIPs       = "tierflow.io/pod-ips"
-	ExternalIDPodMAC       = "tierflow.io/pod-mac"
+	ExternalIDPodNamespace = ovsdb.KeyPodNamespace
+	ExternalIDPodName      = ovsdb.KeyPodName
+	ExternalIDPodIPs       = ovsdb.KeyPodIPs
+	ExternalIDPodMAC       = ovsdb.KeyPodMAC
 	ExternalIDContainerID  = "tierflow.io/container-id"
 	ExternalIDIfName       = "tierflow.io/container-ifname"
 )

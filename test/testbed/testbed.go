@@ -26,6 +26,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/tierflow/tierflow/pkg/ovs/ovsdb"
 	"github.com/tierflow/tierflow/test/kubeapi"
 	"github.com/tierflow/tierflow/test/ovsenv"
 )
@@ -320,7 +321,7 @@ func (t *Testbed) addNode(i int, ip string, opts Options) (*Node, error) {
 	fabricPort := n.Bridge.Name + "-fab"
 	if _, err := t.OVS.Vsctl(
 		"add-port", n.Bridge.Name, n.UplinkPort, "--", "set", "Interface", n.UplinkPort, "type=patch", "options:peer="+fabricPort,
-		`external_ids:"tierflow.io/role"="uplink"`,
+		fmt.Sprintf("external_ids:%q=%q", ovsdb.KeyRole, ovsdb.RoleUplink),
 		"--", "add-port", t.Fabric.Name, fabricPort, "--", "set", "Interface", fabricPort, "type=patch", "options:peer="+n.UplinkPort,
 	); err != nil {
 		return nil, err
