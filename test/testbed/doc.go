@@ -27,6 +27,17 @@
 // when it created it), which enters the pod's namespace named in the Exec
 // object's environment.
 //
+// Exit status: kwok v0.8.0 wraps a failed command's exit error, so the API
+// server reports any non-zero exit as an internal error and kubectl exits
+// with status 1 (stdout and stderr still stream through, followed by
+// kubectl's "error: Internal error occurred: ..." line). agnhost connect
+// only uses 0 and 1, so probes see the real outcome; other exit codes are
+// not preserved.
+//
+// Commands other than /agnhost run on the host, in the node's namespaces,
+// with the Exec environment (TIERFLOW_NETNS names the pod's namespace):
+// kwok has no per-pod command mapping. Use `/agnhost` for probes.
+//
 // Without an agent, Options.NormalFlows installs a NORMAL flow in each node
 // bridge so pods can talk; with an agent, leave it off and give the agent
 // the node bridge, its uplink port (Node.UplinkPort) and the OVSDB socket.
