@@ -14,6 +14,18 @@
 //	flows := br.DumpFlows(0)                // ovs-ofctl -O OpenFlow13 dump-flows
 //	out := br.Trace("in_port=1,tcp,nw_src=10.0.0.1,nw_dst=10.0.0.2,tp_dst=8080")
 //
+// One Env at a time per host: ovs-vswitchd's userspace datapath creates a
+// tap device named "ovs-netdev" in the host network namespace, so two
+// ovs-vswitchd processes cannot coexist. Start takes an exclusive flock on
+// HostLockPath (held until cleanup), so Envs of concurrent test processes
+// run one after the other; never start a second Env while one is running
+// in the same test (it would wait for itself and fail after 8 minutes).
+//
+// Flow changes reach packets of existing datapath flows (an established
+// connection) once ovs-vswitchd has revalidated them, usually within
+// milliseconds; call Env.WaitRevalidated before asserting that traffic is
+// blocked right after a change.
+//
 // Isolation: every Env has a random ID; the run directory, bridge names,
 // namespace names and veth names all contain it, so several test processes
 // can run at once. Cleanup stops the daemons (ovs-vswitchd with

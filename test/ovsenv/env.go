@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // SchemaPath is the OVSDB schema of the Debian openvswitch-switch package.
@@ -39,6 +41,8 @@ type Env struct {
 	// Dir is the run directory: database, sockets, pidfiles, logs and the
 	// bridges' management sockets (Dir/BRIDGE.mgmt).
 	Dir string
+
+	lock *os.File // the host-wide lock (see HostLockPath)
 
 	mu         sync.Mutex
 	ovsdb      *exec.Cmd
@@ -64,6 +68,7 @@ func Start(t testing.TB) *Env {
 	if _, err := os.Stat(SchemaPath); err != nil {
 		t.Fatalf("ovsenv: OVSDB schema: %v", err)
 	}
+	lock := acquireHostLock(t)
 	removeStaleNamespaces(t)
 
 	// A short path under /tmp: unix socket paths are limited to 108 bytes
@@ -72,7 +77,7 @@ func Start(t testing.TB) *Env {
 	if err != nil {
 		t.Fatalf("ovsenv: %v", err)
 	}
-	e := &Env{t: t, ID: randomID(), Dir: dir}
+	e := &Env{t: t, ID: randomID(), Dir: dir, lock: lock}
 	t.Cleanup(e.cleanup)
 
 	if out, err := exec.Command("ovsdb-tool", "create", e.DBPath(), SchemaPath).CombinedOutput(); err != nil {
@@ -297,6 +302,78 @@ func (e *Env) cleanup() {
 		e.t.Logf("ovsenv: ovs-vswitchd log tail:\n%s", e.log("ovs-vswitchd"))
 	}
 	_ = os.RemoveAll(e.Dir)
+	if e.lock != nil {
+		_ = unix.Flock(int(e.lock.Fd()), unix.LOCK_UN)
+		_ = e.lock.Close()
+	}
+}
+
+// HostLockPath serializes Envs across test processes. ovs-vswitchd's
+// userspace datapath creates a tap device named "ovs-netdev" in the host
+// network namespace, so two ovs-vswitchd processes cannot run netdev
+// bridges at the same time: the second fails with "creating tap device
+// failed: Device or resource busy". Each Env therefore holds an exclusive
+// flock on this file from Start to cleanup (the kernel releases it if the
+// process dies).
+const HostLockPath = "/run/tierflow-ovsenv.lock"
+
+// hostLockWait bounds waiting for other test processes' Envs.
+const hostLockWait = 8 * time.Minute
+
+func acquireHostLock(t testing.TB) *os.File {
+	t.Helper()
+	f, err := os.OpenFile(HostLockPath, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatalf("ovsenv: %v", err)
+	}
+	deadline := time.Now().Add(hostLockWait)
+	logged := false
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) {
+			f.Close()
+			t.Fatalf("ovsenv: lock %s: %v", HostLockPath, err)
+		}
+		if time.Now().After(deadline) {
+			f.Close()
+			t.Fatalf("ovsenv: another ovsenv.Env (test process) held %s for %v; only one private OVS can run per host", HostLockPath, hostLockWait)
+		}
+		if !logged {
+			t.Logf("ovsenv: waiting for another test process's OVS to finish (%s)", HostLockPath)
+			logged = true
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// With the lock held no other ovsenv ovs-vswitchd runs; an "ovs-netdev"
+	// tap left by a killed one would make ours fail.
+	if exec.Command("ip", "link", "show", "ovs-netdev").Run() == nil && !vswitchdRunning() {
+		_ = exec.Command("ip", "link", "delete", "ovs-netdev").Run()
+	}
+	return f
+}
+
+// vswitchdRunning reports whether any ovs-vswitchd process exists.
+func vswitchdRunning() bool {
+	comms, _ := filepath.Glob("/proc/[0-9]*/comm")
+	for _, c := range comms {
+		if b, err := os.ReadFile(c); err == nil && strings.TrimSpace(string(b)) == "ovs-vswitchd" {
+			return true
+		}
+	}
+	return false
+}
+
+// WaitRevalidated waits until ovs-vswitchd's revalidators have re-checked
+// the datapath flow cache against the current OpenFlow tables (ovs-appctl
+// revalidator/wait). Flow changes reach packets of existing datapath flows
+// (e.g. an established connection) only after revalidation; tests that
+// assert "blocked right after the change" call this first.
+func (e *Env) WaitRevalidated() error {
+	_, err := e.Appctl("revalidator/wait")
+	return err
 }
 
 // removeStaleNamespaces deletes namespaces created by ovsenv in test

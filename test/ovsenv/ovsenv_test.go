@@ -82,6 +82,9 @@ func TestPodsTalkThroughFlows(t *testing.T) {
 	if _, err := br.Ofctl("add-flow", drop); err != nil {
 		t.Fatal(err)
 	}
+	if err := env.WaitRevalidated(); err != nil {
+		t.Fatal(err)
+	}
 	if err := conn.Exchange("second", 500*time.Millisecond); !errors.Is(err, ErrNoReply) {
 		t.Fatalf("exchange after drop flow: got %v, want ErrNoReply", err)
 	}
