@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -518,4 +519,64 @@ func BenchmarkAddFlowsBundle(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(len(flows)), "flows/op")
+}
+
+// TestEchoTimeoutReconnectKeepsFlows: when ovs-vswitchd stops answering
+// (SIGSTOP), the echo keep-alive drops the connection; once it answers
+// again the client reconnects and, since the flows survived, reports
+// FlowsLost=false.
+func TestEchoTimeoutReconnectKeepsFlows(t *testing.T) {
+	env := ovsenv.Start(t)
+	br := env.AddBridge("br")
+	events := make(chan openflow.ConnectEvent, 10)
+	c := dialBridge(t, br, openflow.Options{
+		EchoInterval: 100 * time.Millisecond, ReplyTimeout: 500 * time.Millisecond,
+		MinBackoff: 50 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, Logf: t.Logf,
+		OnConnect: func(ctx context.Context, c *openflow.Client, ev openflow.ConnectEvent) error {
+			events <- ev
+			return nil
+		},
+	})
+	<-events
+	if err := c.AddFlows(context.Background(), openflow.Flow{Table: 0, Priority: 1, Cookie: 0x1}); err != nil {
+		t.Fatal(err)
+	}
+	pidText, err := os.ReadFile(filepath.Join(env.Dir, "ovs-vswitchd.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := strings.TrimSpace(string(pidText))
+	signal := func(sig string) {
+		t.Helper()
+		if out, err := exec.Command("kill", "-"+sig, pid).CombinedOutput(); err != nil {
+			t.Fatalf("kill -%s %s: %v: %s", sig, pid, err, out)
+		}
+	}
+	signal("STOP")
+	resumed := false
+	defer func() {
+		if !resumed {
+			signal("CONT")
+		}
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for c.Connected() {
+		if time.Now().After(deadline) {
+			t.Fatal("connection to a stopped ovs-vswitchd was not dropped")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	signal("CONT")
+	resumed = true
+	select {
+	case ev := <-events:
+		if !ev.Reconnect || ev.FlowsLost {
+			t.Fatalf("reconnect event: %+v, want Reconnect and not FlowsLost", ev)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no reconnection after ovs-vswitchd resumed")
+	}
+	if got := dump(t, br); len(got) != 1 {
+		t.Fatalf("flows after reconnect: %q", got)
+	}
 }
