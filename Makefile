@@ -20,6 +20,10 @@ lint: ## gofmt and go vet
 test: deps lint ## every test: unit, real OVS, real kube-apiserver
 	$(GO) test -count=1 ./...
 
+.PHONY: test-ovs
+test-ovs: deps ## the OVS layer alone: test/ovsenv, pkg/ovs/openflow, pkg/ovs/ovsdb (real OVS, root)
+	$(GO) test -count=1 ./test/ovsenv ./pkg/ovs/...
+
 # Kubernetes binaries for the real kube-apiserver test harness (test/kubeapi),
 # built from the separate module in build/kube. Cached: rebuilt only when
 # build/kube/go.mod or go.sum is newer than the binaries.
