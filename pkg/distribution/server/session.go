@@ -150,10 +150,8 @@ func (s *Server) Sync(stream wire.ServerStream) error {
 	s.m.connected.Inc()
 	if resumed {
 		s.m.resumes.Inc()
-	} else {
-		s.m.resyncs.WithLabelValues(reason).Inc()
 	}
-	s.log.Info("agent connected", "node", node, "resumed", resumed, "fromVersion", hello.Version)
+	s.log.Info("agent connected", "node", node, "resumed", resumed, "fromVersion", hello.Version, "fullReason", reason)
 	defer func() {
 		s.m.connected.Dec()
 		s.mu.Lock()
@@ -207,6 +205,7 @@ func (s *Server) sendUpdates(ctx context.Context, stream wire.ServerStream, ss *
 		}
 		if ss.needFull {
 			u := s.buildFull(ss)
+			s.m.resyncs.WithLabelValues(ss.fullReason).Inc()
 			ss.needFull, ss.fullReason = false, ""
 			// The full update does not depend on anything before it.
 			ss.log, ss.sent = nil, ss.version

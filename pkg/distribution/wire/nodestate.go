@@ -86,11 +86,13 @@ func PolicyForNode(p *model.Policy) *model.Policy {
 	return &c
 }
 
-// AppliedToGroupForNode is g as sent to node: without its span and with
-// only node's members, sorted by MemberKey.
+// AppliedToGroupForNode is g as sent to node: only node's members, sorted
+// by MemberKey, without span and without generation — the group's
+// generation counts changes on every node, and a change on another node
+// is not sent to this one.
 func AppliedToGroupForNode(g *model.AppliedToGroup, node string) *model.AppliedToGroup {
 	c := model.AppliedToGroup{
-		Meta:          model.Meta{ID: g.ID, Generation: g.Generation},
+		Meta:          model.Meta{ID: g.ID},
 		Selector:      g.Selector,
 		MembersByNode: map[string][]model.GroupMember{},
 	}
