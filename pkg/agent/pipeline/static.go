@@ -145,10 +145,10 @@ func StaticFlows(cfg Config, pods []LocalPod, synced bool, round uint8) []openfl
 		}
 		for _, mac := range []net.HardwareAddr{p.MAC, zeroMAC} {
 			for _, s := range srcs {
-				add(SpoofGuard, PriorityHigh, openflow.Match{InPort: p.OFPort, EthSrc: p.MAC, EthType: ethIPv6, IPSrc: s, IPProto: protoICMPv6, ICMPType: u8(icmp6NS), NDSll: mac}, LoadBypass(), goTo(Forwarding))
+				add(SpoofGuard, PriorityHigh, openflow.Match{InPort: p.OFPort, EthSrc: p.MAC, EthType: ethIPv6, IPSrc: s, IPProto: protoICMPv6, ICMPType: u8(icmp6NS), ICMPCode: u8(0), NDSll: mac}, LoadBypass(), goTo(Forwarding))
 			}
 			for _, tg := range targets {
-				add(SpoofGuard, PriorityHigh, openflow.Match{InPort: p.OFPort, EthSrc: p.MAC, EthType: ethIPv6, IPProto: protoICMPv6, ICMPType: u8(icmp6NA), NDTarget: tg, NDTll: mac}, LoadBypass(), goTo(Forwarding))
+				add(SpoofGuard, PriorityHigh, openflow.Match{InPort: p.OFPort, EthSrc: p.MAC, EthType: ethIPv6, IPProto: protoICMPv6, ICMPType: u8(icmp6NA), ICMPCode: u8(0), NDTarget: tg, NDTll: mac}, LoadBypass(), goTo(Forwarding))
 			}
 		}
 		// Any other ND message from the pod (a spoofed target or address) drops.
@@ -196,7 +196,7 @@ func StaticFlows(cfg Config, pods []LocalPod, synced bool, round uint8) []openfl
 				add(Forwarding, PriorityNormal, openflow.Match{EthType: ethARP, ArpTpa: ip}, to...)
 				add(Forwarding, PriorityNormal, openflow.Match{EthType: ethIPv4, IPDst: netip.PrefixFrom(ip, 32)}, to...)
 			} else {
-				add(Forwarding, PriorityHigh, openflow.Match{EthType: ethIPv6, IPProto: protoICMPv6, ICMPType: u8(icmp6NS), NDTarget: netip.PrefixFrom(ip, 128)}, to...)
+				add(Forwarding, PriorityHigh, openflow.Match{EthType: ethIPv6, IPProto: protoICMPv6, ICMPType: u8(icmp6NS), ICMPCode: u8(0), NDTarget: netip.PrefixFrom(ip, 128)}, to...)
 				add(Forwarding, PriorityNormal, openflow.Match{EthType: ethIPv6, IPDst: netip.PrefixFrom(ip, 128)}, to...)
 			}
 		}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/tierflow/tierflow/pkg/agent/realizer"
 	"github.com/tierflow/tierflow/pkg/explain"
 	"github.com/tierflow/tierflow/pkg/model"
+	"github.com/tierflow/tierflow/pkg/ovs/openflow"
 	"github.com/tierflow/tierflow/test/ovsenv"
 )
 
@@ -43,29 +45,61 @@ func (p *testPod) local() pipeline.LocalPod {
 // node is one simulated node: a bridge and its realizer.
 type node struct {
 	name string
+	env  *ovsenv.Env
 	br   *ovsenv.Bridge
 	cfg  pipeline.Config
+	mu   sync.Mutex
 	r    *realizer.Realizer
 	pods []*testPod
 }
 
-func installer(br *ovsenv.Bridge) flowsync.Installer {
-	return flowsync.Ofctl{Target: br.MgmtEndpoint()}
+// connect dials the bridge with the agent's OpenFlow client. When the
+// client reconnects to a switch that lost the flows (ovs-vswitchd
+// restarted), it asks the node's current realizer to replay them.
+func (n *node) connect(t *testing.T) flowsync.Installer {
+	t.Helper()
+	c, err := openflow.Dial(context.Background(), n.br.MgmtEndpoint(), openflow.Options{
+		OnConnect: func(ctx context.Context, _ *openflow.Client, ev openflow.ConnectEvent) error {
+			if ev.Reconnect && ev.FlowsLost {
+				n.mu.Lock()
+				r := n.r
+				n.mu.Unlock()
+				if r != nil {
+					// Asynchronous: Replay waits for the realizer's lock, which an
+					// Update blocked on this very connection may hold.
+					go func() {
+						if err := r.Replay(context.Background()); err != nil {
+							t.Logf("replay on %s: %v", n.name, err)
+						}
+					}()
+				}
+			}
+			return nil
+		},
+	})
+	if err != nil {
+		t.Fatalf("openflow dial %s: %v", n.name, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return flowsync.Client{C: c}
 }
 
 func newNode(t *testing.T, env *ovsenv.Env, name string, zone uint16) *node {
 	t.Helper()
 	br := env.AddBridge(name)
-	n := &node{name: name, br: br, cfg: pipeline.Config{CtZone: zone}}
+	n := &node{name: name, env: env, br: br, cfg: pipeline.Config{CtZone: zone}}
 	return n
 }
 
 func (n *node) start(t *testing.T) {
 	t.Helper()
-	n.r = realizer.New(n.cfg, installer(n.br))
-	if err := n.r.Start(context.Background()); err != nil {
+	r := realizer.New(n.cfg, n.connect(t))
+	if err := r.Start(context.Background()); err != nil {
 		t.Fatalf("start realizer on %s: %v", n.name, err)
 	}
+	n.mu.Lock()
+	n.r = r
+	n.mu.Unlock()
 }
 
 func (n *node) addPod(t *testing.T, name string, idx int, ports ...model.NamedPort) *testPod {
@@ -186,6 +220,19 @@ func (s *state) apply(t *testing.T, nodes ...*node) {
 		if _, err := n.r.Update(context.Background(), s.input(n)); err != nil {
 			t.Fatalf("update %s: %v", n.name, err)
 		}
+		n.settle(t)
+	}
+}
+
+// settle waits until ovs-vswitchd has revalidated its datapath flow cache
+// against the new OpenFlow tables. The bundle changes the tables
+// atomically, but megaflows cached from the old tables keep serving
+// packets until the revalidator threads recompute them (normally within
+// milliseconds); a probe right after an update must not race that.
+func (n *node) settle(t *testing.T) {
+	t.Helper()
+	if _, err := n.env.Appctl("revalidator/wait"); err != nil {
+		t.Fatalf("revalidator/wait: %v", err)
 	}
 }
 

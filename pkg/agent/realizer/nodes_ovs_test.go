@@ -11,8 +11,8 @@ import (
 
 	"github.com/tierflow/tierflow/pkg/agent/flowsync"
 	"github.com/tierflow/tierflow/pkg/agent/pipeline"
-	"github.com/tierflow/tierflow/pkg/agent/realizer"
 	"github.com/tierflow/tierflow/pkg/model"
+	"github.com/tierflow/tierflow/pkg/ovs/openflow"
 	"github.com/tierflow/tierflow/test/ovsenv"
 )
 
@@ -210,15 +210,11 @@ func TestAgentRestart(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	for i := 0; i < 3; i++ {
 		// The agent restarts: a new realizer on the same bridge.
-		r2 := realizer.New(n.cfg, installer(n.br))
-		if err := r2.Start(context.Background()); err != nil {
-			t.Fatal(err)
-		}
+		n.start(t)
 		time.Sleep(100 * time.Millisecond) // old flows keep enforcing meanwhile
-		if _, err := r2.Update(context.Background(), s.input(n)); err != nil {
+		if _, err := n.r.Update(context.Background(), s.input(n)); err != nil {
 			t.Fatal(err)
 		}
-		n.r = r2
 		time.Sleep(100 * time.Millisecond)
 	}
 	sent, recv := stream.finish()
@@ -234,6 +230,9 @@ func TestAgentRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, st := range stats {
+		if st.Cookie == openflow.SentinelCookie {
+			continue // the OpenFlow client's own marker
+		}
 		if r, _, _ := pipeline.DecodeCookie(st.Cookie); r != n.r.Round() {
 			t.Errorf("flow of round %d left after restart (current %d, first %d): cookie %#x", r, n.r.Round(), oldRound, st.Cookie)
 		}
@@ -273,33 +272,36 @@ func TestFlowsLost(t *testing.T) {
 	if replayed, err := n.r.Check(context.Background()); err != nil || replayed {
 		t.Fatalf("check with flows intact: replayed=%v err=%v", replayed, err)
 	}
-	for _, lose := range []struct {
-		name string
-		do   func() error
-	}{
-		{"del-flows", func() error { _, err := n.br.Ofctl("del-flows"); return err }},
-		{"ovs-vswitchd restart", env.RestartVswitchd},
-	} {
-		if err := lose.do(); err != nil {
-			t.Fatalf("%s: %v", lose.name, err)
-		}
-		out, _ := n.br.Ofctl("dump-flows")
-		if strings.Contains(out, "goto_table") {
-			t.Fatalf("%s: flows still installed:\n%s", lose.name, out)
-		}
-		var replayed bool
-		var err error
-		deadline := time.Now().Add(10 * time.Second)
-		for time.Now().Before(deadline) {
-			// The bridge's management socket returns shortly after a restart.
-			if replayed, err = n.r.Check(context.Background()); err == nil {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		if err != nil || !replayed {
-			t.Fatalf("%s: check replayed=%v err=%v", lose.name, replayed, err)
-		}
-		check("after " + lose.name)
+	// Someone deletes the flows: the periodic check notices the missing
+	// sentinel and replays.
+	if _, err := n.br.Ofctl("del-flows"); err != nil {
+		t.Fatal(err)
 	}
+	if out, _ := n.br.Ofctl("dump-flows"); strings.Contains(out, "goto_table") {
+		t.Fatalf("flows still installed after del-flows:\n%s", out)
+	}
+	if replayed, err := n.r.Check(context.Background()); err != nil || !replayed {
+		t.Fatalf("check after del-flows: replayed=%v err=%v", replayed, err)
+	}
+	check("after del-flows")
+
+	// ovs-vswitchd restarts (OVS keeps no flows across a restart): the
+	// OpenFlow client reconnects, finds its sentinel gone and the reconnect
+	// hook replays everything, without anyone calling Check.
+	if err := env.RestartVswitchd(); err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("cookie=%#x,", pipeline.Cookie(n.r.Round(), pipeline.RoleSentinel, 0))
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		out, err := n.br.Ofctl("dump-flows")
+		if err == nil && strings.Contains(strings.ReplaceAll(out, " ", ""), want) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("flows not replayed 20s after the ovs-vswitchd restart (want %s):\n%s %v", want, out, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	check("after ovs-vswitchd restart")
 }

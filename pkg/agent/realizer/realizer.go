@@ -132,14 +132,28 @@ func (r *Realizer) Check(ctx context.Context) (bool, error) {
 			return false, nil
 		}
 	}
-	// Everything we believed installed may be gone or partial: re-add all
-	// (replacing what is left) and delete anything of other rounds, in one
-	// bundle.
-	r.syncer.Forget()
-	if _, err := r.syncer.Adopt(ctx, r.desired, r.round); err != nil {
-		return true, err
+	return true, r.replayLocked(ctx)
+}
+
+// Replay installs every flow again, whatever the bridge holds: for the
+// OpenFlow client's reconnect hook when it reports the flows lost. It does
+// nothing before the first Update of an agent adopting a previous run's
+// flows (that Update installs everything anyway).
+func (r *Realizer) Replay(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.started || r.adopting {
+		return nil
 	}
-	return true, nil
+	return r.replayLocked(ctx)
+}
+
+// replayLocked re-adds all flows (replacing whatever is left) and deletes
+// anything of other rounds, in one bundle.
+func (r *Realizer) replayLocked(ctx context.Context) error {
+	r.syncer.Forget()
+	_, err := r.syncer.Adopt(ctx, r.desired, r.round)
+	return err
 }
 
 // Stats returns the counters of every flow of this round.
