@@ -31,6 +31,7 @@ const (
 	ControllerKey    = "controller.yaml"
 	AgentKey         = "agent.yaml"
 	checkNodeName    = "check-node"
+	checkPodName     = "check-pod"
 	checkClusterIP   = "10.96.100.100"
 	controllerCName  = "controller"
 	agentCName       = "agent"
@@ -167,6 +168,9 @@ func (c *checker) run(res *Checked) error {
 		return fmt.Errorf("Deployment %s container %s: %w", ControllerName, ctr.Name, err)
 	}
 	res.Controller = &ctl
+	if ctl.Identity != checkPodName {
+		return fmt.Errorf("Deployment %s: the controller's identity must come from metadata.name (env %s), got %q", ControllerName, config.PodNameEnv, ctl.Identity)
+	}
 	if ctl.Kubeconfig != "" {
 		return fmt.Errorf("the controller's kubeconfig must be empty in the cluster (in-cluster service account), got %q", ctl.Kubeconfig)
 	}
@@ -353,8 +357,10 @@ func loadConfig(pod *corev1.PodSpec, ctr *corev1.Container, cm *corev1.ConfigMap
 		switch {
 		case e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "spec.nodeName":
 			env[e.Name] = checkNodeName
+		case e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name":
+			env[e.Name] = checkPodName
 		case e.ValueFrom != nil:
-			return fmt.Errorf("env %s: only spec.nodeName references are understood by this check", e.Name)
+			return fmt.Errorf("env %s: only spec.nodeName and metadata.name references are understood by this check", e.Name)
 		default:
 			env[e.Name] = envRef.ReplaceAllStringFunc(e.Value, func(ref string) string {
 				name := envRef.FindStringSubmatch(ref)[1]
@@ -386,13 +392,13 @@ func loadConfig(pod *corev1.PodSpec, ctr *corev1.Container, cm *corev1.ConfigMap
 	})
 }
 
-// withEnv runs fn with exactly env as the TIERFLOW_* and NODE_NAME
-// variables (others untouched), restoring the process environment after.
+// withEnv runs fn with exactly env as the TIERFLOW_*, NODE_NAME and
+// POD_NAME variables (others untouched), restoring the process environment after.
 func withEnv(env map[string]string, fn func() error) error {
 	saved := map[string]string{}
 	for _, kv := range os.Environ() {
 		name, value, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(name, config.EnvPrefix) || name == config.NodeNameEnv {
+		if strings.HasPrefix(name, config.EnvPrefix) || name == config.NodeNameEnv || name == config.PodNameEnv {
 			saved[name] = value
 			os.Unsetenv(name)
 		}

@@ -7,7 +7,9 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -22,19 +24,9 @@ import (
 	"k8s.io/klog/v2"
 	npclient "sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned"
 
+	"github.com/tierflow/tierflow/pkg/config"
 	"github.com/tierflow/tierflow/pkg/controller"
 )
-
-type options struct {
-	kubeconfig      string
-	leaderElect     bool
-	leaseNamespace  string
-	leaseName       string
-	identity        string
-	metricsAddress  string
-	crdPollInterval time.Duration
-	workers         int
-}
 
 func main() {
 	if err := newCommand().Execute(); err != nil {
@@ -43,63 +35,53 @@ func main() {
 	}
 }
 
+// newCommand binds the command line to pkg/config: flags, TIERFLOW_*
+// variables and the --config file (see pkg/config/docs/configuration.md).
 func newCommand() *cobra.Command {
-	host, _ := os.Hostname()
-	o := options{
-		leaderElect:     true,
-		leaseNamespace:  envOr("POD_NAMESPACE", "kube-system"),
-		leaseName:       "tierflow-controller",
-		identity:        envOr("POD_NAME", host),
-		metricsAddress:  ":9464",
-		crdPollInterval: 10 * time.Second,
-		workers:         2,
-	}
 	cmd := &cobra.Command{
 		Use:           "tierflow-controller",
 		Short:         "Compute tierflow's policy model from Kubernetes policy objects and report status",
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			return run(ctx, o)
-		},
 	}
-	f := cmd.Flags()
-	f.StringVar(&o.kubeconfig, "kubeconfig", o.kubeconfig, "kubeconfig file; empty means in-cluster configuration")
-	f.BoolVar(&o.leaderElect, "leader-elect", o.leaderElect, "elect a leader through a Lease so several replicas are safe")
-	f.StringVar(&o.leaseNamespace, "leader-elect-namespace", o.leaseNamespace, "namespace of the leader-election Lease")
-	f.StringVar(&o.leaseName, "leader-elect-name", o.leaseName, "name of the leader-election Lease")
-	f.StringVar(&o.identity, "id", o.identity, "this replica's identity (Lease holder, status field manager)")
-	f.StringVar(&o.metricsAddress, "metrics-address", o.metricsAddress, "address serving Prometheus metrics on /metrics; empty disables")
-	f.DurationVar(&o.crdPollInterval, "crd-poll-interval", o.crdPollInterval, "how often to look for network-policy-api CRDs installed after start")
-	f.IntVar(&o.workers, "workers", o.workers, "concurrent status writers")
+	cfg := config.BindController(cmd)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		o, err := cfg.Load()
+		if err != nil {
+			return err
+		}
+		setupLogging(o.SlogLevel())
+		ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		return run(ctx, o)
+	}
 	return cmd
 }
 
-func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
+// setupLogging sends klog's output through log/slog at the configured
+// level; debug also opens klog's verbosity up to 4.
+func setupLogging(level slog.Level) {
+	klog.SetSlogLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})))
+	if level <= slog.LevelDebug {
+		fs := flag.NewFlagSet("klog", flag.ContinueOnError)
+		klog.InitFlags(fs)
+		_ = fs.Set("v", "4")
 	}
-	return def
 }
 
-func run(ctx context.Context, o options) error {
-	if o.identity == "" {
-		return errors.New("--id is empty and the hostname is unknown")
-	}
+func run(ctx context.Context, o *config.Controller) error {
 	var cfg *rest.Config
 	var err error
-	if o.kubeconfig != "" {
-		cfg, err = clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+	if o.Kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
 	} else {
 		cfg, err = rest.InClusterConfig()
 	}
 	if err != nil {
 		return fmt.Errorf("kubernetes client configuration: %w", err)
 	}
-	cfg.UserAgent = "tierflow-controller/" + o.identity
+	cfg.UserAgent = "tierflow-controller/" + o.Identity
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
@@ -110,22 +92,31 @@ func run(ctx context.Context, o options) error {
 	}
 	newController := func() (*controller.Controller, error) {
 		return controller.New(controller.Config{
-			Kube: kube, Policy: policy, Identity: o.identity,
-			CRDPollInterval: o.crdPollInterval, Workers: o.workers,
+			Kube: kube, Policy: policy, Identity: o.Identity,
+			CRDPollInterval: o.CRDPollInterval, Workers: o.Workers,
 		})
 	}
 	c, err := newController()
 	if err != nil {
 		return err
 	}
-	if o.metricsAddress != "" {
-		ln, err := net.Listen("tcp", o.metricsAddress)
+	if o.MetricsAddress != "" {
+		ln, err := net.Listen("tcp", o.MetricsAddress)
 		if err != nil {
 			return fmt.Errorf("metrics address: %w", err)
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", c.MetricsHandler())
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+		// Ready once this replica's informers have synced: only the
+		// leader runs them, so the Service sends agents to the leader.
+		mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+			if !c.HasSynced() {
+				http.Error(w, "not synced (not the leader, or starting)", http.StatusServiceUnavailable)
+				return
+			}
+			_, _ = w.Write([]byte("ok"))
+		})
 		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		go func() {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -134,12 +125,13 @@ func run(ctx context.Context, o options) error {
 		}()
 		defer srv.Close()
 	}
-	if !o.leaderElect {
+	if !o.LeaderElection.Enabled {
 		return c.Run(ctx)
 	}
 	var runErr error
 	err = controller.RunWithLeaderElection(ctx, kube, controller.LeaderElection{
-		Namespace: o.leaseNamespace, Name: o.leaseName, Identity: o.identity,
+		Namespace: o.LeaderElection.LeaseNamespace, Name: o.LeaderElection.LeaseName, Identity: o.Identity,
+		LeaseDuration: o.LeaderElection.LeaseDuration, RenewDeadline: o.LeaderElection.RenewDeadline, RetryPeriod: o.LeaderElection.RetryPeriod,
 	}, func(ctx context.Context) { runErr = c.Run(ctx) })
 	if err != nil {
 		// The term is over; exit so the replica restarts with fresh state.

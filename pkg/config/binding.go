@@ -58,7 +58,9 @@ func Bind[T any](fs *pflag.FlagSet, defaults T, validate func(*T) error) *Bindin
 
 // BindController binds the controller's configuration to cmd's flags.
 func BindController(cmd *cobra.Command) *Binding[Controller] {
-	return Bind(cmd.Flags(), DefaultController(), (*Controller).Validate)
+	b := Bind(cmd.Flags(), DefaultController(), (*Controller).Validate)
+	b.defaultOrigin = map[string]string{"identity": "env " + PodNameEnv + " or the hostname"}
+	return b
 }
 
 // BindAgent binds the agent's configuration to cmd's flags. The node name

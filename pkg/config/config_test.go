@@ -21,7 +21,7 @@ func clearEnv(t *testing.T) {
 	t.Helper()
 	for _, kv := range os.Environ() {
 		name, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(name, EnvPrefix) || name == NodeNameEnv {
+		if strings.HasPrefix(name, EnvPrefix) || name == NodeNameEnv || name == PodNameEnv {
 			t.Setenv(name, "") // restores the old value after the test
 			os.Unsetenv(name)
 		}
@@ -87,6 +87,23 @@ func TestControllerDefaults(t *testing.T) {
 	}
 	if cfg.SlogLevel().String() != "INFO" {
 		t.Errorf("log level %v", cfg.SlogLevel())
+	}
+}
+
+func TestControllerIdentity(t *testing.T) {
+	clearEnv(t)
+	host, _ := os.Hostname()
+	cfg, err := loadController(t)
+	if err != nil || cfg.Identity != host {
+		t.Fatalf("identity %q (%v), want the hostname %q", cfg.Identity, err, host)
+	}
+	t.Setenv(PodNameEnv, "tierflow-controller-abc")
+	if cfg, err = loadController(t); err != nil || cfg.Identity != "tierflow-controller-abc" {
+		t.Fatalf("identity %+v %v", cfg, err)
+	}
+	if cfg, err = loadController(t, "--id=replica-2", "--leader-elect-namespace=tierflow", "--leader-elect-name=lease"); err != nil ||
+		cfg.Identity != "replica-2" || cfg.LeaderElection.LeaseNamespace != "tierflow" || cfg.LeaderElection.LeaseName != "lease" {
+		t.Fatalf("flags %+v %v", cfg, err)
 	}
 }
 
@@ -246,6 +263,8 @@ func TestRejections(t *testing.T) {
 		{name: "bad log level in env", env: map[string]string{"TIERFLOW_LOG_LEVEL": "loud"}, want: []string{`invalid logLevel "loud"`, "from env TIERFLOW_LOG_LEVEL"}},
 		{name: "bad log level flag", args: []string{"--log-level=trace"}, want: []string{`"trace"`, "from flag --log-level"}},
 		{name: "negative duration", file: "leaderElection:\n  retryPeriod: -2s\n", want: []string{"invalid leaderElection.retryPeriod -2s", "must be positive"}},
+		{name: "zero workers", args: []string{"--workers=0"}, want: []string{"invalid workers 0", "1..64"}},
+		{name: "negative crd poll", env: map[string]string{"TIERFLOW_CRD_POLL_INTERVAL": "-5s"}, want: []string{"crdPollInterval -5s", "positive"}},
 		{name: "negative duration flag", args: []string{"--leader-elect-lease-duration=-1s"}, want: []string{"leaderElection.leaseDuration -1s", "from flag"}},
 		{name: "duration without unit", file: "leaderElection:\n  leaseDuration: 15\n", want: []string{"leaderElection.leaseDuration 15", "with a unit"}},
 		{name: "duration garbage env", env: map[string]string{"TIERFLOW_LEADER_ELECTION_RENEW_DEADLINE": "soon"}, want: []string{`"soon"`, "from env TIERFLOW_LEADER_ELECTION_RENEW_DEADLINE", "with a unit"}},
@@ -344,7 +363,7 @@ func TestHelpPrintsDefaultsAndSources(t *testing.T) {
 	if err := cmd.Execute(); err != nil {
 		t.Fatal(err)
 	}
-	for _, w := range []string{"--leader-elect ", "(default true)", "--leader-elect-lease-duration duration", "(default 15s)", "TIERFLOW_LEADER_ELECTION_LEASE_NAMESPACE"} {
+	for _, w := range []string{"--leader-elect ", "(default true)", "--leader-elect-lease-duration duration", "(default 15s)", "TIERFLOW_LEADER_ELECTION_LEASE_NAMESPACE", "--leader-elect-namespace string", "--leader-elect-name string", "--id string", "--workers int", "(default 2)"} {
 		if !strings.Contains(out.String(), w) {
 			t.Errorf("--help lacks %q:\n%s", w, out.String())
 		}

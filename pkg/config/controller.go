@@ -2,6 +2,7 @@ package config
 
 import (
 	"log/slog"
+	"os"
 	"time"
 )
 
@@ -10,7 +11,16 @@ type Controller struct {
 	// Kubeconfig is empty in a pod: the in-cluster configuration is used.
 	Kubeconfig string `json:"kubeconfig" flag:"kubeconfig" usage:"kubeconfig file; empty uses the in-cluster service account"`
 
+	// Identity names this replica: the Lease holder and the field manager
+	// of the status it writes. Unique per replica.
+	Identity string `json:"identity" flag:"id" usage:"this replica's identity (Lease holder, status field manager) (default: env POD_NAME, else the hostname)"`
+
 	LeaderElection LeaderElection `json:"leaderElection"`
+
+	// CRDPollInterval: network-policy-api CRDs installed after start are
+	// picked up within this interval.
+	CRDPollInterval time.Duration `json:"crdPollInterval" flag:"crd-poll-interval" usage:"how often to look for network-policy-api CRDs installed after start"`
+	Workers         int           `json:"workers" flag:"workers" usage:"concurrent status writers"`
 
 	// AgentListenAddress is where agents connect (gRPC over TLS).
 	AgentListenAddress string `json:"agentListenAddress" flag:"agent-listen-address" usage:"host:port the controller serves agents on (gRPC over TLS)"`
@@ -33,8 +43,8 @@ type Controller struct {
 // the active one.
 type LeaderElection struct {
 	Enabled        bool          `json:"enabled" flag:"leader-elect" usage:"elect a leader with a Lease so that only one replica is active"`
-	LeaseNamespace string        `json:"leaseNamespace" flag:"leader-elect-lease-namespace" usage:"namespace of the leader election Lease"`
-	LeaseName      string        `json:"leaseName" flag:"leader-elect-lease-name" usage:"name of the leader election Lease"`
+	LeaseNamespace string        `json:"leaseNamespace" flag:"leader-elect-namespace" usage:"namespace of the leader election Lease"`
+	LeaseName      string        `json:"leaseName" flag:"leader-elect-name" usage:"name of the leader election Lease"`
 	LeaseDuration  time.Duration `json:"leaseDuration" flag:"leader-elect-lease-duration" usage:"how long non-leaders wait before taking over an unrenewed lease"`
 	RenewDeadline  time.Duration `json:"renewDeadline" flag:"leader-elect-renew-deadline" usage:"how long the leader retries renewing before giving up leadership"`
 	RetryPeriod    time.Duration `json:"retryPeriod" flag:"leader-elect-retry-period" usage:"how often candidates try to acquire or renew the lease"`
@@ -52,6 +62,7 @@ const (
 // manifests in manifests/.
 func DefaultController() Controller {
 	return Controller{
+		Identity: defaultIdentity(),
 		LeaderElection: LeaderElection{
 			Enabled:        true,
 			LeaseNamespace: "kube-system",
@@ -61,6 +72,8 @@ func DefaultController() Controller {
 			RenewDeadline: 10 * time.Second,
 			RetryPeriod:   2 * time.Second,
 		},
+		CRDPollInterval:    10 * time.Second,
+		Workers:            2,
 		AgentListenAddress: ":10349",
 		TLSCertFile:        "/etc/tierflow/tls/tls.crt",
 		TLSKeyFile:         "/etc/tierflow/tls/tls.key",
@@ -74,6 +87,15 @@ func DefaultController() Controller {
 // Validate checks every value; the first problem is returned as a
 // *FieldError.
 func (c *Controller) Validate() error {
+	if c.Identity == "" {
+		return &FieldError{Key: "identity", Value: c.Identity, Reason: "is required: set POD_NAME, TIERFLOW_IDENTITY, --id or identity in the file"}
+	}
+	if c.CRDPollInterval <= 0 {
+		return &FieldError{Key: "crdPollInterval", Value: c.CRDPollInterval, Reason: "must be positive"}
+	}
+	if c.Workers < 1 || c.Workers > 64 {
+		return &FieldError{Key: "workers", Value: c.Workers, Reason: "must be in 1..64"}
+	}
 	le := c.LeaderElection
 	if le.Enabled {
 		if err := checkDNSSubdomain("leaderElection.leaseNamespace", le.LeaseNamespace, true); err != nil {
@@ -130,6 +152,18 @@ func (c *Controller) Validate() error {
 		return err
 	}
 	return checkLogLevel("logLevel", c.LogLevel)
+}
+
+// PodNameEnv is the environment variable the controller's identity
+// defaults to; the Deployment sets it from metadata.name.
+const PodNameEnv = "POD_NAME"
+
+func defaultIdentity() string {
+	if v := os.Getenv(PodNameEnv); v != "" {
+		return v
+	}
+	host, _ := os.Hostname()
+	return host
 }
 
 // SlogLevel is the log/slog level of LogLevel (valid after Validate).
