@@ -183,7 +183,11 @@ func (c *Client) connectOnce(ctx context.Context) (*conn, error) {
 		return nil, fmt.Errorf("openflow: connect %s: %w", c.target, err)
 	}
 	cn := newConn(nc, c)
+	// The handshake reads with socket deadlines; a cancelled ctx (Close)
+	// interrupts it by closing the socket.
+	stopOnCancel := context.AfterFunc(ctx, func() { cn.close(ctx.Err()) })
 	dpid, err := cn.handshake(ctx)
+	stopOnCancel()
 	if err != nil {
 		cn.close(err)
 		return nil, fmt.Errorf("openflow: handshake with %s: %w", c.target, err)
@@ -248,7 +252,15 @@ func (c *Client) maintain(cn *conn) {
 				return
 			case <-time.After(backoff):
 			}
+			// Close cancels a reconnection in progress.
 			ctx, cancel := context.WithTimeout(context.Background(), 4*c.opts.ReplyTimeout)
+			go func() {
+				select {
+				case <-c.closeCh:
+					cancel()
+				case <-ctx.Done():
+				}
+			}()
 			next, err := c.connectOnce(ctx)
 			cancel()
 			if err == nil {
@@ -286,6 +298,8 @@ func (c *Client) current(ctx context.Context) (*conn, error) {
 		}
 		select {
 		case <-wait:
+		case <-c.closeCh:
+			return nil, ErrClosed
 		case <-ctx.Done():
 			return nil, fmt.Errorf("openflow: waiting for connection to %s: %w", c.target, ctx.Err())
 		}

@@ -18,7 +18,7 @@ const (
 	// Add installs the flow, replacing an identical-match one (counters reset).
 	Add Command = Command(of13.FC_ADD)
 	// ModifyStrict replaces the actions of the flow with the same match and
-	// priority (counters kept); OVS adds the flow if none exists.
+	// priority (counters kept); in OpenFlow 1.3 a missing flow is not added.
 	ModifyStrict Command = Command(of13.FC_MODIFY_STRICT)
 	// DeleteStrict removes the flow with the same match and priority.
 	DeleteStrict Command = Command(of13.FC_DELETE_STRICT)
@@ -49,6 +49,8 @@ const (
 	CtTrk
 	CtSNAT
 	CtDNAT
+
+	ctStateBits = CtNew | CtEst | CtRel | CtRpl | CtInv | CtTrk | CtSNAT | CtDNAT
 )
 
 const (
@@ -323,18 +325,17 @@ func (f *Flow) encodeMatch() ([]of13.MatchField, error) {
 		}
 	}
 	if m.CtState != nil {
-		if m.CtState.Value&^m.CtState.Mask != 0 && m.CtState.Mask != 0 {
-			return nil, fmt.Errorf("CtState value %#x has bits outside mask %#x", m.CtState.Value, m.CtState.Mask)
-		}
+		// A zero mask is an exact match (as for every Masked): all defined
+		// state bits are compared.
 		mask := m.CtState.Mask
 		if mask == 0 {
-			mask = m.CtState.Value
+			mask = ctStateBits
 		}
-		if mask == 0 {
-			return nil, errors.New("CtState with zero value and mask matches nothing specific; leave it nil")
+		if mask&^ctStateBits != 0 || m.CtState.Value&^ctStateBits != 0 {
+			return nil, fmt.Errorf("CtState %#x/%#x has undefined bits (defined: %#x)", m.CtState.Value, m.CtState.Mask, ctStateBits)
 		}
-		if mask&^0xff != 0 {
-			return nil, fmt.Errorf("CtState mask %#x has undefined bits", mask)
+		if m.CtState.Value&^mask != 0 {
+			return nil, fmt.Errorf("CtState value %#x has bits outside mask %#x", m.CtState.Value, mask)
 		}
 		out = append(out, nxm1(of13.NXM_NX_CT_STATE, be32(m.CtState.Value), be32(mask)))
 	}

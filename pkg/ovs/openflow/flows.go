@@ -268,7 +268,8 @@ func (c *Client) AddFlows(ctx context.Context, flows ...Flow) error {
 }
 
 // ModifyFlows replaces the actions of flows with the same table, priority
-// and match, keeping counters, atomically.
+// and match, keeping counters, atomically. Flows that do not exist are not
+// added (OpenFlow 1.3 semantics): use AddFlows for those.
 func (c *Client) ModifyFlows(ctx context.Context, flows ...Flow) error {
 	return c.Apply(ctx, changesOf(ModifyStrict, flows))
 }

@@ -140,11 +140,12 @@ func maskedString(m Masked) string {
 var ctStateNames = []string{"new", "est", "rel", "rpl", "inv", "trk", "snat", "dnat"}
 
 // ctStateString renders ct_state as flags (+trk+new-est): bits in the mask
-// are '+' when set in the value, '-' otherwise.
+// are '+' when set in the value, '-' otherwise; a zero mask compares every
+// defined bit.
 func ctStateString(m Masked) string {
 	mask := m.Mask
 	if mask == 0 {
-		mask = m.Value
+		mask = ctStateBits
 	}
 	var b strings.Builder
 	for i, name := range ctStateNames {
