@@ -50,6 +50,8 @@ func allFeatureFlows() []openflow.Flow {
 		{Table: 0, Priority: 103, Cookie: 0x4, Match: openflow.Match{
 			EthType: 0x0800, IPProto: 1, ICMPType: u8(8), ICMPCode: u8(0)},
 			Actions: []openflow.Action{openflow.Output{Port: openflow.PortLocal}}},
+		{Table: 0, Priority: 107, Cookie: 0xe, Match: openflow.Match{InPort: openflow.PortLocal},
+			Actions: []openflow.Action{openflow.Output{Port: 1}}},
 		{Table: 0, Priority: 104, Cookie: 0x5, Match: openflow.Match{
 			EthType: 0x86dd, IPProto: 58, ICMPType: u8(135), ICMPCode: u8(0),
 			NDTarget: netip.MustParsePrefix("fd00::1/128"), NDSll: mac("0a:00:00:00:00:03")}},

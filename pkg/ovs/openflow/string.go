@@ -33,7 +33,7 @@ func (m Match) String() string {
 	var parts []string
 	add := func(format string, args ...any) { parts = append(parts, fmt.Sprintf(format, args...)) }
 	if m.InPort != 0 {
-		add("in_port=%d", m.InPort)
+		add("in_port=%s", portString(m.InPort))
 	}
 	if m.EthDst != nil {
 		add("dl_dst=%s", m.EthDst)

@@ -71,6 +71,9 @@ type Options struct {
 	// default every change waits, like ovs-vsctl, until ovs-vswitchd has
 	// reconfigured (cur_cfg caught up with next_cfg).
 	NoWait bool
+	// WaitTimeout bounds waiting for ovs-vswitchd when the caller's context
+	// has no deadline (default 30s).
+	WaitTimeout time.Duration
 	// Logger for libovsdb; nil discards its logs.
 	Logger *logr.Logger
 }
@@ -126,6 +129,9 @@ func Connect(ctx context.Context, endpoint string, opts Options) (*Client, error
 	)); err != nil {
 		ovs.Close()
 		return nil, fmt.Errorf("ovsdb monitor: %w", err)
+	}
+	if opts.WaitTimeout <= 0 {
+		opts.WaitTimeout = 30 * time.Second
 	}
 	return &Client{ovs: ovs, opts: opts}, nil
 }
@@ -188,6 +194,11 @@ func (c *Client) transact(ctx context.Context, ops ...libovsdb.Operation) ([]lib
 		}
 	}
 	if !c.opts.NoWait {
+		if _, ok := ctx.Deadline(); !ok {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, c.opts.WaitTimeout)
+			defer cancel()
+		}
 		if err := c.waitCurCfg(ctx, wantCfg); err != nil {
 			return res, err
 		}
@@ -416,13 +427,12 @@ func (c *Client) AddPort(ctx context.Context, bridge string, cfg PortConfig) err
 		req := cfg.OFPortRequest
 		iface.OFPortRequest = &req
 	}
-	if existing, err := c.portOnBridge(br, cfg.Name); err == nil {
+	if _, err := c.portOnBridge(br, cfg.Name); err == nil {
 		cur, err := c.Interface(cfg.Name)
 		if err != nil {
 			return err
 		}
 		iface.UUID = cur.UUID
-		_ = existing
 		ops, err := c.ovs.Where(iface).Update(iface, &iface.Type, &iface.Options, &iface.ExternalIDs, &iface.OFPortRequest)
 		if err != nil {
 			return err
