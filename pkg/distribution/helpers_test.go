@@ -239,7 +239,9 @@ func denyEgress(name string, priority int32, subject, toTeam, to string) *v1alph
 	}
 }
 
-func ip(n int) string { return netip.AddrFrom4([4]byte{10, 0, byte(n / 250), byte(n%250 + 1)}).String() }
+func ip(n int) string {
+	return netip.AddrFrom4([4]byte{10, 0, byte(n / 250), byte(n%250 + 1)}).String()
+}
 
 // metric returns the value of a counter or gauge of the current server
 // (summed over series whose label values include labelValue, or all when
