@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,7 +43,8 @@ type Env struct {
 	// bridges' management sockets (Dir/BRIDGE.mgmt).
 	Dir string
 
-	lock *os.File // the host-wide lock (see HostLockPath)
+	lock   *os.File    // the host-wide lock (see HostLockPath)
+	launch chan func() // runs functions on the launcher thread
 
 	mu         sync.Mutex
 	ovsdb      *exec.Cmd
@@ -77,18 +79,22 @@ func Start(t testing.TB) *Env {
 	if err != nil {
 		t.Fatalf("ovsenv: %v", err)
 	}
-	e := &Env{t: t, ID: randomID(), Dir: dir, lock: lock}
+	e := &Env{t: t, ID: randomID(), Dir: dir, lock: lock, launch: make(chan func())}
+	go e.launcher()
 	t.Cleanup(e.cleanup)
 
 	if out, err := exec.Command("ovsdb-tool", "create", e.DBPath(), SchemaPath).CombinedOutput(); err != nil {
 		t.Fatalf("ovsenv: ovsdb-tool create: %v: %s", err, out)
 	}
-	e.ovsdb = e.daemon("ovsdb-server", e.DBPath(),
+	e.ovsdb, err = e.daemon("ovsdb-server", e.DBPath(),
 		"--remote=punix:"+e.DBSocketPath(),
 		"--pidfile="+filepath.Join(dir, "ovsdb-server.pid"),
 		"--unixctl="+filepath.Join(dir, "ovsdb-server.ctl"),
 		"--log-file="+filepath.Join(dir, "ovsdb-server.log"),
 		"--no-chdir")
+	if err != nil {
+		t.Fatalf("ovsenv: %v", err)
+	}
 	if err := waitForSocket(e.DBSocketPath(), startTimeout); err != nil {
 		t.Fatalf("ovsenv: ovsdb-server: %v\n%s", err, e.log("ovsdb-server"))
 	}
@@ -122,18 +128,32 @@ func (e *Env) env() []string {
 
 // daemon starts an OVS daemon in the foreground as a child that is killed if
 // this process dies.
-func (e *Env) daemon(name string, args ...string) *exec.Cmd {
-	e.t.Helper()
+func (e *Env) daemon(name string, args ...string) (*exec.Cmd, error) {
 	cmd := exec.Command(name, args...)
 	cmd.Env = e.env()
 	cmd.Dir = e.Dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		e.t.Fatalf("ovsenv: start %s: %v", name, err)
+	res := make(chan error)
+	e.launch <- func() { res <- cmd.Start() }
+	if err := <-res; err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	// Reap the child so that a crash is visible as ProcessState.
 	go func() { _ = cmd.Wait() }()
-	return cmd
+	return cmd, nil
+}
+
+// launcher starts the daemons from one OS thread that lives as long as the
+// Env: the parent-death signal fires when the *thread* that forked a child
+// exits, and a thread of the Go runtime may exit at any time (e.g. after a
+// goroutine that locked it returns), which would kill the daemons mid-test.
+func (e *Env) launcher() {
+	runtime.LockOSThread()
+	// Never unlocked: when this goroutine returns, after cleanup stopped the
+	// daemons, the thread exits with it.
+	for fn := range e.launch {
+		fn()
+	}
 }
 
 // StartVswitchd starts ovs-vswitchd (Start already did; use it after
@@ -145,7 +165,7 @@ func (e *Env) StartVswitchd() error {
 		return errors.New("ovs-vswitchd is already running")
 	}
 	_ = os.Remove(e.vswitchdCtl())
-	e.vswitchd = e.daemon("ovs-vswitchd", e.DBEndpoint(),
+	cmd, err := e.daemon("ovs-vswitchd", e.DBEndpoint(),
 		"--pidfile="+filepath.Join(e.Dir, "ovs-vswitchd.pid"),
 		"--unixctl="+e.vswitchdCtl(),
 		"--log-file="+filepath.Join(e.Dir, "ovs-vswitchd.log"),
@@ -153,6 +173,10 @@ func (e *Env) StartVswitchd() error {
 		// No kernel datapath: tests use the userspace datapath only and must
 		// not depend on (or disturb) the openvswitch kernel module.
 		"--disable-system")
+	if err != nil {
+		return err
+	}
+	e.vswitchd = cmd
 	if err := waitForSocket(e.vswitchdCtl(), startTimeout); err != nil {
 		return fmt.Errorf("ovs-vswitchd: %v\n%s", err, e.log("ovs-vswitchd"))
 	}
@@ -302,6 +326,7 @@ func (e *Env) cleanup() {
 		e.t.Logf("ovsenv: ovs-vswitchd log tail:\n%s", e.log("ovs-vswitchd"))
 	}
 	_ = os.RemoveAll(e.Dir)
+	close(e.launch)
 	if e.lock != nil {
 		_ = unix.Flock(int(e.lock.Fd()), unix.LOCK_UN)
 		_ = e.lock.Close()
