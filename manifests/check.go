@@ -280,6 +280,9 @@ func (c *checker) run(res *Checked) error {
 	if err := c.checkServiceAccount(pod.ServiceAccountName); err != nil {
 		return fmt.Errorf("DaemonSet %s: %w", AgentName, err)
 	}
+	if want := ds.Namespace + "/" + pod.ServiceAccountName; ctl.AgentServiceAccount != want {
+		return fmt.Errorf("the controller accepts agents of service account %s but the DaemonSet runs as %s", ctl.AgentServiceAccount, want)
+	}
 	return nil
 }
 

@@ -124,6 +124,7 @@ func TestCheckCatchesBrokenManifests(t *testing.T) {
 		{"token audience", "audience: tierflow", "audience: kubernetes", "audience"},
 		{"unmounted state dir", "stateDir: /var/lib/tierflow/agent", "stateDir: /var/lib/other", "stateDir"},
 		{"unknown flag", "- --config=/etc/tierflow/config/controller.yaml", "- --config=/etc/tierflow/config/controller.yaml\n            - --leader-elect-lease=x", "unknown flag"},
+		{"agent service account", "agentServiceAccount: kube-system/tierflow-agent", "agentServiceAccount: kube-system/default", "kube-system/default"},
 		{"lease name", "resourceNames: [tierflow-controller]", "resourceNames: [other]", "Lease tierflow-controller"},
 		{"no service env", "$(TIERFLOW_CONTROLLER_SERVICE_HOST)", "$(CONTROLLER_HOST)", "controllerAddress"},
 		{"socket dir", "mountPath: /run/openvswitch", "mountPath: /var/run/ovs", "OVSDB socket directory"},

@@ -263,6 +263,7 @@ func TestRejections(t *testing.T) {
 		{name: "bad log level in env", env: map[string]string{"TIERFLOW_LOG_LEVEL": "loud"}, want: []string{`invalid logLevel "loud"`, "from env TIERFLOW_LOG_LEVEL"}},
 		{name: "bad log level flag", args: []string{"--log-level=trace"}, want: []string{`"trace"`, "from flag --log-level"}},
 		{name: "negative duration", file: "leaderElection:\n  retryPeriod: -2s\n", want: []string{"invalid leaderElection.retryPeriod -2s", "must be positive"}},
+		{name: "service account without namespace", args: []string{"--agent-service-account=tierflow-agent"}, want: []string{"agentServiceAccount", "NAMESPACE/NAME"}},
 		{name: "zero workers", args: []string{"--workers=0"}, want: []string{"invalid workers 0", "1..64"}},
 		{name: "negative crd poll", env: map[string]string{"TIERFLOW_CRD_POLL_INTERVAL": "-5s"}, want: []string{"crdPollInterval -5s", "positive"}},
 		{name: "negative duration flag", args: []string{"--leader-elect-lease-duration=-1s"}, want: []string{"leaderElection.leaseDuration -1s", "from flag"}},

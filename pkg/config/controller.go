@@ -3,7 +3,10 @@ package config
 import (
 	"log/slog"
 	"os"
+	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // Controller is tierflow-controller's configuration.
@@ -30,6 +33,10 @@ type Controller struct {
 	// tokens must be issued for; TokenReview checks it, so a token minted
 	// for another purpose cannot authenticate an agent.
 	AgentTokenAudience string `json:"agentTokenAudience" flag:"agent-token-audience" usage:"audience agents' service account tokens must carry"`
+	// AgentServiceAccount is the only identity accepted from agents: a
+	// token of any other service account is refused even when bound to a
+	// node.
+	AgentServiceAccount string `json:"agentServiceAccount" flag:"agent-service-account" usage:"NAMESPACE/NAME of the agents' service account"`
 
 	MetricsAddress string `json:"metricsAddress" flag:"metrics-address" usage:"host:port serving /metrics, /healthz and /readyz; empty disables"`
 	// QueryAddress serves tierctl's queries (computed policies, explain).
@@ -72,15 +79,16 @@ func DefaultController() Controller {
 			RenewDeadline: 10 * time.Second,
 			RetryPeriod:   2 * time.Second,
 		},
-		CRDPollInterval:    10 * time.Second,
-		Workers:            2,
-		AgentListenAddress: ":10349",
-		TLSCertFile:        "/etc/tierflow/tls/tls.crt",
-		TLSKeyFile:         "/etc/tierflow/tls/tls.key",
-		AgentTokenAudience: "tierflow",
-		MetricsAddress:     ":10350",
-		QueryAddress:       "127.0.0.1:10352",
-		LogLevel:           "info",
+		CRDPollInterval:     10 * time.Second,
+		Workers:             2,
+		AgentListenAddress:  ":10349",
+		TLSCertFile:         "/etc/tierflow/tls/tls.crt",
+		TLSKeyFile:          "/etc/tierflow/tls/tls.key",
+		AgentTokenAudience:  "tierflow",
+		AgentServiceAccount: "kube-system/tierflow-agent",
+		MetricsAddress:      ":10350",
+		QueryAddress:        "127.0.0.1:10352",
+		LogLevel:            "info",
 	}
 }
 
@@ -141,6 +149,10 @@ func (c *Controller) Validate() error {
 	}
 	if c.AgentTokenAudience == "" {
 		return &FieldError{Key: "agentTokenAudience", Value: c.AgentTokenAudience, Reason: "must not be empty"}
+	}
+	if ns, name, ok := strings.Cut(c.AgentServiceAccount, "/"); !ok ||
+		len(validation.IsDNS1123Label(ns)) > 0 || len(validation.IsDNS1123Subdomain(name)) > 0 {
+		return &FieldError{Key: "agentServiceAccount", Value: c.AgentServiceAccount, Reason: "must be NAMESPACE/NAME of a service account, e.g. kube-system/tierflow-agent"}
 	}
 	if err := checkListenAddress("metricsAddress", c.MetricsAddress, true); err != nil {
 		return err
