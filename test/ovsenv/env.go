@@ -71,6 +71,12 @@ func Start(t testing.TB) *Env {
 		t.Fatalf("ovsenv: OVSDB schema: %v", err)
 	}
 	lock := acquireHostLock(t)
+	// Registered first, so it runs last: after the daemons and the devices
+	// are gone.
+	t.Cleanup(func() {
+		_ = unix.Flock(int(lock.Fd()), unix.LOCK_UN)
+		_ = lock.Close()
+	})
 	removeStaleNamespaces(t)
 
 	// A short path under /tmp: unix socket paths are limited to 108 bytes
@@ -79,7 +85,7 @@ func Start(t testing.TB) *Env {
 	if err != nil {
 		t.Fatalf("ovsenv: %v", err)
 	}
-	e := &Env{t: t, ID: randomID(), Dir: dir, lock: lock, launch: make(chan func())}
+	e := &Env{t: t, ID: randomID(), Dir: dir, launch: make(chan func())}
 	go e.launcher()
 	t.Cleanup(e.cleanup)
 
@@ -327,10 +333,6 @@ func (e *Env) cleanup() {
 	}
 	_ = os.RemoveAll(e.Dir)
 	close(e.launch)
-	if e.lock != nil {
-		_ = unix.Flock(int(e.lock.Fd()), unix.LOCK_UN)
-		_ = e.lock.Close()
-	}
 }
 
 // HostLockPath serializes Envs across test processes. ovs-vswitchd's
