@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
 	"github.com/tierflow/tierflow/pkg/config"
 )
 
@@ -153,4 +155,82 @@ func TestCreateTLSSecretScriptSyntax(t *testing.T) {
 	if out, err := exec.Command("bash", "-n", "create-tls-secret.sh").CombinedOutput(); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
+}
+
+// TestImagesProvideTheCommands: every command a container of the manifest
+// runs is in the image the Dockerfile builds — a program built from
+// ./cmd/NAME onto the PATH, or a file copied to that absolute path.
+func TestImagesProvideTheCommands(t *testing.T) {
+	data, err := os.ReadFile("tierflow.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked, err := Check(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dockerfiles := map[string]string{
+		DefaultValues().ControllerImage: "../build/controller/Dockerfile",
+		DefaultValues().AgentImage:      "../build/agent/Dockerfile",
+	}
+	seen := 0
+	for _, obj := range checked.Objects {
+		containers := unstructuredContainers(obj)
+		for _, c := range containers {
+			path, ok := dockerfiles[c.image]
+			if !ok {
+				t.Errorf("%s container %s: image %s has no Dockerfile", obj.GetName(), c.name, c.image)
+				continue
+			}
+			df, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(c.command) == 0 {
+				t.Errorf("%s container %s: no command (the image's entry point is not relied on)", obj.GetName(), c.name)
+				continue
+			}
+			cmd := c.command[0]
+			if strings.HasPrefix(cmd, "/") {
+				if !strings.Contains(string(df), " "+cmd+"\n") {
+					t.Errorf("%s container %s runs %s, which %s does not copy", obj.GetName(), c.name, cmd, path)
+				}
+			} else if !strings.Contains(string(df), "./cmd/"+cmd+" ") && !strings.Contains(string(df), "./cmd/"+cmd+"\n") {
+				t.Errorf("%s container %s runs %s, which %s does not build", obj.GetName(), c.name, cmd, path)
+			}
+			seen++
+		}
+	}
+	if seen != 4 {
+		t.Errorf("checked %d containers, want 4 (controller, install-cni, ovs, agent)", seen)
+	}
+	// tierflow-install-cni's default --source-dir is where the agent
+	// image puts the plugins.
+	df, _ := os.ReadFile("../build/agent/Dockerfile")
+	if !strings.Contains(string(df), "/usr/local/lib/tierflow/cni/") {
+		t.Error("the agent image does not put the CNI plugins in /usr/local/lib/tierflow/cni")
+	}
+}
+
+type containerInfo struct {
+	name, image string
+	command     []string
+}
+
+func unstructuredContainers(obj *unstructured.Unstructured) []containerInfo {
+	var out []containerInfo
+	for _, field := range []string{"initContainers", "containers"} {
+		list, found, err := unstructured.NestedSlice(obj.Object, "spec", "template", "spec", field)
+		if err != nil || !found {
+			continue
+		}
+		for _, item := range list {
+			m, _ := item.(map[string]any)
+			name, _, _ := unstructured.NestedString(m, "name")
+			image, _, _ := unstructured.NestedString(m, "image")
+			command, _, _ := unstructured.NestedStringSlice(m, "command")
+			out = append(out, containerInfo{name, image, command})
+		}
+	}
+	return out
 }
