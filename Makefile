@@ -36,9 +36,13 @@ KUBE_LDFLAGS := -s -w -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION
 .PHONY: kube-binaries crds
 kube-binaries: $(addprefix $(OUT)/bin/,$(KUBE_BINS)) ## build kube-apiserver, kube-controller-manager, kube-scheduler, kubectl (cached)
 
+# Serialized with test/kubeapi (which holds the same lock and sets
+# TIERFLOW_KUBE_LOCK_HELD when it runs this target) so concurrent builds
+# never duplicate the work.
+KUBE_LOCK := $(if $(TIERFLOW_KUBE_LOCK_HELD),,flock $(CURDIR)/$(OUT)/.kube-binaries.lock)
 $(addprefix $(OUT)/bin/,$(KUBE_BINS)) &: build/kube/go.mod build/kube/go.sum
 	@mkdir -p $(OUT)/bin
-	cd build/kube && GOTOOLCHAIN=local GOWORK=off $(GO) build -ldflags '$(KUBE_LDFLAGS)' -o $(CURDIR)/$(OUT)/bin/ \
+	cd build/kube && GOTOOLCHAIN=local GOWORK=off $(KUBE_LOCK) $(GO) build -ldflags '$(KUBE_LDFLAGS)' -o $(CURDIR)/$(OUT)/bin/ \
 		$(addprefix k8s.io/kubernetes/cmd/,$(KUBE_BINS))
 	@touch $(addprefix $(OUT)/bin/,$(KUBE_BINS))
 

@@ -93,6 +93,8 @@ func EnsureBinaries() (string, error) {
 	}
 	cmd := exec.Command("make", "kube-binaries")
 	cmd.Dir = root
+	// The Makefile takes the same lock unless told this process holds it.
+	cmd.Env = append(os.Environ(), "TIERFLOW_KUBE_LOCK_HELD=1")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("`make kube-binaries` in %s failed (it builds k8s.io/kubernetes v1.31.4 from build/kube and needs the Go module proxy the first time): %w\n%s", root, err, tail(string(out), 40))
