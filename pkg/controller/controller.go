@@ -170,7 +170,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	// at start are in the engine when the first status is written.
 	c.discoverPolicyKinds(ctx)
 	if !cache.WaitForCacheSync(ctx.Done(), c.coreSynced...) {
-		return ctx.Err()
+		return nil // stopped before the caches synced
 	}
 	c.waitPolicyKindsSynced(ctx)
 	logger.Info("caches synced; writing status", "kinds", c.WatchedKinds())
@@ -205,7 +205,7 @@ func (c *Controller) HasSynced() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, k := range c.kinds {
-		if k.informer != nil && !k.informer.HasSynced() {
+		if k.informer != nil && !k.registration.HasSynced() {
 			return false
 		}
 	}
@@ -267,10 +267,14 @@ func (c *Controller) registerCoreHandlers() error {
 	var errs []error
 	add := func(inf cache.SharedIndexInformer, h cache.ResourceEventHandler) {
 		// AddEventHandler fails only on a stopped informer; these are new.
-		if _, err := inf.AddEventHandler(h); err != nil {
+		reg, err := inf.AddEventHandler(h)
+		if err != nil {
 			errs = append(errs, fmt.Errorf("controller: adding an event handler: %w", err))
+			return
 		}
-		c.coreSynced = append(c.coreSynced, inf.HasSynced)
+		// The registration's HasSynced (unlike the informer's) is true only
+		// once the handler, and so the engine, has seen the initial list.
+		c.coreSynced = append(c.coreSynced, reg.HasSynced)
 	}
 	add(c.kubeFactory.Core().V1().Namespaces().Informer(), c.handlerFuncs("Namespace",
 		func(obj interface{}) {

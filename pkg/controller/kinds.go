@@ -31,7 +31,8 @@ type policyKind struct {
 	// updateStatus writes conditions onto a copy of a cached object.
 	updateStatus func(ctx context.Context, obj interface{}, conds []metav1.Condition, fieldManager string) error
 
-	informer cache.SharedIndexInformer // nil until the CRD is served
+	informer     cache.SharedIndexInformer // nil until the CRD is served
+	registration cache.ResourceEventHandlerRegistration
 }
 
 // objectView is the part of a policy object status sync reads.
@@ -153,11 +154,12 @@ func (c *Controller) discoverPolicyKinds(ctx context.Context) {
 			continue
 		}
 		inf := k.newInformer()
-		if _, err := inf.AddEventHandler(c.policyHandler(k)); err != nil {
+		reg, err := inf.AddEventHandler(c.policyHandler(k))
+		if err != nil {
 			logger.Error(err, "cannot watch policy kind", "kind", k.kind)
 			continue
 		}
-		k.informer = inf
+		k.informer, k.registration = inf, reg
 		c.metrics.crdsServed.WithLabelValues(string(k.kind)).Set(1)
 		logger.Info("policy CRD served; watching", "kind", k.kind)
 		startedAny = true
@@ -181,7 +183,7 @@ func (c *Controller) waitPolicyKindsSynced(ctx context.Context) {
 	var synced []cache.InformerSynced
 	for _, k := range c.kinds {
 		if k.informer != nil {
-			synced = append(synced, k.informer.HasSynced)
+			synced = append(synced, k.registration.HasSynced)
 		}
 	}
 	c.mu.Unlock()
@@ -214,7 +216,7 @@ func (c *Controller) kindSynced(kind model.PolicyKind) (*policyKind, bool) {
 	if k == nil || k.informer == nil {
 		return nil, false
 	}
-	return k, k.informer.HasSynced()
+	return k, k.registration.HasSynced()
 }
 
 func (k *policyKind) String() string { return fmt.Sprintf("%s (%s)", k.kind, k.groupVersion) }
