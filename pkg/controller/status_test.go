@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"sigs.k8s.io/network-policy-api/apis/v1alpha1"
@@ -145,8 +146,8 @@ func TestStatusConditionsOnInvalidPolicies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if msg := a.Status.Conditions[len(a.Status.Conditions)-1].Message; !strings.Contains(msg, "twin-b") {
-		t.Errorf("twin-a's warning does not name twin-b: %q", msg)
+	if w := meta.FindStatusCondition(a.Status.Conditions, controller.ConditionWarning); w == nil || !strings.Contains(w.Message, "twin-b") {
+		t.Errorf("twin-a's warning does not name twin-b: %+v", w)
 	}
 
 	// One twin changes priority: the warning goes from both, and the
