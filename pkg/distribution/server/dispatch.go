@@ -104,6 +104,9 @@ func (s *Server) dispatchRound() {
 		if old == nil && ch.new == nil {
 			continue
 		}
+		if old != nil && ch.new != nil && old.Selector == ch.new.Selector && len(ch.upserted) == 0 && len(ch.removed) == 0 {
+			continue // nothing an agent holds changed (e.g. only its span)
+		}
 		r.ags[id] = ch
 		if ch.new == nil {
 			delete(s.ags, id)
@@ -276,8 +279,7 @@ func (s *Server) queueDelta(ss *session, r *round, now time.Time) {
 			u.AddressGroups = append(u.AddressGroups, ch.new)
 		default:
 			u.AddressGroupPatches = append(u.AddressGroupPatches, wire.AddressGroupPatch{
-				ID: id, Generation: ch.new.Generation, Selector: ch.new.Selector,
-				Upserted: ch.upserted, Removed: ch.removed,
+				ID: id, Selector: ch.new.Selector, Upserted: ch.upserted, Removed: ch.removed,
 			})
 		}
 	}

@@ -34,7 +34,9 @@
 //     own members (MembersByNode has at most the node's key);
 //   - every AddressGroup those policies' rules reference, whole.
 //
-// Spans are stripped from what is sent: an agent does not need them, and
-// leaving them out means a pod appearing on some other node does not
-// resend a policy to every node in its span.
+// Spans are stripped from what is sent, and so are the generations of
+// groups: an agent needs neither, and leaving them out means that a
+// change elsewhere (a pod on another node joining an applied-to group, a
+// group's span growing) is not resent to nodes for which nothing changed.
+// Policies keep their generation: realization is reported against it.
 package wire

@@ -83,11 +83,10 @@ func (u *Update) Empty() bool {
 // members replace the member with the same MemberKey (or are added),
 // Removed lists MemberKeys to drop.
 type AddressGroupPatch struct {
-	ID         string              `json:"id"`
-	Generation int64               `json:"generation"`
-	Selector   string              `json:"selector,omitempty"`
-	Upserted   []model.GroupMember `json:"upserted,omitempty"`
-	Removed    []string            `json:"removed,omitempty"`
+	ID       string              `json:"id"`
+	Selector string              `json:"selector,omitempty"`
+	Upserted []model.GroupMember `json:"upserted,omitempty"`
+	Removed  []string            `json:"removed,omitempty"`
 }
 
 // MemberKey identifies a group member across updates: its pod for pod

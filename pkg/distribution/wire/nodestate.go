@@ -102,11 +102,13 @@ func AppliedToGroupForNode(g *model.AppliedToGroup, node string) *model.AppliedT
 	return &c
 }
 
-// AddressGroupForNode is g as sent to agents: without its span, members
-// sorted by MemberKey.
+// AddressGroupForNode is g as sent to agents: members sorted by
+// MemberKey, without span and without generation (the engine's generation
+// also moves when only the span changes, which agents need not hear of;
+// the stream's versions order the changes instead).
 func AddressGroupForNode(g *model.AddressGroup) *model.AddressGroup {
 	return &model.AddressGroup{
-		Meta:     model.Meta{ID: g.ID, Generation: g.Generation},
+		Meta:     model.Meta{ID: g.ID},
 		Selector: g.Selector,
 		Members:  SortedMembers(g.Members),
 	}
@@ -292,7 +294,7 @@ func applyPatch(old *model.AddressGroup, pt *AddressGroupPatch) *model.AddressGr
 		sel = pt.Selector
 	}
 	return &model.AddressGroup{
-		Meta:     model.Meta{ID: old.ID, Generation: pt.Generation},
+		Meta:     model.Meta{ID: old.ID},
 		Selector: sel,
 		Members:  SortedMembers(members),
 	}
