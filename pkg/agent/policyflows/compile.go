@@ -125,6 +125,11 @@ func (c *Compiler) Compile(in Input) (Result, error) {
 			if r.Direction != model.DirectionIn && r.Direction != model.DirectionOut {
 				return res, fmt.Errorf("policy %s rule %d: unknown direction %q", p.Source, r.Index, r.Direction)
 			}
+			if p.Tier == model.TierNetworkPolicy && !isolates(p, r.Direction) {
+				// A NetworkPolicy's rules of a direction missing from its
+				// policyTypes are ignored (networking/v1 API).
+				continue
+			}
 			ts := tablesFor(r.Direction)
 			t := map[model.Tier]pipeline.Table{model.TierAdmin: ts.admin, model.TierNetworkPolicy: ts.np, model.TierBaseline: ts.baseline}[p.Tier]
 			byTable[t] = append(byTable[t], placed{p, r, ruleKey(p, r), t})
@@ -158,6 +163,13 @@ func (c *Compiler) Compile(in Input) (Result, error) {
 	liveConj := map[string]bool{}
 	b := newBuilder(c.round)
 	knownMembers := indexMembers(in.AddressGroups)
+	for _, p := range in.Pods {
+		for _, ip := range p.IPs {
+			if _, ok := knownMembers[ip]; !ok {
+				knownMembers[ip] = p.Ports
+			}
+		}
+	}
 	for _, t := range pipeline.Tables() {
 		for _, pr := range byTable[t] {
 			live[pr.key] = true
@@ -246,8 +258,11 @@ func appliedMatch(d model.Direction, port uint32) openflow.Match {
 	return openflow.Match{Regs: map[int]openflow.Masked{pipeline.RegOutPort: {Value: port, Mask: 0xffffffff}}}
 }
 
-// indexMembers maps every address the agent knows a pod for to that pod's
-// named ports, to resolve an egress named port whose peer is an ipBlock.
+// indexMembers maps every address the agent knows a pod for (address-group
+// members; Compile adds the local pods) to that pod's named ports, to
+// resolve an egress named port whose peer is an ipBlock. A remote pod in no
+// address group is unknown: its named ports match nothing (fail closed for
+// allows; see DESIGN.md).
 func indexMembers(ags map[string]*model.AddressGroup) map[netip.Addr][]model.NamedPort {
 	out := map[netip.Addr][]model.NamedPort{}
 	ids := make([]string, 0, len(ags))
@@ -664,4 +679,13 @@ func (b *builder) flows() []openflow.Flow {
 		out = append(out, *b.byKey[k])
 	}
 	return out
+}
+
+func isolates(p *model.Policy, d model.Direction) bool {
+	for _, x := range p.Isolates {
+		if x == d {
+			return true
+		}
+	}
+	return false
 }
