@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/tierflow/tierflow/pkg/ovs/ovsdb"
 )
 
 // Bridge is an OVS bridge of an Env.
@@ -160,6 +162,10 @@ type Pod struct {
 	Addrs  []netip.Prefix
 }
 
+// PodNamespace is the namespace AddPod records in the interface's
+// external_ids.
+const PodNamespace = "default"
+
 // PodInterfaceName is the name of the pod's interface inside its namespace.
 const PodInterfaceName = "eth0"
 
@@ -239,10 +245,10 @@ func (b *Bridge) AddPod(name string, mac net.HardwareAddr, addrs ...netip.Prefix
 		}
 	}
 	args := []string{"add-port", b.Name, p.HostIf, "--", "set", "Interface", p.HostIf,
-		fmt.Sprintf("external_ids:%q=%q", "tierflow.io/pod-name", name),
-		fmt.Sprintf("external_ids:%q=%q", "tierflow.io/pod-namespace", "default"),
-		fmt.Sprintf("external_ids:%q=%q", "tierflow.io/pod-ips", strings.Join(ips, ",")),
-		fmt.Sprintf("external_ids:%q=%q", "tierflow.io/pod-mac", p.MAC.String()),
+		fmt.Sprintf("external_ids:%q=%q", ovsdb.KeyPodName, name),
+		fmt.Sprintf("external_ids:%q=%q", ovsdb.KeyPodNamespace, PodNamespace),
+		fmt.Sprintf("external_ids:%q=%q", ovsdb.KeyPodIPs, strings.Join(ips, ",")),
+		fmt.Sprintf("external_ids:%q=%q", ovsdb.KeyPodMAC, p.MAC.String()),
 	}
 	if _, err := e.Vsctl(args...); err != nil {
 		e.t.Fatalf("ovsenv: pod %s: %v", name, err)
