@@ -1,0 +1,159 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/network-policy-api/apis/v1alpha1"
+
+	"github.com/tierflow/tierflow/test/kubeapi"
+)
+
+// TestBinaryWritesStatusServesMetricsAndReleasesLease runs the real
+// tierflow-controller binary against a real API server.
+func TestBinaryWritesStatusServesMetricsAndReleasesLease(t *testing.T) {
+	c := kubeapi.Start(t, kubeapi.WithCRDs())
+	bin := filepath.Join(t.TempDir(), "tierflow-controller")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("building tierflow-controller: %v\n%s", err, out)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metricsAddr := ln.Addr().String()
+	ln.Close()
+
+	logPath := filepath.Join(t.TempDir(), "controller.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logFile.Close()
+	cmd := exec.Command(bin, "--kubeconfig="+c.Kubeconfig, "--id=binary-1", "--leader-elect-namespace=kube-system",
+		"--metrics-address="+metricsAddr, "--crd-poll-interval=200ms")
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+		if t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			t.Logf("controller log:\n%s", b)
+		}
+	})
+
+	ctx := context.Background()
+	anps := c.Policy.PolicyV1alpha1().AdminNetworkPolicies()
+	for _, name := range []string{"one", "two"} {
+		anp := &v1alpha1.AdminNetworkPolicy{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: v1alpha1.AdminNetworkPolicySpec{
+				Priority: 9,
+				Subject:  v1alpha1.AdminNetworkPolicySubject{Namespaces: &metav1.LabelSelector{}},
+			},
+		}
+		if _, err := anps.Create(ctx, anp, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitUntil(t, "same-priority warning written by the binary", func() error {
+		o, err := anps.Get(ctx, "one", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		w := meta.FindStatusCondition(o.Status.Conditions, "Warning")
+		if w == nil || w.Reason != "SamePriority" {
+			return fmt.Errorf("conditions %+v", o.Status.Conditions)
+		}
+		return nil
+	})
+	waitUntil(t, "metrics served", func() error {
+		resp, err := http.Get("http://" + metricsAddr + "/metrics")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		for _, want := range []string{
+			`tierflow_controller_status_writes_total{kind="AdminNetworkPolicy"}`,
+			`tierflow_controller_api_objects{kind="AdminNetworkPolicy"} 2`,
+			`tierflow_controller_sync_duration_seconds_count{kind="AdminNetworkPolicy",operation="status"}`,
+			`tierflow_controller_policy_kind_watched{kind="ClusterNetworkPolicy"} 1`,
+		} {
+			if !strings.Contains(string(body), want) {
+				return fmt.Errorf("metrics lack %s", want)
+			}
+		}
+		return nil
+	})
+	lease, err := c.Kube.CoordinationV1().Leases("kube-system").Get(ctx, "tierflow-controller", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("lease: %v", err)
+	}
+	if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity != "binary-1" {
+		t.Fatalf("lease holder %v, want binary-1", lease.Spec.HolderIdentity)
+	}
+
+	// SIGTERM: a clean exit that releases the lease for the next replica.
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		exited <- err // for the cleanup
+		if err != nil {
+			t.Fatalf("controller exited with %v after SIGTERM", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("controller did not exit after SIGTERM")
+	}
+	lease, err = c.Kube.CoordinationV1().Leases("kube-system").Get(ctx, "tierflow-controller", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lease.Spec.HolderIdentity != nil && *lease.Spec.HolderIdentity != "" {
+		t.Errorf("lease still held by %q after a clean exit", *lease.Spec.HolderIdentity)
+	}
+}
+
+func TestBadFlagsFailClearly(t *testing.T) {
+	cmd := newCommand()
+	cmd.SetArgs([]string{"--kubeconfig=/nonexistent/kubeconfig", "--metrics-address=", "--leader-elect=false"})
+	cmd.SetOut(io.Discard)
+	err := cmd.Execute()
+	if err == nil || !strings.Contains(err.Error(), "kubernetes client configuration") {
+		t.Fatalf("missing kubeconfig: got %v", err)
+	}
+}
+
+func waitUntil(t *testing.T, what string, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %v", what, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
