@@ -9,10 +9,18 @@
 //	br := env.AddBridge("br")               // netdev, fail_mode=secure, OpenFlow13
 //	a := br.AddPod("a", mac("0a:00:00:00:00:01"), netip.MustParsePrefix("10.0.0.1/24"))
 //	b := br.AddPod("b", mac("0a:00:00:00:00:02"), netip.MustParsePrefix("10.0.0.2/24"))
-//	srv := b.ListenTCP(8080)                // echo server inside b's netns
-//	err := a.ProbeTCP(netip.MustParseAddrPort("10.0.0.2:8080"), time.Second)
-//	flows := br.DumpFlows(0)                // ovs-ofctl -O OpenFlow13 dump-flows
-//	out := br.Trace("in_port=1,tcp,nw_src=10.0.0.1,nw_dst=10.0.0.2,tp_dst=8080")
+//	srv := b.ListenTCP(8080)                // echo server inside b's netns (also ListenUDP)
+//	err := a.ProbeTCP(netip.MustParseAddrPort("10.0.0.2:8080"), time.Second) // errors.Is(err, ErrNoReply) when dropped
+//	conn, _ := a.DialTCP(dst, time.Second)  // long-lived: conn.Exchange("msg", timeout) later
+//	flows, _ := br.DumpFlows(0)             // dump-flows lines without counters ("cookie=0x0, table=0, priority=...")
+//	out, _ := br.Trace("in_port=1,tcp,nw_src=10.0.0.1,nw_dst=10.0.0.2,tp_dst=8080")
+//	_ = a.InNetns(func() error { ... })     // run Go code (sockets) inside the pod
+//	_, _ = a.Exec("ip", "route")            // run a command inside the pod
+//
+// Each pod's OVS interface carries the tierflow CNI external_ids
+// (pkg/ovs/ovsdb: pod-namespace "default", pod-name, pod-ips, pod-mac), and
+// Pod.OFPort is its OpenFlow port. Env.RestartVswitchd / StopVswitchd /
+// StartVswitchd simulate an ovs-vswitchd restart (flows are lost).
 //
 // One Env at a time per host: ovs-vswitchd's userspace datapath creates a
 // tap device named "ovs-netdev" in the host network namespace, so two
