@@ -18,6 +18,7 @@ import (
 	"github.com/tierflow/tierflow/pkg/agent/fake"
 	"github.com/tierflow/tierflow/pkg/distribution/disttest"
 	"github.com/tierflow/tierflow/pkg/distribution/server"
+	"github.com/tierflow/tierflow/pkg/distribution/statusbridge"
 	"github.com/tierflow/tierflow/pkg/distribution/wire"
 	"github.com/tierflow/tierflow/pkg/model"
 )
@@ -212,6 +213,12 @@ func TestRealization(t *testing.T) {
 	}
 	if sum, ok := e.srv.Summary(id); !ok || sum.Realized != 1 {
 		t.Errorf("Server.Summary = %+v", sum)
+	}
+
+	// What the controller's status writer sees through the bridge.
+	rs, ok := statusbridge.Source{Server: e.srv}.Realization(model.PolicyRef{Kind: model.KindNetworkPolicy, Namespace: "backend", Name: "db-allow"})
+	if !ok || rs.Generation != 2 || rs.Realized != 1 || rs.Total != 3 || rs.Failed["n1"] == "" {
+		t.Errorf("controller realization summary %+v (found %v)", rs, ok)
 	}
 
 	// Deleted policy: the summary goes away.

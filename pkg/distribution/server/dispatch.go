@@ -115,10 +115,14 @@ func (s *Server) dispatchRound() {
 		}
 	}
 	for id, p := range r.policies {
+		if old := s.policies[id]; old != nil && s.byRef[refKey(old.Source)] == id {
+			delete(s.byRef, refKey(old.Source))
+		}
 		if p == nil {
 			delete(s.policies, id)
 		} else {
 			s.policies[id] = p
+			s.byRef[refKey(p.Source)] = id
 		}
 	}
 	for id, g := range r.atgs {
@@ -346,4 +350,11 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	slices.Sort(ks)
 	return ks
+}
+
+// refKey is a policy's source without its UID: status writers name API
+// objects by kind, namespace and name.
+func refKey(r model.PolicyRef) model.PolicyRef {
+	r.UID = ""
+	return r
 }

@@ -139,6 +139,19 @@ func (s *Server) Summary(policyID string) (Summary, bool) {
 	return s.real.summarize(p), true
 }
 
+// SummaryByRef returns the realization summary of the policy computed
+// from an API object (matched by kind, namespace and name; the UID is
+// ignored).
+func (s *Server) SummaryByRef(ref model.PolicyRef) (Summary, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.policies[s.byRef[refKey(ref)]]
+	if p == nil {
+		return Summary{}, false
+	}
+	return s.real.summarize(p), true
+}
+
 func (s *Server) emitReports(node string, results []wire.PolicyResult) {
 	if s.opts.OnReport == nil || len(results) == 0 {
 		return

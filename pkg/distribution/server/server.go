@@ -80,6 +80,7 @@ type Server struct {
 	// The distributed state: what the sessions' updates were computed
 	// from. Address groups are kept in their wire form.
 	policies map[string]*model.Policy
+	byRef    map[model.PolicyRef]string // source (without UID) → policy ID
 	atgs     map[string]*model.AppliedToGroup
 	ags      map[string]*model.AddressGroup
 	sessions map[string]*session
@@ -125,6 +126,7 @@ func New(src Source, auth Authenticator, opts Options) *Server {
 		dirty:    map[objKey]struct{}{},
 		wake:     make(chan struct{}, 1),
 		policies: map[string]*model.Policy{},
+		byRef:    map[model.PolicyRef]string{},
 		atgs:     map[string]*model.AppliedToGroup{},
 		ags:      map[string]*model.AddressGroup{},
 		sessions: map[string]*session{},

@@ -86,8 +86,8 @@ func PolicyForNode(p *model.Policy) *model.Policy {
 	return &c
 }
 
-// AppliedToGroupForNode is g as sent to node: only node's members, sorted
-// by MemberKey, without span and without generation — the group's
+// AppliedToGroupForNode is g as sent to node: only node's members, in
+// canonical order, without span and without generation — the group's
 // generation counts changes on every node, and a change on another node
 // is not sent to this one.
 func AppliedToGroupForNode(g *model.AppliedToGroup, node string) *model.AppliedToGroup {
@@ -102,8 +102,8 @@ func AppliedToGroupForNode(g *model.AppliedToGroup, node string) *model.AppliedT
 	return &c
 }
 
-// AddressGroupForNode is g as sent to agents: members sorted by
-// MemberKey, without span and without generation (the engine's generation
+// AddressGroupForNode is g as sent to agents: members in canonical
+// order, without span and without generation (the engine's generation
 // also moves when only the span changes, which agents need not hear of;
 // the stream's versions order the changes instead).
 func AddressGroupForNode(g *model.AddressGroup) *model.AddressGroup {
@@ -114,15 +114,32 @@ func AddressGroupForNode(g *model.AddressGroup) *model.AddressGroup {
 	}
 }
 
-// SortedMembers returns a copy of ms sorted by MemberKey (nil when empty),
+// SortedMembers returns a copy of ms in canonical order (nil when empty),
 // the canonical order of members on the wire and in NodeState.
 func SortedMembers(ms []model.GroupMember) []model.GroupMember {
 	if len(ms) == 0 {
 		return nil
 	}
 	c := slices.Clone(ms)
-	slices.SortFunc(c, func(a, b model.GroupMember) int { return strings.Compare(MemberKey(&a), MemberKey(&b)) })
+	slices.SortFunc(c, compareMembers)
 	return c
+}
+
+// compareMembers is the canonical member order: node members by node
+// name, then pod members by namespace and name.
+func compareMembers(a, b model.GroupMember) int {
+	switch {
+	case a.Pod == nil && b.Pod == nil:
+		return strings.Compare(a.Node, b.Node)
+	case a.Pod == nil:
+		return -1
+	case b.Pod == nil:
+		return 1
+	}
+	if c := strings.Compare(a.Pod.Namespace, b.Pod.Namespace); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Pod.Name, b.Pod.Name)
 }
 
 // AddressGroupRefs lists the address groups p's rules use, without
