@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/tierflow/tierflow/pkg/ovs/openflow"
@@ -12,7 +13,13 @@ import (
 // Key identifies a flow the way OpenFlow does for strict modify/delete:
 // table, priority and match.
 func Key(f openflow.Flow) string {
-	return fmt.Sprintf("table=%d,priority=%d,%s", f.Table, f.Priority, Match(f.Match))
+	b := make([]byte, 0, 96)
+	b = append(b, "table="...)
+	b = strconv.AppendUint(b, uint64(f.Table), 10)
+	b = append(b, ",priority="...)
+	b = strconv.AppendUint(b, uint64(f.Priority), 10)
+	b = append(b, ',')
+	return string(appendMatch(b, f.Match))
 }
 
 // Flow renders a flow for `ovs-ofctl add-flow` (cookie, table, priority,
@@ -27,90 +34,137 @@ func Flow(f openflow.Flow) string {
 }
 
 // Match renders the match fields in a fixed order.
-func Match(m openflow.Match) string {
-	var p []string
-	add := func(format string, args ...any) { p = append(p, fmt.Sprintf(format, args...)) }
+func Match(m openflow.Match) string { return string(appendMatch(nil, m)) }
+
+// appendMatch appends the match fields, comma separated, in a fixed order.
+// It is on the agent's hot path (every desired flow is keyed on every
+// update), hence strconv rather than fmt.
+func appendMatch(b []byte, m openflow.Match) []byte {
+	start := len(b)
+	field := func(name string) {
+		if len(b) > start {
+			b = append(b, ',')
+		}
+		b = append(b, name...)
+		b = append(b, '=')
+	}
+	hex := func(v uint64) {
+		b = append(b, "0x"...)
+		b = strconv.AppendUint(b, v, 16)
+	}
+	dec := func(v uint64) { b = strconv.AppendUint(b, v, 10) }
+	maskedField := func(name string, v openflow.Masked, full uint32) {
+		field(name)
+		if v.Mask == 0 || v.Mask == full {
+			hex(uint64(v.Value))
+			return
+		}
+		hex(uint64(v.Value & v.Mask))
+		b = append(b, '/')
+		hex(uint64(v.Mask))
+	}
 	if m.ConjID != nil {
-		add("conj_id=%d", *m.ConjID)
+		field("conj_id")
+		dec(uint64(*m.ConjID))
 	}
 	if m.InPort != 0 {
-		add("in_port=%d", m.InPort)
+		field("in_port")
+		dec(uint64(m.InPort))
 	}
-	regs := make([]int, 0, len(m.Regs))
-	for r := range m.Regs {
-		regs = append(regs, r)
-	}
-	sort.Ints(regs)
-	for _, r := range regs {
-		add("reg%d=%s", r, masked(m.Regs[r], 0xffffffff))
+	if len(m.Regs) > 0 {
+		regs := make([]int, 0, len(m.Regs))
+		for r := range m.Regs {
+			regs = append(regs, r)
+		}
+		sort.Ints(regs)
+		for _, r := range regs {
+			maskedField("reg"+strconv.Itoa(r), m.Regs[r], 0xffffffff)
+		}
 	}
 	if m.CtState != nil {
-		add("ct_state=%s", ctState(*m.CtState))
+		field("ct_state")
+		b = append(b, ctState(*m.CtState)...)
 	}
 	if m.CtMark != nil {
-		add("ct_mark=%s", masked(*m.CtMark, 0xffffffff))
+		maskedField("ct_mark", *m.CtMark, 0xffffffff)
 	}
 	if m.CtZone != nil {
-		add("ct_zone=%d", *m.CtZone)
+		field("ct_zone")
+		dec(uint64(*m.CtZone))
 	}
 	if m.EthSrc != nil {
-		add("dl_src=%s", m.EthSrc)
+		field("dl_src")
+		b = append(b, m.EthSrc.String()...)
 	}
 	if m.EthDst != nil {
-		add("dl_dst=%s", m.EthDst)
+		field("dl_dst")
+		b = append(b, m.EthDst.String()...)
 	}
 	if m.EthType != 0 {
-		add("dl_type=%#06x", m.EthType)
+		field("dl_type")
+		b = append(b, fmt.Sprintf("%#06x", m.EthType)...)
 	}
 	v6 := m.EthType == 0x86dd
 	if m.IPSrc.IsValid() {
-		add("%s=%s", ipField(v6, "src"), prefix(m.IPSrc))
+		field(ipField(v6, "src"))
+		b = append(b, prefix(m.IPSrc)...)
 	}
 	if m.IPDst.IsValid() {
-		add("%s=%s", ipField(v6, "dst"), prefix(m.IPDst))
+		field(ipField(v6, "dst"))
+		b = append(b, prefix(m.IPDst)...)
 	}
 	if m.IPProto != 0 {
-		add("nw_proto=%d", m.IPProto)
+		field("nw_proto")
+		dec(uint64(m.IPProto))
 	}
 	if m.L4Dst != nil {
 		name := map[uint8]string{6: "tcp_dst", 17: "udp_dst", 132: "sctp_dst"}[m.IPProto]
 		if name == "" {
 			name = "tp_dst"
 		}
-		add("%s=%s", name, masked(*m.L4Dst, 0xffff))
+		maskedField(name, *m.L4Dst, 0xffff)
 	}
 	icmp := "icmp"
 	if v6 {
 		icmp = "icmpv6"
 	}
 	if m.ICMPType != nil {
-		add("%s_type=%d", icmp, *m.ICMPType)
+		field(icmp + "_type")
+		dec(uint64(*m.ICMPType))
 	}
 	if m.ICMPCode != nil {
-		add("%s_code=%d", icmp, *m.ICMPCode)
+		field(icmp + "_code")
+		dec(uint64(*m.ICMPCode))
 	}
 	if m.NDTarget.IsValid() {
-		add("nd_target=%s", prefix(m.NDTarget))
+		field("nd_target")
+		b = append(b, prefix(m.NDTarget)...)
 	}
 	if m.NDSll != nil {
-		add("nd_sll=%s", m.NDSll)
+		field("nd_sll")
+		b = append(b, m.NDSll.String()...)
 	}
 	if m.NDTll != nil {
-		add("nd_tll=%s", m.NDTll)
+		field("nd_tll")
+		b = append(b, m.NDTll.String()...)
 	}
 	if m.ArpOp != 0 {
-		add("arp_op=%d", m.ArpOp)
+		field("arp_op")
+		dec(uint64(m.ArpOp))
 	}
 	if m.ArpSpa.IsValid() {
-		add("arp_spa=%s", m.ArpSpa)
+		field("arp_spa")
+		b = append(b, m.ArpSpa.String()...)
 	}
 	if m.ArpTpa.IsValid() {
-		add("arp_tpa=%s", m.ArpTpa)
+		field("arp_tpa")
+		b = append(b, m.ArpTpa.String()...)
 	}
 	if m.ArpSha != nil {
-		add("arp_sha=%s", m.ArpSha)
+		field("arp_sha")
+		b = append(b, m.ArpSha.String()...)
 	}
-	return strings.Join(p, ",")
+	return b
 }
 
 func ipField(v6 bool, dir string) string {

@@ -644,42 +644,36 @@ const (
 // later ones (rules are added in evaluation order).
 type builder struct {
 	round uint8
-	order []string
-	byKey map[string]*openflow.Flow
-	kinds map[string]flowKind
+	out   []openflow.Flow
+	kinds []flowKind
+	byKey map[string]int
 }
 
 func newBuilder(round uint8) *builder {
-	return &builder{round: round, byKey: map[string]*openflow.Flow{}, kinds: map[string]flowKind{}}
+	return &builder{round: round, byKey: map[string]int{}}
 }
 
 func (b *builder) add(f openflow.Flow, k flowKind) {
 	key := flowtext.Key(f)
-	old, ok := b.byKey[key]
+	i, ok := b.byKey[key]
 	if !ok {
-		b.order = append(b.order, key)
-		b.byKey[key] = &f
-		b.kinds[key] = k
+		b.byKey[key] = len(b.out)
+		b.out = append(b.out, f)
+		b.kinds = append(b.kinds, k)
 		return
 	}
 	switch {
-	case b.kinds[key] == kindAction:
+	case b.kinds[i] == kindAction:
 		// keep the first action flow
 	case k == kindAction:
-		b.byKey[key] = &f
-		b.kinds[key] = k
+		b.out[i] = f
+		b.kinds[i] = k
 	default:
-		old.Actions = append(old.Actions, f.Actions...)
+		b.out[i].Actions = append(b.out[i].Actions, f.Actions...)
 	}
 }
 
-func (b *builder) flows() []openflow.Flow {
-	out := make([]openflow.Flow, 0, len(b.order))
-	for _, k := range b.order {
-		out = append(out, *b.byKey[k])
-	}
-	return out
-}
+func (b *builder) flows() []openflow.Flow { return b.out }
 
 func isolates(p *model.Policy, d model.Direction) bool {
 	for _, x := range p.Isolates {

@@ -38,36 +38,30 @@ func halves(p netip.Prefix) (netip.Prefix, netip.Prefix) {
 	return lo, netip.PrefixFrom(a, bits)
 }
 
-// normalize sorts prefixes and drops those contained in another one.
+// normalize sorts prefixes and drops those contained in another one. Sorted
+// by family, address, then length, a prefix contained in another kept one
+// is contained in the last kept one of its family (kept prefixes are
+// disjoint), so one pass suffices.
 func normalize(ps []netip.Prefix) []netip.Prefix {
+	for i, p := range ps {
+		ps[i] = p.Masked()
+	}
 	sort.Slice(ps, func(i, j int) bool {
-		if ps[i].Addr().BitLen() != ps[j].Addr().BitLen() {
-			return ps[i].Addr().BitLen() < ps[j].Addr().BitLen()
+		if ps[i].Addr() != ps[j].Addr() {
+			return ps[i].Addr().Less(ps[j].Addr()) // v4 sorts before v6
 		}
-		if ps[i].Bits() != ps[j].Bits() {
-			return ps[i].Bits() < ps[j].Bits()
-		}
-		return ps[i].Addr().Less(ps[j].Addr())
+		return ps[i].Bits() < ps[j].Bits()
 	})
-	var out []netip.Prefix
+	out := ps[:0:0]
 	for _, p := range ps {
-		covered := false
-		for _, q := range out {
-			if q.Addr().BitLen() == p.Addr().BitLen() && q.Bits() <= p.Bits() && q.Contains(p.Addr()) {
-				covered = true
-				break
+		if n := len(out); n > 0 {
+			last := out[n-1]
+			if last.Addr().BitLen() == p.Addr().BitLen() && last.Contains(p.Addr()) {
+				continue
 			}
 		}
-		if !covered {
-			out = append(out, p)
-		}
+		out = append(out, p)
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Addr() != out[j].Addr() {
-			return out[i].Addr().Less(out[j].Addr())
-		}
-		return out[i].Bits() < out[j].Bits()
-	})
 	return out
 }
 

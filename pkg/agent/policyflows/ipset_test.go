@@ -1,6 +1,7 @@
 package policyflows
 
 import (
+	"fmt"
 	"math/rand"
 	"net/netip"
 	"testing"
@@ -61,5 +62,18 @@ func TestSubtractExact(t *testing.T) {
 	}
 	if s := subtract(netip.MustParsePrefix("2001:db8::/32"), []netip.Prefix{netip.MustParsePrefix("2001:db8::1/128")}); len(s) != 96 {
 		t.Fatalf("v6 split: %d prefixes", len(s))
+	}
+}
+
+func TestNormalizeDropsContained(t *testing.T) {
+	in := []netip.Prefix{
+		netip.MustParsePrefix("10.0.0.5/32"), netip.MustParsePrefix("10.0.0.0/24"), netip.MustParsePrefix("10.0.1.0/24"),
+		netip.MustParsePrefix("10.0.0.0/16"), netip.MustParsePrefix("fd00::1/128"), netip.MustParsePrefix("10.1.0.0/24"),
+		netip.MustParsePrefix("fd00::/64"), netip.MustParsePrefix("11.0.0.0/8"), netip.MustParsePrefix("11.0.0.1/32"),
+	}
+	got := normalize(in)
+	want := "[10.0.0.0/16 10.1.0.0/24 11.0.0.0/8 fd00::/64]"
+	if s := fmt.Sprint(got); s != want {
+		t.Fatalf("normalize = %s, want %s", s, want)
 	}
 }
