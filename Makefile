@@ -24,6 +24,10 @@ test: deps lint ## every test: unit, real OVS, real kube-apiserver
 test-ovs: deps ## the OVS layer alone: test/ovsenv, pkg/ovs/openflow, pkg/ovs/ovsdb (real OVS, root)
 	$(GO) test -count=1 ./test/ovsenv ./pkg/ovs/...
 
+.PHONY: test-pipeline
+test-pipeline: deps ## the agent's OpenFlow pipeline: compiler unit tests and real-OVS policy tests (root)
+	$(GO) test -count=1 ./pkg/agent/pipeline ./pkg/agent/policyflows ./pkg/agent/flowtext ./pkg/agent/flowsync ./pkg/agent/metrics ./pkg/agent/realizer
+
 # Kubernetes binaries for the real kube-apiserver test harness (test/kubeapi),
 # built from the separate module in build/kube. Cached: rebuilt only when
 # build/kube/go.mod or go.sum is newer than the binaries.
