@@ -1,0 +1,66 @@
+// Command tierflow-agent enforces tierflow's policies on one node: it
+// follows the controller's stream of the node's policy state, installs it
+// as OpenFlow flows on the node's OVS bridge, reports realization back,
+// and serves Prometheus metrics and a local query socket for tierctl. See
+// pkg/agent/runtime for what it does in which order.
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tierflow/tierflow/pkg/agent/runtime"
+	"github.com/tierflow/tierflow/pkg/agent/runtime/query"
+	"github.com/tierflow/tierflow/pkg/config"
+)
+
+func main() {
+	if err := newCommand().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "tierflow-agent:", err)
+		os.Exit(1)
+	}
+}
+
+func newCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:           "tierflow-agent",
+		Short:         "Enforce tierflow's policies on this node's OVS bridge",
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	// Configuration through pkg/config: flags, TIERFLOW_* variables and
+	// the --config file (see pkg/config/docs/configuration.md). The flags
+	// below are the agent process's own knobs, not part of the node's
+	// configuration file.
+	cfg := config.BindAgent(cmd)
+	datapath := cmd.Flags().String("datapath", query.DatapathOVS,
+		"ovs: program the OVS bridge; none: no datapath, keep the rule cache and report policies realized (fan-out tests)")
+	querySocket := cmd.Flags().String("query-socket", query.DefaultSocket, "unix socket of the local query API (tierctl flows/trace); empty disables")
+	ctZone := cmd.Flags().Uint16("ct-zone", 0, "conntrack zone of this node's connections (agents whose bridges share one datapath need different zones)")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if *datapath != query.DatapathOVS && *datapath != query.DatapathNone {
+			return fmt.Errorf("invalid --datapath %q: want %s or %s", *datapath, query.DatapathOVS, query.DatapathNone)
+		}
+		c, err := cfg.Load()
+		if err != nil {
+			return err
+		}
+		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: c.SlogLevel()}))
+		slog.SetDefault(log)
+		a, err := runtime.New(runtime.Options{Config: c, Datapath: *datapath, QuerySocket: *querySocket, CtZone: *ctZone, Logger: log})
+		if err != nil {
+			return err
+		}
+		// SIGTERM (the kubelet) and SIGINT stop the agent; flows stay.
+		ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		return a.Run(ctx)
+	}
+	return cmd
+}

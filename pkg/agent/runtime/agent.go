@@ -1,0 +1,347 @@
+package runtime
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/tierflow/tierflow/pkg/agent/fake"
+	"github.com/tierflow/tierflow/pkg/agent/metrics"
+	"github.com/tierflow/tierflow/pkg/agent/runtime/query"
+	"github.com/tierflow/tierflow/pkg/agent/statestore"
+	"github.com/tierflow/tierflow/pkg/config"
+	"github.com/tierflow/tierflow/pkg/distribution/client"
+	"github.com/tierflow/tierflow/pkg/distribution/wire"
+)
+
+// Options configure an Agent.
+type Options struct {
+	// Config is the validated agent configuration (pkg/config).
+	Config *config.Agent
+	// Datapath is query.DatapathOVS (default) or query.DatapathNone.
+	Datapath string
+	// QuerySocket is the unix socket of the query API; empty disables it.
+	QuerySocket string
+	// CtZone is the conntrack zone of this node's connections. Agents whose
+	// bridges share one datapath (tests with several bridges in one
+	// ovs-vswitchd) need different zones.
+	CtZone uint16
+	// RetryInterval between attempts after a failed realization (default
+	// 2s); CheckInterval between checks that the bridge still holds the
+	// flows (default 10s).
+	RetryInterval, CheckInterval time.Duration
+	Logger                       *slog.Logger
+}
+
+// Agent is one running tierflow-agent.
+type Agent struct {
+	opts Options
+	cfg  *config.Agent
+	log  *slog.Logger
+	m    *agentMetrics
+
+	ovs    *ovsDatapath // nil with datapath none
+	fake   *fake.Agent  // set with datapath none
+	client *client.Client
+
+	kick chan struct{} // asks the loop to realize again (ports changed)
+
+	// realizeMu serializes realizations; mu guards the fields below.
+	realizeMu sync.Mutex
+	mu        sync.Mutex
+	state     *wire.NodeState
+	haveState bool // a complete state has been received (restored or from the controller)
+	ready     bool // ... and realized
+	failing   bool // the last realization failed
+	lastTime  time.Time
+	lastErr   string
+	warnings  []string
+	// realized is, per policy ID, the generation the datapath enforces.
+	realized map[string]int64
+	errs     map[string]string
+}
+
+// New checks opts; Run starts the agent.
+func New(opts Options) (*Agent, error) {
+	if opts.Config == nil {
+		return nil, errors.New("agent: no configuration")
+	}
+	if err := opts.Config.Validate(); err != nil {
+		return nil, err
+	}
+	switch opts.Datapath {
+	case "":
+		opts.Datapath = query.DatapathOVS
+	case query.DatapathOVS, query.DatapathNone:
+	default:
+		return nil, fmt.Errorf("agent: datapath %q: want %s or %s", opts.Datapath, query.DatapathOVS, query.DatapathNone)
+	}
+	if opts.RetryInterval <= 0 {
+		opts.RetryInterval = 2 * time.Second
+	}
+	if opts.CheckInterval <= 0 {
+		opts.CheckInterval = 10 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	a := &Agent{
+		opts:     opts,
+		cfg:      opts.Config,
+		log:      opts.Logger.With("node", opts.Config.NodeName),
+		kick:     make(chan struct{}, 1),
+		state:    wire.NewNodeState(opts.Config.NodeName),
+		realized: map[string]int64{},
+		errs:     map[string]string{},
+	}
+	a.m = newAgentMetrics(a)
+	return a, nil
+}
+
+// Run starts everything, enforces the saved state, follows the controller
+// and serves metrics and queries until ctx ends. It returns an error only
+// when the agent cannot start; a missing controller is not one.
+func (a *Agent) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	tlsConfig, err := a.controllerTLS()
+	if err != nil {
+		return err
+	}
+	store, err := statestore.Open(a.cfg.StateDir)
+	if err != nil {
+		return err
+	}
+
+	if a.opts.Datapath == query.DatapathOVS {
+		d, err := openOVS(ctx, &a.opts, a.log, a.m, a.requestRealize)
+		if err != nil {
+			return err
+		}
+		defer d.close()
+		a.ovs = d
+		a.m.reg.MustRegister(metrics.NewCollector(realizerSource{d}))
+	} else {
+		a.fake = fake.New(a.cfg.NodeName)
+	}
+
+	a.client, err = client.New(client.Config{
+		Address:  a.cfg.ControllerAddress,
+		TLS:      tlsConfig,
+		Token:    client.TokenFile(a.cfg.TokenFile),
+		Node:     a.cfg.NodeName,
+		Receiver: receiver{a},
+		Store:    store,
+		Logger:   a.log,
+	})
+	if err != nil {
+		return err
+	}
+	servers, err := a.serve()
+	if err != nil {
+		return err
+	}
+	defer servers.close()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		a.loop(ctx)
+	}()
+	a.log.Info("agent started", "datapath", a.opts.Datapath, "bridge", a.cfg.BridgeName, "controller", a.cfg.ControllerAddress)
+	// Run restores the saved state (enforced at once, through Apply) and
+	// then keeps the stream to the controller open until ctx ends.
+	err = a.client.Run(ctx)
+	cancel()
+	wg.Wait()
+	a.log.Info("agent stopped; flows stay installed")
+	return err
+}
+
+// controllerTLS verifies the controller with the configured CA bundle and
+// server name.
+func (a *Agent) controllerTLS() (*tls.Config, error) {
+	pem, err := os.ReadFile(a.cfg.ControllerCAFile)
+	if err != nil {
+		return nil, fmt.Errorf("controller CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("controller CA: no PEM certificate in %s", a.cfg.ControllerCAFile)
+	}
+	return &tls.Config{RootCAs: pool, ServerName: a.cfg.ControllerServerName, MinVersion: tls.VersionTLS12}, nil
+}
+
+// receiver is the distribution client's Receiver.
+type receiver struct{ a *Agent }
+
+// Apply takes an update into the node's state and realizes the whole
+// state. An error means nothing of the update is enforced yet; the client
+// reports it for every affected policy, and the loop retries.
+func (r receiver) Apply(d *wire.Delta) error {
+	a := r.a
+	a.mu.Lock()
+	applyDelta(a.state, d)
+	if d.Full {
+		a.haveState = true
+		a.m.stateUpdates.WithLabelValues("full").Inc()
+	} else {
+		a.m.stateUpdates.WithLabelValues("delta").Inc()
+	}
+	a.mu.Unlock()
+	if a.fake != nil {
+		err := a.fake.Apply(d)
+		a.record(a.snapshot(), nil, err)
+		return err
+	}
+	return a.realize(context.Background(), "update")
+}
+
+// requestRealize asks the loop to realize again (a port changed).
+func (a *Agent) requestRealize() {
+	select {
+	case a.kick <- struct{}{}:
+	default:
+	}
+}
+
+// loop realizes again when ports change, retries failed realizations and
+// checks that the bridge still holds the flows.
+func (a *Agent) loop(ctx context.Context) {
+	retry := time.NewTicker(a.opts.RetryInterval)
+	defer retry.Stop()
+	check := time.NewTicker(a.opts.CheckInterval)
+	defer check.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.kick:
+			_ = a.realize(ctx, "ports")
+		case <-retry.C:
+			a.mu.Lock()
+			failing := a.failing
+			a.mu.Unlock()
+			if failing {
+				_ = a.realize(ctx, "retry")
+			}
+		case <-check.C:
+			if a.ovs != nil && a.Ready() {
+				a.ovs.check(ctx)
+			}
+		}
+	}
+}
+
+// snapshot copies the state's maps (the objects are immutable).
+func (a *Agent) snapshot() *wire.NodeState {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.state.Clone()
+}
+
+// realize makes the datapath enforce the current state. Before a complete
+// state is known nothing is realized: the pipeline passes no pod traffic.
+func (a *Agent) realize(ctx context.Context, trigger string) error {
+	if a.ovs == nil {
+		return nil
+	}
+	a.realizeMu.Lock()
+	defer a.realizeMu.Unlock()
+	a.mu.Lock()
+	have := a.haveState
+	a.mu.Unlock()
+	if !have {
+		return nil
+	}
+	st := a.snapshot()
+	start := time.Now()
+	warnings, err := a.ovs.realize(ctx, st)
+	a.m.realizeTime.WithLabelValues(trigger).Observe(time.Since(start).Seconds())
+	if err != nil {
+		a.m.realizeErrs.WithLabelValues(trigger).Inc()
+		a.log.Error("realization failed; previous flows stay installed", "trigger", trigger, "err", err)
+	} else {
+		a.log.Debug("realized", "trigger", trigger, "policies", len(st.Policies), "took", time.Since(start))
+	}
+	a.record(st, warnings, err)
+	return err
+}
+
+// record notes the outcome of realizing st.
+func (a *Agent) record(st *wire.NodeState, warnings []string, err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var perPolicy client.PolicyErrors
+	errors.As(err, &perPolicy)
+	a.failing = err != nil
+	if err != nil {
+		a.lastErr = err.Error()
+	} else {
+		a.lastErr = ""
+		a.ready = true
+		a.lastTime = time.Now()
+		if !equalStrings(a.warnings, warnings) {
+			for _, w := range warnings {
+				a.log.Warn("rule compiled differently from its text", "warning", w)
+			}
+		}
+		a.warnings = warnings
+	}
+	for id := range a.realized {
+		if st.Policies[id] == nil {
+			delete(a.realized, id)
+			delete(a.errs, id)
+		}
+	}
+	for id, p := range st.Policies {
+		switch {
+		case perPolicy != nil && perPolicy[id] != nil:
+			a.errs[id] = perPolicy[id].Error()
+		case perPolicy == nil && err != nil:
+			a.errs[id] = err.Error()
+		default:
+			delete(a.errs, id)
+			a.realized[id] = p.Generation
+		}
+	}
+	if a.fake != nil && (err == nil || perPolicy != nil) {
+		a.ready = true
+	}
+}
+
+func equalStrings(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// Ready reports whether the datapath enforces a complete state.
+func (a *Agent) Ready() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.ready
+}
+
+func (a *Agent) controllerConnected() bool {
+	return a.client != nil && a.client.Connected()
+}
+
+func (a *Agent) policyCount() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.state.Policies)
+}

@@ -1,0 +1,71 @@
+package runtime
+
+import (
+	"sort"
+
+	"github.com/tierflow/tierflow/pkg/distribution/wire"
+	"github.com/tierflow/tierflow/pkg/model"
+)
+
+// applyDelta applies d to st (a full delta replaces everything). Objects
+// are shared, read-only values: only the maps change.
+func applyDelta(st *wire.NodeState, d *wire.Delta) {
+	if d.Full {
+		*st = *wire.NewNodeState(st.Node)
+	}
+	for _, g := range d.AppliedToGroups {
+		st.AppliedToGroups[g.ID] = g
+	}
+	for _, g := range d.AddressGroups {
+		st.AddressGroups[g.ID] = g
+	}
+	for _, p := range d.Policies {
+		st.Policies[p.ID] = p
+	}
+	for _, id := range d.DeletedPolicies {
+		delete(st.Policies, id)
+	}
+	for _, id := range d.DeletedAppliedToGroups {
+		delete(st.AppliedToGroups, id)
+	}
+	for _, id := range d.DeletedAddressGroups {
+		delete(st.AddressGroups, id)
+	}
+}
+
+// sortedPolicies lists st's policies by ID, for deterministic compilation
+// input and answers.
+func sortedPolicies(st *wire.NodeState) []*model.Policy {
+	out := make([]*model.Policy, 0, len(st.Policies))
+	for _, p := range st.Policies {
+		out = append(out, p)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// namedPorts collects each pod's named container ports from the groups
+// that list it: the pod's own ports come from the controller (the CNI
+// plugin's external_ids carry none).
+func namedPorts(st *wire.NodeState) map[model.PodRef][]model.NamedPort {
+	out := map[model.PodRef][]model.NamedPort{}
+	add := func(m model.GroupMember) {
+		if m.Pod == nil || len(m.Ports) == 0 {
+			return
+		}
+		if _, ok := out[*m.Pod]; !ok {
+			out[*m.Pod] = m.Ports
+		}
+	}
+	for _, g := range st.AppliedToGroups {
+		for _, m := range g.MembersByNode[st.Node] {
+			add(m)
+		}
+	}
+	for _, g := range st.AddressGroups {
+		for _, m := range g.Members {
+			add(m)
+		}
+	}
+	return out
+}

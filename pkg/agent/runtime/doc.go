@@ -1,0 +1,50 @@
+// Package runtime is tierflow-agent's top-level wiring: it connects the
+// controller stream (pkg/distribution/client, with the on-disk state of
+// pkg/agent/statestore) to the dataplane (pkg/agent/realizer on an OVS
+// bridge managed through pkg/ovs/ovsdb and pkg/ovs/openflow), and serves
+// Prometheus metrics and the local query API (package query).
+//
+// # Start-up order, and why
+//
+//  1. Ensure the bridge (create or adopt; fail_mode=secure, so a bridge
+//     without flows passes nothing) and start the port watcher, which maps
+//     pods to OpenFlow ports from the CNI plugin's interface external_ids.
+//  2. Connect OpenFlow and start the realizer: on a bridge holding a previous
+//     run's flows those keep enforcing until the first state replaces them
+//     atomically; on a fresh bridge a pipeline that classifies no pod is
+//     installed (no pod traffic before the first complete state).
+//  3. Run the distribution client. It first loads the saved state and
+//     applies it as a complete state, before dialling the controller, so an
+//     agent (re)starting while the controller is down enforces the last
+//     state it received. Then it streams snapshot and deltas; every update
+//     is saved to disk before it is applied.
+//
+// # Realization
+//
+// The agent keeps the node's complete state (policies, applied-to groups,
+// address groups) and realizes all of it at every change — an update from
+// the controller, a pod port appearing, changing or leaving, the uplink
+// port changing — in one atomic bundle (the realizer diffs against what it
+// installed). Nothing is realized before a complete state is known. A failed
+// realization leaves the previous flows in place, is reported to the
+// controller for every affected policy, and is retried every RetryInterval.
+// The realizer's sentinel flow is checked every CheckInterval and after
+// OpenFlow reconnections, and everything is replayed when the bridge lost
+// its flows (ovs-vswitchd restarted).
+//
+// Ports are trusted only as far as the CNI plugin vouched for them: a port
+// without an OpenFlow number, with an interface error, with identity keys
+// that do not parse, or claiming a pod or an address another port claims is
+// not classified, so no traffic passes through it (fail closed).
+//
+// # Shutdown
+//
+// Cancelling Run's context closes the connections and servers. Flows are
+// never deleted: the next agent adopts them without a gap.
+//
+// # Datapath "none"
+//
+// With Datapath "none" there is no OVS at all: the agent keeps the rule
+// cache with pkg/agent/fake and reports every policy realized as it
+// arrives. It exists to run many agents for fan-out tests.
+package runtime

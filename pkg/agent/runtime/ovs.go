@@ -1,0 +1,320 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sort"
+	"sync"
+
+	"github.com/tierflow/tierflow/pkg/agent/flowsync"
+	"github.com/tierflow/tierflow/pkg/agent/flowtext"
+	"github.com/tierflow/tierflow/pkg/agent/pipeline"
+	"github.com/tierflow/tierflow/pkg/agent/policyflows"
+	"github.com/tierflow/tierflow/pkg/agent/realizer"
+	"github.com/tierflow/tierflow/pkg/agent/runtime/query"
+	"github.com/tierflow/tierflow/pkg/distribution/wire"
+	"github.com/tierflow/tierflow/pkg/model"
+	"github.com/tierflow/tierflow/pkg/ovs/openflow"
+	"github.com/tierflow/tierflow/pkg/ovs/ovsdb"
+)
+
+// ovsDatapath is one OVS bridge: its ports, its OpenFlow connection and
+// the realizer keeping its flows equal to the agent's state.
+type ovsDatapath struct {
+	node   string
+	bridge string
+	zone   uint16
+	log    *slog.Logger
+	m      *agentMetrics
+
+	db      *ovsdb.Client
+	watcher *ovsdb.Watcher
+	of      *openflow.Client
+	inst    *recordingInstaller
+
+	mu sync.Mutex
+	r  *realizer.Realizer
+	// uplink is the uplink port r was built for (pipeline.Config is fixed
+	// per realizer: a new uplink means a new realizer, which adopts the
+	// old one's flows in one bundle).
+	uplink uint32
+	// pods is the port classification of the last realization.
+	pods []query.Pod
+}
+
+// openOVS ensures the bridge, starts watching its ports (onPorts is called
+// on every change) and starts the realizer.
+func openOVS(ctx context.Context, o *Options, log *slog.Logger, m *agentMetrics, onPorts func()) (*ovsDatapath, error) {
+	cfg := o.Config
+	d := &ovsDatapath{node: cfg.NodeName, bridge: cfg.BridgeName, zone: o.CtZone, log: log, m: m}
+	db, err := ovsdb.Connect(ctx, "unix:"+cfg.OVSDBSocketPath(), ovsdb.Options{})
+	if err != nil {
+		return nil, err
+	}
+	d.db = db
+	created, err := db.EnsureBridge(ctx, ovsdb.BridgeConfig{Name: cfg.BridgeName, DatapathType: cfg.DatapathType,
+		ExternalIDs: map[string]string{"tierflow.io/managed-by": "tierflow-agent"}})
+	if err != nil {
+		d.close()
+		return nil, fmt.Errorf("bridge %s: %w", cfg.BridgeName, err)
+	}
+	log.Info("bridge ready", "bridge", cfg.BridgeName, "created", created, "datapathType", cfg.DatapathType)
+	d.watcher = db.WatchPorts(func(ev ovsdb.Event) {
+		log.Debug("port event", "type", ev.Type.String(), "interface", ev.Port.Interface, "pod", ev.Port.PodKey(), "ofport", ev.Port.OFPort)
+		onPorts()
+	})
+
+	target := "unix:" + cfg.OpenFlowSocketPath()
+	of, err := openflow.Dial(ctx, target, openflow.Options{
+		OnConnect: func(_ context.Context, _ *openflow.Client, ev openflow.ConnectEvent) error {
+			m.ofConnects.Inc()
+			if ev.Reconnect && ev.FlowsLost {
+				log.Warn("bridge lost its flows (ovs-vswitchd restarted?); replaying")
+				// Asynchronous: Replay takes the realizer's lock, which an
+				// Update blocked on this very connection may hold.
+				go d.replay()
+			}
+			return nil
+		},
+		Logf: func(format string, args ...any) { log.Info("openflow: " + fmt.Sprintf(format, args...)) },
+	})
+	if err != nil {
+		d.close()
+		return nil, fmt.Errorf("openflow %s: %w", target, err)
+	}
+	d.of = of
+	d.inst = &recordingInstaller{inner: flowsync.Client{C: of}, m: m, flows: map[string]openflow.Flow{}}
+	uplink, _ := d.watcher.Uplink()
+	if err := d.startRealizer(ctx, uplink.OFPort); err != nil {
+		d.close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// startRealizer replaces the realizer by one for uplink port uplink.
+// Called with d.mu held or before d is shared.
+func (d *ovsDatapath) startRealizer(ctx context.Context, uplink uint32) error {
+	r := realizer.New(pipeline.Config{UplinkPort: uplink, CtZone: d.zone}, d.inst)
+	if err := r.Start(ctx); err != nil {
+		d.m.ofErrors.WithLabelValues("start").Inc()
+		return fmt.Errorf("starting the realizer on %s: %w", d.bridge, err)
+	}
+	d.r, d.uplink = r, uplink
+	d.log.Info("realizer started", "round", r.Round(), "uplinkPort", uplink)
+	return nil
+}
+
+func (d *ovsDatapath) current() *realizer.Realizer {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.r
+}
+
+func (d *ovsDatapath) replay() {
+	r := d.current()
+	if r == nil {
+		return
+	}
+	if err := r.Replay(context.Background()); err != nil {
+		d.m.ofErrors.WithLabelValues("replay").Inc()
+		d.log.Error("replaying flows", "err", err)
+	}
+}
+
+// check replays everything when the sentinel flow is gone.
+func (d *ovsDatapath) check(ctx context.Context) {
+	r := d.current()
+	if r == nil {
+		return
+	}
+	replayed, err := r.Check(ctx)
+	if err != nil {
+		d.m.ofErrors.WithLabelValues("check").Inc()
+		d.log.Warn("checking the bridge's flows", "err", err)
+	}
+	if replayed {
+		d.log.Warn("bridge had lost its flows; replayed them")
+	}
+}
+
+// realize makes the bridge enforce st with the current ports.
+func (d *ovsDatapath) realize(ctx context.Context, st *wire.NodeState) ([]string, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	uplink, _ := d.watcher.Uplink()
+	if uplink.OFPort != d.uplink || d.r == nil {
+		d.log.Info("uplink port changed; restarting the realizer", "old", d.uplink, "new", uplink.OFPort)
+		if err := d.startRealizer(ctx, uplink.OFPort); err != nil {
+			return nil, err
+		}
+	}
+	local, pods := classifyPorts(d.watcher.Ports(), namedPorts(st))
+	d.pods = pods
+	in := policyflows.Input{Node: d.node, Policies: sortedPolicies(st), AppliedToGroups: st.AppliedToGroups,
+		AddressGroups: st.AddressGroups, Pods: local}
+	if _, err := d.r.Update(ctx, in); err != nil {
+		return nil, err
+	}
+	return d.r.Warnings(), nil
+}
+
+func (d *ovsDatapath) close() {
+	if d.of != nil {
+		// Closing the connection leaves every flow installed.
+		d.of.Close()
+	}
+	if d.watcher != nil {
+		d.watcher.Stop()
+	}
+	if d.db != nil {
+		d.db.Close()
+	}
+}
+
+// classifyPorts turns the watcher's ports into the realizer's local pods.
+// Ports that cannot be trusted are left out (their traffic is dropped by
+// the classifier) and returned with the reason.
+func classifyPorts(ports []ovsdb.PortInfo, named map[model.PodRef][]model.NamedPort) ([]pipeline.LocalPod, []query.Pod) {
+	var cands []pipeline.LocalPod
+	var out []query.Pod
+	byPod := map[model.PodRef]int{}
+	byIP := map[netip.Addr]int{}
+	errs := map[int]string{}
+	for _, p := range ports {
+		if p.IsUplink() {
+			continue
+		}
+		ref := model.PodRef{Namespace: p.PodNamespace, Name: p.PodName}
+		qp := query.Pod{Namespace: ref.Namespace, Name: ref.Name, Interface: p.Interface, OFPort: p.OFPort, MAC: p.MAC.String(), IPs: p.IPs}
+		i := len(out)
+		out = append(out, qp)
+		lp := pipeline.LocalPod{Pod: ref, OFPort: p.OFPort, MAC: p.MAC, IPs: p.IPs, Ports: named[ref]}
+		switch {
+		case p.Error != "":
+			errs[i] = "interface error: " + p.Error
+		case p.OFPort == 0:
+			errs[i] = "no OpenFlow port yet"
+		default:
+			if err := lp.Validate(); err != nil {
+				errs[i] = err.Error()
+			}
+		}
+		if _, bad := errs[i]; bad {
+			cands = append(cands, pipeline.LocalPod{})
+			continue
+		}
+		cands = append(cands, lp)
+		// Two ports claiming one pod or one address: neither is trusted,
+		// since either could be a stale or spoofing interface.
+		if j, dup := byPod[ref]; dup {
+			errs[i] = "pod claimed by two interfaces: " + out[j].Interface + " and " + p.Interface
+			errs[j] = errs[i]
+		} else {
+			byPod[ref] = i
+		}
+		for _, ip := range p.IPs {
+			if j, dup := byIP[ip]; dup && j != i {
+				errs[i] = fmt.Sprintf("address %s claimed by two interfaces: %s and %s", ip, out[j].Interface, p.Interface)
+				errs[j] = errs[i]
+			} else {
+				byIP[ip] = i
+			}
+		}
+	}
+	var local []pipeline.LocalPod
+	for i := range out {
+		if e, bad := errs[i]; bad {
+			out[i].Error = e
+			continue
+		}
+		local = append(local, cands[i])
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Interface < out[j].Interface })
+	return local, out
+}
+
+// podsInfo answers /v1/pods.
+func (d *ovsDatapath) podsInfo() query.Pods {
+	d.mu.Lock()
+	pods := append([]query.Pod(nil), d.pods...)
+	d.mu.Unlock()
+	if pods == nil {
+		// Before the first realization: classify now for the answer.
+		_, pods = classifyPorts(d.watcher.Ports(), nil)
+	}
+	out := query.Pods{Pods: pods, Invalid: map[string]string{}}
+	if up, ok := d.watcher.Uplink(); ok {
+		out.Uplink = up.OFPort
+	}
+	for name, err := range d.watcher.Invalid() {
+		out.Invalid[name] = err.Error()
+	}
+	return out
+}
+
+// recordingInstaller is the realizer's Installer: it installs through the
+// OpenFlow client and remembers the flows the bridge holds (Stats reports
+// only identities and counters), for the query API.
+type recordingInstaller struct {
+	inner flowsync.Installer
+	m     *agentMetrics
+
+	mu    sync.Mutex
+	flows map[string]openflow.Flow // by flowtext.Key
+}
+
+func (r *recordingInstaller) Apply(ctx context.Context, b flowsync.Bundle) error {
+	if err := r.inner.Apply(ctx, b); err != nil {
+		var fe *openflow.FlowError
+		if errors.As(err, &fe) {
+			r.m.ofErrors.WithLabelValues("flow").Inc()
+		} else {
+			r.m.ofErrors.WithLabelValues("bundle").Inc()
+		}
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, f := range b.Add {
+		r.flows[flowtext.Key(f)] = f
+	}
+	for _, f := range b.Modify {
+		r.flows[flowtext.Key(f)] = f
+	}
+	for _, f := range b.Delete {
+		delete(r.flows, flowtext.Key(f))
+	}
+	for _, cm := range b.DeleteCookies {
+		for k, f := range r.flows {
+			if f.Cookie&cm.Mask == cm.Value&cm.Mask {
+				delete(r.flows, k)
+			}
+		}
+	}
+	return nil
+}
+
+func (r *recordingInstaller) Stats(ctx context.Context) ([]flowsync.FlowStat, error) {
+	st, err := r.inner.Stats(ctx)
+	if err != nil {
+		r.m.ofErrors.WithLabelValues("stats").Inc()
+	}
+	return st, err
+}
+
+// installed returns the flows of round.
+func (r *recordingInstaller) installed(round uint8) []openflow.Flow {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]openflow.Flow, 0, len(r.flows))
+	for _, f := range r.flows {
+		if rd, _, _ := pipeline.DecodeCookie(f.Cookie); rd == round {
+			out = append(out, f)
+		}
+	}
+	return out
+}

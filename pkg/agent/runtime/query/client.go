@@ -1,0 +1,115 @@
+package query
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+)
+
+// DefaultSocket is where tierflow-agent serves the query API unless
+// --query-socket says otherwise: the OVS run directory, which the agent's
+// DaemonSet already shares with the host, so tooling on the node (or in
+// the agent's pod) finds it.
+const DefaultSocket = "/run/openvswitch/tierflow-agent.sock"
+
+// Client queries one agent's socket.
+type Client struct {
+	socket string
+	hc     *http.Client
+}
+
+// NewClient returns a client for the agent listening on socket.
+func NewClient(socket string) *Client {
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", socket)
+		},
+	}
+	return &Client{socket: socket, hc: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
+}
+
+// Status asks /v1/status.
+func (c *Client) Status(ctx context.Context) (*Status, error) {
+	var out Status
+	return &out, c.get(ctx, "/v1/status", nil, &out)
+}
+
+// Realization asks /v1/realization.
+func (c *Client) Realization(ctx context.Context) (*Realization, error) {
+	var out Realization
+	return &out, c.get(ctx, "/v1/realization", nil, &out)
+}
+
+// Rules asks /v1/rules.
+func (c *Client) Rules(ctx context.Context) (*Rules, error) {
+	var out Rules
+	return &out, c.get(ctx, "/v1/rules", nil, &out)
+}
+
+// Pods asks /v1/pods.
+func (c *Client) Pods(ctx context.Context) (*Pods, error) {
+	var out Pods
+	return &out, c.get(ctx, "/v1/pods", nil, &out)
+}
+
+// Flows asks /v1/flows with f.
+func (c *Client) Flows(ctx context.Context, f FlowFilter) (*Flows, error) {
+	var out Flows
+	return &out, c.get(ctx, "/v1/flows", f.Values(), &out)
+}
+
+// Values encodes the filter as query parameters.
+func (f FlowFilter) Values() url.Values {
+	v := url.Values{}
+	set := func(k, s string) {
+		if s != "" {
+			v.Set(k, s)
+		}
+	}
+	set("policy", f.Policy)
+	set("direction", f.Direction)
+	set("table", f.Table)
+	set("pod", f.Pod)
+	if f.Rule != nil {
+		v.Set("rule", strconv.Itoa(*f.Rule))
+	}
+	return v
+}
+
+func (c *Client) get(ctx context.Context, path string, q url.Values, out any) error {
+	u := "http://agent" + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("agent query socket %s: %w", c.socket, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return fmt.Errorf("agent query %s: %w", path, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e Error
+		if json.Unmarshal(body, &e) == nil && e.Error != "" {
+			return fmt.Errorf("agent query %s: %s", path, e.Error)
+		}
+		return fmt.Errorf("agent query %s: HTTP %d", path, resp.StatusCode)
+	}
+	if err := json.Unmarshal(body, out); err != nil {
+		return fmt.Errorf("agent query %s: bad answer: %w", path, err)
+	}
+	return nil
+}

@@ -1,0 +1,17 @@
+// Package query is the agent's local query API: what tooling on the node
+// (tierctl flows, tierctl trace) asks a running tierflow-agent, over HTTP
+// with JSON bodies on a unix socket (root-only, node-local: the API has no
+// authentication of its own, the socket's file mode is its access control).
+//
+// Endpoints (all GET):
+//
+//	/v1/status       node, datapath, controller stream position, readiness
+//	/v1/realization  per policy: the generation the bridge enforces, or the error
+//	/v1/rules        the cookie → rule map (rule IDs of this run's cookie round)
+//	/v1/flows        installed flows with counters, filtered by
+//	                 ?policy=KIND/[NS/]NAME or policy ID, &direction=In|Out,
+//	                 &rule=INDEX, &table=NAME, &pod=NS/NAME
+//	/v1/pods         the local pods the agent maps to OpenFlow ports
+//
+// The types below are the wire format; Client is the Go client tierctl uses.
+package query

@@ -1,0 +1,150 @@
+package query
+
+import (
+	"net/netip"
+	"time"
+
+	"github.com/tierflow/tierflow/pkg/agent/policyflows"
+	"github.com/tierflow/tierflow/pkg/model"
+)
+
+// Datapath modes of the agent.
+const (
+	// DatapathOVS: the agent programs an Open vSwitch bridge.
+	DatapathOVS = "ovs"
+	// DatapathNone: no datapath; the agent only keeps the rule cache and
+	// reports every policy realized (fan-out tests, see pkg/agent/fake).
+	DatapathNone = "none"
+)
+
+// Status is /v1/status.
+type Status struct {
+	Node     string `json:"node"`
+	Datapath string `json:"datapath"`
+	Bridge   string `json:"bridge,omitempty"`
+	// Round is the cookie round of this run's flows (bits 56-63 of every
+	// cookie; see pkg/agent/pipeline).
+	Round uint8 `json:"round,omitempty"`
+	// Ready: the datapath enforces a complete policy state (restored from
+	// disk or received from the controller). Before that no pod traffic
+	// passes.
+	Ready bool `json:"ready"`
+	// Restored: the state came from the agent's state file at start.
+	Restored bool `json:"restored"`
+	// ControllerConnected: a stream to the controller is open.
+	ControllerConnected bool   `json:"controllerConnected"`
+	Epoch               string `json:"epoch,omitempty"`
+	Version             uint64 `json:"version"`
+	Policies            int    `json:"policies"`
+	LocalPods           int    `json:"localPods"`
+	// LastRealization is when the datapath last changed to a new state,
+	// LastError the error of the last attempt ("" when it succeeded).
+	LastRealization time.Time `json:"lastRealization,omitempty"`
+	LastError       string    `json:"lastError,omitempty"`
+	// Warnings are rules compiled differently from their text (always
+	// towards denying), from the last realization.
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+// PolicyRealization is one policy's state on this node.
+type PolicyRealization struct {
+	ID     string          `json:"id"`
+	Source model.PolicyRef `json:"source"`
+	// Generation is the policy's generation (model.Meta.Generation) the
+	// datapath enforces; 0 when it never enforced this policy.
+	Generation int64 `json:"generation"`
+	// Wanted is the generation the agent holds; it differs from Generation
+	// while a realization failed (Error says why).
+	Wanted int64  `json:"wanted"`
+	Error  string `json:"error,omitempty"`
+}
+
+// Realization is /v1/realization.
+type Realization struct {
+	Node     string              `json:"node"`
+	Policies []PolicyRealization `json:"policies"`
+}
+
+// Rule is one entry of the cookie → rule map.
+type Rule struct {
+	policyflows.RuleInfo
+	// Cookie is the cookie of the rule's action flows (role "action");
+	// its clause and metric flows carry the same rule ID with another role.
+	Cookie string `json:"cookie"`
+}
+
+// Rules is /v1/rules.
+type Rules struct {
+	Round uint8  `json:"round"`
+	Rules []Rule `json:"rules"`
+}
+
+// Flow is one installed flow with its counters.
+type Flow struct {
+	Table    string `json:"table"`
+	TableID  uint8  `json:"tableID"`
+	Priority uint16 `json:"priority"`
+	Cookie   string `json:"cookie"`
+	// Role is what the flow is for (pipeline, clause, action, metric,
+	// isolation, default, sentinel).
+	Role   string `json:"role"`
+	RuleID uint32 `json:"ruleID,omitempty"`
+	// Rule is the rule the cookie names, when it names one.
+	Rule *policyflows.RuleInfo `json:"rule,omitempty"`
+	// Text is the flow in ovs-ofctl syntax.
+	Text    string `json:"text"`
+	Packets uint64 `json:"packets"`
+	Bytes   uint64 `json:"bytes"`
+	// SharedCounters > 1 means OpenFlow flow statistics cannot tell this
+	// flow from SharedCounters-1 others with the same table, priority and
+	// cookie: Packets and Bytes are their sum. Action flows (whose counters
+	// are a rule's) are always unique.
+	SharedCounters int `json:"sharedCounters,omitempty"`
+}
+
+// Flows is /v1/flows.
+type Flows struct {
+	Round uint8  `json:"round"`
+	Flows []Flow `json:"flows"`
+}
+
+// FlowFilter selects flows; empty fields select everything.
+type FlowFilter struct {
+	// Policy is a policy ID or its source as KIND/NAME or KIND/NAMESPACE/NAME.
+	Policy string
+	// Direction (In or Out) and Rule (the rule's index in that direction)
+	// narrow Policy to rules; Rule needs Policy and Direction.
+	Direction string
+	Rule      *int
+	// Table is a table name (pkg/agent/pipeline), e.g. IngressAdmin.
+	Table string
+	// Pod is NAMESPACE/NAME of a local pod: flows matching its port, MAC
+	// or one of its addresses exactly.
+	Pod string
+}
+
+// Pod is one local pod the agent maps to an OpenFlow port.
+type Pod struct {
+	Namespace string       `json:"namespace"`
+	Name      string       `json:"name"`
+	Interface string       `json:"interface"`
+	OFPort    uint32       `json:"ofport"`
+	MAC       string       `json:"mac,omitempty"`
+	IPs       []netip.Addr `json:"ips,omitempty"`
+	// Error says why the pod is not classified (no traffic passes).
+	Error string `json:"error,omitempty"`
+}
+
+// Pods is /v1/pods.
+type Pods struct {
+	Uplink uint32 `json:"uplink,omitempty"`
+	Pods   []Pod  `json:"pods"`
+	// Invalid lists interfaces whose tierflow external_ids do not parse
+	// (they get no traffic), with the reason.
+	Invalid map[string]string `json:"invalid,omitempty"`
+}
+
+// Error is the body of every non-200 answer.
+type Error struct {
+	Error string `json:"error"`
+}

@@ -1,0 +1,194 @@
+package runtime
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/tierflow/tierflow/pkg/agent/runtime/query"
+)
+
+// servers are the agent's HTTP endpoints: metrics/health on TCP, the query
+// API on a unix socket.
+type servers struct {
+	http   []*http.Server
+	socket string
+}
+
+func (s *servers) close() {
+	for _, h := range s.http {
+		h.Close()
+	}
+	if s.socket != "" {
+		os.Remove(s.socket)
+	}
+}
+
+func (a *Agent) serve() (*servers, error) {
+	s := &servers{}
+	if a.cfg.MetricsAddress != "" {
+		ln, err := net.Listen("tcp", a.cfg.MetricsAddress)
+		if err != nil {
+			return nil, fmt.Errorf("metrics address: %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(a.m.reg, promhttp.HandlerOpts{}))
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+		// Ready once the datapath enforces a complete state (restored or
+		// from the controller): a rolling update waits for that before
+		// replacing the next node's agent.
+		mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+			if !a.Ready() {
+				http.Error(w, "no complete policy state enforced yet", http.StatusServiceUnavailable)
+				return
+			}
+			_, _ = w.Write([]byte("ok"))
+		})
+		s.start(ln, mux, a)
+	}
+	if a.opts.QuerySocket != "" {
+		ln, err := listenUnix(a.opts.QuerySocket)
+		if err != nil {
+			s.close()
+			return nil, err
+		}
+		s.socket = a.opts.QuerySocket
+		s.start(ln, a.queryHandler(), a)
+	}
+	return s, nil
+}
+
+func (s *servers) start(ln net.Listener, h http.Handler, a *Agent) {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	s.http = append(s.http, srv)
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			a.log.Error("HTTP server stopped", "address", ln.Addr().String(), "err", err)
+		}
+	}()
+}
+
+// listenUnix listens on path, replacing a stale socket of an earlier run
+// (never another kind of file), readable by root only: the API has no
+// authentication of its own.
+func listenUnix(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("query socket: %w", err)
+	}
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode()&fs.ModeSocket == 0 {
+			return nil, fmt.Errorf("query socket: %s exists and is not a socket", path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("query socket: %w", err)
+		}
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("query socket: %w", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("query socket: %w", err)
+	}
+	return ln, nil
+}
+
+func (a *Agent) queryHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, a.status()) })
+	mux.HandleFunc("GET /v1/realization", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, a.realization()) })
+	mux.HandleFunc("GET /v1/rules", func(w http.ResponseWriter, _ *http.Request) {
+		if a.ovs == nil {
+			writeError(w, http.StatusNotFound, "no datapath (datapath none): no rules installed")
+			return
+		}
+		writeJSON(w, a.ovs.rulesInfo())
+	})
+	mux.HandleFunc("GET /v1/pods", func(w http.ResponseWriter, _ *http.Request) {
+		if a.ovs == nil {
+			writeError(w, http.StatusNotFound, "no datapath (datapath none): no ports")
+			return
+		}
+		writeJSON(w, a.ovs.podsInfo())
+	})
+	mux.HandleFunc("GET /v1/flows", func(w http.ResponseWriter, r *http.Request) {
+		if a.ovs == nil {
+			writeError(w, http.StatusNotFound, "no datapath (datapath none): no flows installed")
+			return
+		}
+		q := r.URL.Query()
+		f := query.FlowFilter{Policy: q.Get("policy"), Direction: q.Get("direction"), Table: q.Get("table"), Pod: q.Get("pod")}
+		if s := q.Get("rule"); s != "" {
+			n, err := strconv.Atoi(s)
+			if err != nil || n < 0 {
+				writeError(w, http.StatusBadRequest, fmt.Sprintf("rule %q: want a rule index (0, 1, ...)", s))
+				return
+			}
+			f.Rule = &n
+		}
+		out, err := a.ovs.flowsInfo(r.Context(), f)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		writeJSON(w, out)
+	})
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(query.Error{Error: msg})
+}
+
+func (a *Agent) status() query.Status {
+	st := query.Status{Node: a.cfg.NodeName, Datapath: a.opts.Datapath}
+	if a.ovs != nil {
+		st.Bridge = a.cfg.BridgeName
+		st.Round = a.ovs.current().Round()
+		st.LocalPods = len(a.ovs.watcher.Pods())
+	}
+	if a.client != nil {
+		st.ControllerConnected = a.client.Connected()
+		st.Epoch, st.Version, _ = a.client.State()
+		st.Restored = a.client.Stats().Restored
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	st.Ready = a.ready
+	st.Policies = len(a.state.Policies)
+	st.LastRealization = a.lastTime
+	st.LastError = a.lastErr
+	st.Warnings = append([]string(nil), a.warnings...)
+	return st
+}
+
+func (a *Agent) realization() query.Realization {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := query.Realization{Node: a.cfg.NodeName, Policies: []query.PolicyRealization{}}
+	for id, p := range a.state.Policies {
+		out.Policies = append(out.Policies, query.PolicyRealization{ID: id, Source: p.Source, Generation: a.realized[id], Wanted: p.Generation, Error: a.errs[id]})
+	}
+	sort.Slice(out.Policies, func(i, j int) bool { return out.Policies[i].ID < out.Policies[j].ID })
+	return out
+}
