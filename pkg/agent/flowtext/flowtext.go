@@ -102,7 +102,7 @@ func appendMatch(b []byte, m openflow.Match) []byte {
 	}
 	if m.EthType != 0 {
 		field("dl_type")
-		b = append(b, fmt.Sprintf("%#06x", m.EthType)...)
+		b = append(b, fmt.Sprintf("0x%04x", m.EthType)...)
 	}
 	v6 := m.EthType == 0x86dd
 	if m.IPSrc.IsValid() {
