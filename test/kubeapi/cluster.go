@@ -240,6 +240,9 @@ func (c *Cluster) startAPIServer(o options) error {
 			"--allow-privileged=true",
 			admission,
 			"--profiling=false",
+			// The advertise address is loopback, which the kubernetes
+			// service's Endpoints may not hold; nothing in-cluster uses it.
+			"--endpoint-reconciler-type=none",
 		}
 		args = append(args, o.apiserverArgs...)
 		p, err := startProcess(c.Dir, "kube-apiserver", filepath.Join(c.BinDir, "kube-apiserver"), args...)
