@@ -151,9 +151,10 @@ func StaticFlows(cfg Config, pods []LocalPod, synced bool, round uint8) []openfl
 				add(SpoofGuard, PriorityHigh, openflow.Match{InPort: p.OFPort, EthSrc: p.MAC, EthType: ethIPv6, IPProto: protoICMPv6, ICMPType: u8(icmp6NA), ICMPCode: u8(0), NDTarget: tg, NDTll: mac}, LoadBypass(), goTo(Forwarding))
 			}
 		}
-		// Any other ND message from the pod (a spoofed target or address) drops.
+		// Any other ND message from the pod (a spoofed target, address or
+		// link-layer option) drops, above the pod's generic IPv6 flow.
 		for _, t := range []uint8{icmp6NS, icmp6NA} {
-			add(SpoofGuard, PriorityLow+1, openflow.Match{InPort: p.OFPort, EthType: ethIPv6, IPProto: protoICMPv6, ICMPType: u8(t)})
+			add(SpoofGuard, PriorityHigh-10, openflow.Match{InPort: p.OFPort, EthType: ethIPv6, IPProto: protoICMPv6, ICMPType: u8(t)})
 		}
 	}
 

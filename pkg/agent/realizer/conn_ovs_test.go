@@ -178,6 +178,54 @@ func TestSpoofGuard(t *testing.T) {
 	if !strings.Contains(lastLine(out, "Datapath actions:"), "drop") {
 		t.Fatalf("spoofed ARP not dropped:\n%s", out)
 	}
+	// IPv6 neighbour discovery: a's own advertisement passes; one claiming
+	// b's address, or advertising another MAC, is dropped.
+	for _, tc := range []struct {
+		target, tll string
+		pass        bool
+	}{
+		{"fd00::1", a.MAC.String(), true},
+		{"fd00::2", a.MAC.String(), false},
+		{"fd00::1", "0a:58:00:00:00:02", false},
+	} {
+		out, err := n.br.Trace(fmt.Sprintf("in_port=%d,icmp6,dl_src=%s,dl_dst=%s,ipv6_src=fd00::1,ipv6_dst=fd00::2,icmpv6_type=136,icmpv6_code=0,nd_target=%s,nd_tll=%s",
+			a.OFPort, a.MAC, b.MAC, tc.target, tc.tll))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if dropped := strings.Contains(lastLine(out, "Datapath actions:"), "drop"); dropped == tc.pass {
+			t.Errorf("NA target %s tll %s: dropped=%v, want pass=%v\n%s", tc.target, tc.tll, dropped, tc.pass, out)
+		}
+	}
+}
+
+// TestBundleAllOrNothing: a bundle the switch rejects in part changes
+// nothing on the bridge, and the syncer keeps its view of what is installed.
+func TestBundleAllOrNothing(t *testing.T) {
+	env := ovsenv.Start(t)
+	n := newNode(t, env, "n1", 1)
+	inst := n.connect(t)
+	sy := flowsync.NewSyncer(inst)
+	good := openflow.Flow{Table: 5, Priority: 10, Cookie: 0x55, Match: openflow.Match{InPort: 1}, Actions: []openflow.Action{openflow.GotoTable{Table: 6}}}
+	if _, err := sy.Sync(context.Background(), []openflow.Flow{good}); err != nil {
+		t.Fatal(err)
+	}
+	// ct() without an IP match is rejected by OVS.
+	bad := openflow.Flow{Table: 7, Priority: 10, Cookie: 0x66, Actions: []openflow.Action{openflow.CT{Commit: true, Zone: 1}}}
+	other := openflow.Flow{Table: 8, Priority: 10, Cookie: 0x77, Match: openflow.Match{InPort: 2}}
+	if _, err := sy.Sync(context.Background(), []openflow.Flow{other, bad}); err == nil {
+		t.Fatal("a bundle with an invalid flow was accepted")
+	}
+	out, err := n.br.Ofctl("dump-flows")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "cookie=0x55") || strings.Contains(out, "cookie=0x77") {
+		t.Fatalf("a rejected bundle changed the bridge:\n%s", out)
+	}
+	if sy.Installed() != 1 {
+		t.Fatalf("syncer believes %d flows installed, want 1", sy.Installed())
+	}
 }
 
 func lastLine(out, prefix string) string {
