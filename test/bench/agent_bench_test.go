@@ -1,0 +1,183 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tierflow/tierflow/pkg/agent/flowsync"
+	"github.com/tierflow/tierflow/pkg/agent/flowtext"
+	"github.com/tierflow/tierflow/pkg/agent/pipeline"
+	"github.com/tierflow/tierflow/pkg/agent/policyflows"
+	"github.com/tierflow/tierflow/pkg/agent/realizer"
+	"github.com/tierflow/tierflow/pkg/model"
+	"github.com/tierflow/tierflow/pkg/ovs/openflow"
+	"github.com/tierflow/tierflow/test/ovsenv"
+)
+
+// localPods is how many real pods (network namespaces on the bridge) the
+// agent benchmarks attach; every policy applies to all of them.
+const localPods = 8
+
+// peersPerPolicy is the size of each policy's own address group: remote
+// pods, so each is one flow of the rule's peer clause.
+const peersPerPolicy = 100
+
+// agentNode is one bridge with real pods and the agent's realizer on it.
+type agentNode struct {
+	br   *ovsenv.Bridge
+	pods []pipeline.LocalPod
+	r    *realizer.Realizer
+}
+
+func newAgentNode(b *testing.B, env *ovsenv.Env, name string, zone uint16) *agentNode {
+	b.Helper()
+	n := &agentNode{br: env.AddBridge(name)}
+	for i := 0; i < localPods; i++ {
+		mac := net.HardwareAddr{0x0a, 0x58, 0, 0, byte(zone), byte(i + 1)}
+		ip := netip.AddrFrom4([4]byte{10, 0, byte(zone), byte(i + 1)})
+		p := n.br.AddPod(fmt.Sprintf("p%d", i), mac, netip.PrefixFrom(ip, 8))
+		n.pods = append(n.pods, pipeline.LocalPod{
+			Pod: model.PodRef{Namespace: "bench", Name: fmt.Sprintf("pod-%d", i)}, OFPort: p.OFPort, MAC: mac,
+			IPs: []netip.Addr{ip}, Ports: []model.NamedPort{{Name: "http", Protocol: model.ProtocolTCP, Port: 80}},
+		})
+	}
+	c, err := openflow.Dial(context.Background(), n.br.MgmtEndpoint(), openflow.Options{ReplyTimeout: 5 * time.Minute})
+	if err != nil {
+		b.Fatalf("openflow dial %s: %v", name, err)
+	}
+	b.Cleanup(func() { c.Close() })
+	n.r = realizer.New(pipeline.Config{CtZone: zone}, flowsync.Client{C: c})
+	if err := n.r.Start(context.Background()); err != nil {
+		b.Fatalf("starting the realizer on %s: %v", name, err)
+	}
+	return n
+}
+
+// policyInput builds nPolicies policies applied to every local pod of
+// node, each with one rule whose peers are its own peersPerPolicy remote
+// pods on port 80 or a named port: a third AdminNetworkPolicies (Allow,
+// Deny, Pass at distinct priorities), the rest NetworkPolicies isolating
+// ingress.
+func policyInput(node string, pods []pipeline.LocalPod, nPolicies int) policyflows.Input {
+	in := policyflows.Input{Node: node, Pods: pods,
+		AppliedToGroups: map[string]*model.AppliedToGroup{}, AddressGroups: map[string]*model.AddressGroup{}}
+	atg := &model.AppliedToGroup{Meta: model.Meta{ID: "atg-local", Generation: 1, Span: []string{node}}, Selector: "bench local pods",
+		MembersByNode: map[string][]model.GroupMember{}}
+	for _, p := range pods {
+		pr := p.Pod
+		atg.MembersByNode[node] = append(atg.MembersByNode[node], model.GroupMember{Pod: &pr, Node: node, IPs: p.IPs, Ports: p.Ports})
+	}
+	in.AppliedToGroups[atg.ID] = atg
+	actions := []model.Action{model.ActionAllow, model.ActionDeny, model.ActionPass}
+	for i := 0; i < nPolicies; i++ {
+		ag := &model.AddressGroup{Meta: model.Meta{ID: fmt.Sprintf("ag-%d", i), Generation: 1, Span: []string{node}}, Selector: fmt.Sprintf("peers %d", i)}
+		for j := 0; j < peersPerPolicy; j++ {
+			k := i*peersPerPolicy + j
+			ip := netip.AddrFrom4([4]byte{10, byte(100 + k>>16), byte(k >> 8), byte(k)})
+			ref := &model.PodRef{Namespace: "remote", Name: fmt.Sprintf("peer-%d", k)}
+			ag.Members = append(ag.Members, model.GroupMember{Pod: ref, Node: "other", IPs: []netip.Addr{ip}})
+		}
+		in.AddressGroups[ag.ID] = ag
+		rule := model.Rule{Index: 0, Direction: model.DirectionIn, Peer: model.Peer{AddressGroups: []string{ag.ID}},
+			Ports: []model.Port{{Protocol: model.ProtocolTCP, Port: int32(80 + i%50)}}}
+		p := &model.Policy{Meta: model.Meta{ID: fmt.Sprintf("policy-%d", i), Generation: 1, Span: []string{node}},
+			AppliedToGroups: []string{atg.ID}, Rules: []model.Rule{rule}}
+		if i%3 == 0 {
+			p.Source = model.PolicyRef{Kind: model.KindAdminNetworkPolicy, Name: fmt.Sprintf("anp-%d", i)}
+			p.Tier, p.Priority = model.TierAdmin, int32(i/3%1001)
+			p.Rules[0].Action = actions[i/3%3]
+		} else {
+			p.Source = model.PolicyRef{Kind: model.KindNetworkPolicy, Namespace: "bench", Name: fmt.Sprintf("np-%d", i)}
+			p.Tier, p.Isolates = model.TierNetworkPolicy, []model.Direction{model.DirectionIn}
+			p.Rules[0].Action = model.ActionAllow
+		}
+		in.Policies = append(in.Policies, p)
+	}
+	return in
+}
+
+// countFlows counts the flows installed on a bridge.
+func countFlows(b *testing.B, br *ovsenv.Bridge) int {
+	b.Helper()
+	out, err := br.Ofctl("dump-flows")
+	if err != nil {
+		b.Fatalf("dump-flows %s: %v", br.Name, err)
+	}
+	stats, err := flowsync.ParseDumpFlows(out)
+	if err != nil {
+		b.Fatalf("parsing dump-flows of %s: %v", br.Name, err)
+	}
+	return len(stats)
+}
+
+// BenchmarkAgentInstall realizes policies totalling about FLOWS flows on a
+// fresh bridge through the agent's realizer (compile, diff, one atomic
+// OpenFlow bundle over the agent's connection), then installs the very
+// same flows with `ovs-ofctl -O OpenFlow13 --bundle add-flows` into another
+// fresh bridge of the same ovs-vswitchd: the floor.
+func BenchmarkAgentInstall(b *testing.B) {
+	targets := []int{10000, 100000}
+	if quickScale() {
+		targets = []int{2000, 10000}
+	}
+	for _, target := range targets {
+		b.Run(fmt.Sprintf("flows=%d", target), func(b *testing.B) {
+			env := ovsenv.Start(b)
+			for b.Loop() {
+				agent := newAgentNode(b, env, "agent", 1)
+				in := policyInput("bench-node", agent.pods, target/(peersPerPolicy+localPods+2))
+				start := time.Now()
+				bundle, err := agent.r.Update(context.Background(), in)
+				agentTime := time.Since(start)
+				if err != nil {
+					b.Fatalf("realizing %d policies: %v", len(in.Policies), err)
+				}
+				if w := agent.r.Warnings(); len(w) > 0 {
+					b.Fatalf("compiler warnings: %v", w)
+				}
+				agentFlows := countFlows(b, agent.br)
+
+				// The floor: the bundle's flows (every add and modify; on a
+				// fresh realizer nothing is deleted) as an add-flows file.
+				if len(bundle.Delete) > 0 || len(bundle.DeleteCookies) > 0 {
+					b.Logf("bundle also deletes %d flows and %d cookie sets (not replayed by ofctl)", len(bundle.Delete), len(bundle.DeleteCookies))
+				}
+				var sb strings.Builder
+				n := 0
+				for _, fs := range [][]openflow.Flow{bundle.Add, bundle.Modify} {
+					for _, f := range fs {
+						sb.WriteString(flowtext.Flow(f))
+						sb.WriteByte('\n')
+						n++
+					}
+				}
+				file := filepath.Join(b.TempDir(), "flows.txt")
+				if err := os.WriteFile(file, []byte(sb.String()), 0o644); err != nil {
+					b.Fatal(err)
+				}
+				floor := env.AddBridge("floor")
+				start = time.Now()
+				if out, err := env.Ofctl("--bundle", "add-flows", floor.Name, file); err != nil {
+					b.Fatalf("ovs-ofctl --bundle add-flows: %v\n%s", err, out)
+				}
+				ofctlTime := time.Since(start)
+				floorFlows := countFlows(b, floor)
+
+				b.ReportMetric(float64(len(in.Policies)), "policies")
+				b.ReportMetric(float64(n), "bundle-flows")
+				b.ReportMetric(float64(agentFlows), "agent-bridge-flows")
+				b.ReportMetric(float64(floorFlows), "ofctl-bridge-flows")
+				b.ReportMetric(agentTime.Seconds(), "agent-s")
+				b.ReportMetric(ofctlTime.Seconds(), "ofctl-s")
+				b.ReportMetric(agentTime.Seconds()/ofctlTime.Seconds(), "agent/ofctl")
+			}
+		})
+	}
+}

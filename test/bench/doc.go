@@ -1,0 +1,34 @@
+// Package bench holds tierflow's benchmark drivers, run by `make bench`
+// through the report generator in cmd/benchreport, which writes
+// _output/bench/report.md and report.json.
+//
+// Every driver is a Go benchmark in this package's test files, meant to run
+// once (-test.benchtime=1x) in a process of its own, so that the peak
+// resident set it reports belongs to one scenario. Drivers report their
+// figures with testing.B.ReportMetric in units the generator knows (see
+// cmd/benchreport); numbers are reported, never asserted. A driver whose
+// prerequisites are missing fails, it does not skip.
+//
+// Scale: BENCH_SCALE=full|quick selects the scenario sizes (default:
+// quick when BENCH_QUICK=1, else full). Quick runs the same code paths at
+// smaller sizes so the whole report takes minutes; it is part of `make
+// test`.
+//
+// The drivers:
+//
+//   - BenchmarkControllerCompute/SHAPE: the compute engine fed directly
+//     with a scenario's objects (computation only).
+//   - BenchmarkControllerIncremental/SHAPE: one pod relabel, one namespace
+//     relabel, one policy added, on the loaded scenario.
+//   - BenchmarkControllerInformers/SHAPE: objects created in a real
+//     kube-apiserver (test/kubeapi), then pkg/controller started; timed from
+//     the informers' start until the engine holds every policy and pod.
+//   - BenchmarkAgentInstall/FLOWS: the agent's realizer installing policies
+//     of about FLOWS flows into a real OVS bridge (test/ovsenv) over its
+//     OpenFlow connection, against ovs-ofctl --bundle add-flows of the very
+//     same flows into a fresh bridge.
+//   - BenchmarkDatapathThroughput: iperf3 between two pods with no policy
+//     and with 1000 rules realized.
+//   - BenchmarkFanout: datapath-less agents (pkg/agent/fake) connected to
+//     the real distribution server; time until all have a policy change.
+package bench

@@ -1,0 +1,113 @@
+// Package measure holds what every benchmark driver reports besides time:
+// the process's peak resident set (Linux VmHWM, resettable so one phase of
+// a process can be measured alone), heap in use after a full GC, and a
+// description of the machine a report was made on.
+package measure
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+)
+
+// ResetPeakRSS frees what the Go heap can return to the OS and resets the
+// process's peak RSS to its current RSS (writing 5 to
+// /proc/self/clear_refs), so a following PeakRSSBytes covers only what runs
+// after it: building a scenario's input must not count as the engine's
+// memory.
+func ResetPeakRSS() error {
+	debug.FreeOSMemory()
+	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+		return fmt.Errorf("resetting peak RSS: %w", err)
+	}
+	return nil
+}
+
+// PeakRSSBytes is the process's peak resident set size (VmHWM).
+func PeakRSSBytes() (uint64, error) { return statusField("VmHWM:") }
+
+// RSSBytes is the process's current resident set size (VmRSS).
+func RSSBytes() (uint64, error) { return statusField("VmRSS:") }
+
+func statusField(name string) (uint64, error) {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		line := s.Text()
+		if !strings.HasPrefix(line, name) {
+			continue
+		}
+		fields := strings.Fields(strings.TrimPrefix(line, name))
+		if len(fields) != 2 || fields[1] != "kB" {
+			return 0, fmt.Errorf("unexpected /proc/self/status line %q", line)
+		}
+		kb, err := strconv.ParseUint(fields[0], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("parsing %q: %w", line, err)
+		}
+		return kb * 1024, nil
+	}
+	if err := s.Err(); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("no %s in /proc/self/status", name)
+}
+
+// HeapInUseBytes runs a full GC and returns the heap in use, the figure
+// the reference runs report as memory.
+func HeapInUseBytes() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapInuse
+}
+
+// Machine describes the host a benchmark ran on.
+type Machine struct {
+	Cores     int    `json:"cores"`
+	MemoryMiB uint64 `json:"memory_mib"`
+	CPU       string `json:"cpu"`
+	Kernel    string `json:"kernel"`
+	GoVersion string `json:"go_version"`
+}
+
+// ReadMachine reads the machine's cores, memory and CPU model from /proc.
+func ReadMachine() (Machine, error) {
+	m := Machine{Cores: runtime.NumCPU(), GoVersion: runtime.Version()}
+	mem, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return m, err
+	}
+	for _, line := range strings.Split(string(mem), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemTotal:" {
+			kb, err := strconv.ParseUint(f[1], 10, 64)
+			if err != nil {
+				return m, fmt.Errorf("parsing MemTotal: %w", err)
+			}
+			m.MemoryMiB = kb / 1024
+		}
+	}
+	if cpu, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(cpu), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPU = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if k, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(k))
+	}
+	if m.MemoryMiB == 0 {
+		return m, fmt.Errorf("no MemTotal in /proc/meminfo")
+	}
+	return m, nil
+}
