@@ -14,6 +14,7 @@ import (
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/tierflow/tierflow/pkg/distribution/server"
 	"github.com/tierflow/tierflow/pkg/distribution/wire"
@@ -29,8 +30,20 @@ const agentNS = "tierflow-system"
 // token's binding. A token for n1 gets exactly n1's objects whatever the
 // agent claims; other accounts, unbound tokens, tokens for another audience
 // and tokens of deleted pods are refused.
+//
+// It runs twice: with kube-apiserver putting the node name into pod-bound
+// tokens (ServiceAccountTokenPodNodeInfo, on by default), and with that
+// off, where the server looks the bound pod up (checking its UID) for its
+// node. A token bound directly to a Node object works too.
 func TestTokenReviewBindsNode(t *testing.T) {
-	c := kubeapi.Start(t)
+	t.Run("node-claim", func(t *testing.T) { testTokenReview(t, true) })
+	t.Run("pod-lookup", func(t *testing.T) {
+		testTokenReview(t, false, "--feature-gates=ServiceAccountTokenPodNodeInfo=false")
+	})
+}
+
+func testTokenReview(t *testing.T, wantNodeClaim bool, apiserverArgs ...string) {
+	c := kubeapi.Start(t, kubeapi.WithAPIServerArgs(apiserverArgs...))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	kube := c.Kube
@@ -80,6 +93,16 @@ func TestTokenReviewBindsNode(t *testing.T) {
 	tok2 := token("tierflow-agent", podRef(p2), "tierflow")
 	tok3 := token("tierflow-agent", podRef(p3), "tierflow")
 
+	// Which path is exercised: the node-name claim, or the pod lookup.
+	tr, err := kube.AuthenticationV1().TokenReviews().Create(ctx, &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: tok1, Audiences: []string{"tierflow"}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, has := tr.Status.User.Extra["authentication.kubernetes.io/node-name"]; has != wantNodeClaim {
+		t.Fatalf("token review extra %v: node-name claim present=%v, want %v", tr.Status.User.Extra, has, wantNodeClaim)
+	}
+	tokNode3 := token("tierflow-agent", &authnv1.BoundObjectReference{Kind: "Node", APIVersion: "v1", Name: "n3", UID: nodeUID(t, ctx, c, "n3")}, "tierflow")
+
 	authn, err := server.NewTokenReviewAuthenticator(kube, server.TokenReviewConfig{
 		Audiences:       []string{"tierflow"},
 		ServiceAccounts: []string{agentNS + "/tierflow-agent"},
@@ -94,6 +117,7 @@ func TestTokenReviewBindsNode(t *testing.T) {
 	// n1's token, whatever the agent says it is.
 	a1 := e.startAgent(e.agentConfig("n2", tok1, e.addr, ""))
 	a3 := e.startAgent(e.agentConfig("n3", tok3, e.addr, ""))
+	a3n := e.startAgent(e.agentConfig("n3", tokNode3, e.addr, ""))
 	wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
 	defer wcancel()
 	for _, x := range []struct {
@@ -102,12 +126,14 @@ func TestTokenReviewBindsNode(t *testing.T) {
 			WaitFor(context.Context, func(*wire.NodeState) bool) error
 			Cache() *wire.NodeState
 		}
-	}{{"n1", a1}, {"n3", a3}} {
+	}{{"n1", a1}, {"n3", a3}, {"n3", a3n}} {
 		want := e.want(x.node)
 		if err := x.a.WaitFor(wctx, func(st *wire.NodeState) bool { return len(wire.Diff(want, st)) == 0 }); err != nil {
 			t.Fatalf("agent with %s's token: %v\n%s", x.node, err, strings.Join(wire.Diff(want, x.a.Cache()), "\n"))
 		}
 	}
+	// Two agents of one node: the newest stream wins; keep one.
+	a3n.Stop()
 	if got := e.srv.ConnectedNodes(); strings.Join(got, ",") != "n1,n3" {
 		t.Errorf("connected nodes %v, want n1,n3", got)
 	}
@@ -167,4 +193,13 @@ func TestTokenReviewBindsNode(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+func nodeUID(t *testing.T, ctx context.Context, c *kubeapi.Cluster, name string) types.UID {
+	t.Helper()
+	n, err := c.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n.UID
 }
