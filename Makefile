@@ -135,3 +135,10 @@ testbed-up: deps kube-binaries ## start the simulated cluster in the background 
 testbed-down: ## stop the simulated cluster; fails if anything had been left behind
 	@test -x $(OUT)/bin/tierflow-testbed || $(GO) build -o $(OUT)/bin/ ./test/testbed/cmd/tierflow-testbed
 	$(OUT)/bin/tierflow-testbed down --dir $(TESTBED_DIR)
+
+.PHONY: test-distribution bench-distribution
+test-distribution: ## controller↔agent distribution: stream, deltas, resync, TokenReview auth (real kube-apiserver), state store
+	$(GO) test -count=1 ./pkg/distribution/... ./pkg/agent/statestore ./pkg/agent/fake
+
+bench-distribution: ## fan-out to 100 and 200 datapath-less agents: time until every agent holds a change
+	$(GO) test -count=1 -run '^$$' -bench BenchmarkFanOut -benchtime=20x ./pkg/distribution/
