@@ -157,6 +157,7 @@ func exerciseCluster(t *testing.T, tb *testbed.Testbed) []corev1.Pod {
 	if res.ExitCode != 1 || !strings.HasPrefix(res.Stderr, "REFUSED\n") || res.Stdout != "" {
 		t.Errorf("connect to closed port: exit %d, stdout %q, stderr %q; want exit 1, stderr REFUSED", res.ExitCode, res.Stdout, res.Stderr)
 	}
+	t.Logf("REFUSED probe: exit %d, stderr %q", res.ExitCode, res.Stderr)
 	// TIMEOUT: the destination's bridge drops the SYN.
 	dstNode := nodeOf(t, tb, w0.Spec.NodeName)
 	flow := fmt.Sprintf("priority=100,tcp,nw_dst=%s,tp_dst=80,actions=drop", w0.Status.PodIP)
