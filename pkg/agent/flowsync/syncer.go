@@ -3,6 +3,7 @@ package flowsync
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"sort"
 
 	"github.com/tierflow/tierflow/pkg/agent/flowtext"
@@ -68,28 +69,33 @@ func (s *Syncer) Installed() int { return len(s.installed) }
 // Diff computes the bundle that turns the installed flows into desired.
 func (s *Syncer) Diff(desired []openflow.Flow) (Bundle, map[string]openflow.Flow, error) {
 	want := make(map[string]openflow.Flow, len(desired))
+	var b Bundle
+	// Adds and modifies follow the desired order (deterministic, as the
+	// compiler's output is); deletes are sorted. Order inside a bundle does
+	// not matter for correctness: it is applied atomically.
 	for _, f := range desired {
 		k := flowtext.Key(f)
 		if _, dup := want[k]; dup {
 			return Bundle{}, nil, fmt.Errorf("two desired flows with the same table, priority and match: %s", k)
 		}
 		want[k] = f
-	}
-	var b Bundle
-	for _, k := range sortedKeys(want) {
-		f := want[k]
 		old, ok := s.installed[k]
 		switch {
 		case !ok || old.Cookie != f.Cookie:
 			b.Add = append(b.Add, f)
-		case flowtext.Actions(old.Actions) != flowtext.Actions(f.Actions):
+		case !actionsEqual(old.Actions, f.Actions):
 			b.Modify = append(b.Modify, f)
 		}
 	}
-	for _, k := range sortedKeys(s.installed) {
+	var gone []string
+	for k := range s.installed {
 		if _, ok := want[k]; !ok {
-			b.Delete = append(b.Delete, s.installed[k])
+			gone = append(gone, k)
 		}
+	}
+	sort.Strings(gone)
+	for _, k := range gone {
+		b.Delete = append(b.Delete, s.installed[k])
 	}
 	return b, want, nil
 }
@@ -174,11 +180,35 @@ func NextRound(stats []FlowStat) uint8 {
 	return next
 }
 
-func sortedKeys(m map[string]openflow.Flow) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
+// actionsEqual compares action lists without rendering them (the diff runs
+// over every flow on every update).
+func actionsEqual(a, b []openflow.Action) bool {
+	if len(a) != len(b) {
+		return false
 	}
-	sort.Strings(ks)
-	return ks
+	for i := range a {
+		switch x := a[i].(type) {
+		case openflow.Conjunction:
+			if y, ok := b[i].(openflow.Conjunction); !ok || x != y {
+				return false
+			}
+		case openflow.GotoTable:
+			if y, ok := b[i].(openflow.GotoTable); !ok || x != y {
+				return false
+			}
+		case openflow.LoadReg:
+			if y, ok := b[i].(openflow.LoadReg); !ok || x != y {
+				return false
+			}
+		case openflow.Output:
+			if y, ok := b[i].(openflow.Output); !ok || x != y {
+				return false
+			}
+		default:
+			if !reflect.DeepEqual(a[i], b[i]) {
+				return false
+			}
+		}
+	}
+	return true
 }
