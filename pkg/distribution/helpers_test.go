@@ -117,15 +117,7 @@ func (e *env) summary(id string) (server.Summary, bool) {
 // agentConfig is the client config of an agent authenticating with token.
 func (e *env) agentConfig(node, token, addr, stateDir string) client.Config {
 	e.t.Helper()
-	cfg := client.Config{
-		Address:    addr,
-		TLS:        e.clientTLS,
-		Token:      func() (string, error) { return token, nil },
-		Node:       node,
-		MinBackoff: 50 * time.Millisecond,
-		MaxBackoff: 500 * time.Millisecond,
-		Logger:     quietLogger(),
-	}
+	cfg := clientConfig(node, token, addr, e.clientTLS)
 	if stateDir != "" {
 		st, err := statestore.Open(stateDir)
 		if err != nil {
@@ -153,10 +145,17 @@ func (e *env) want(node string) *wire.NodeState { return wire.ForNode(e.engine.S
 // the engine's snapshot filtered to its node.
 func (e *env) waitConverged(agents ...*fake.Runtime) {
 	e.t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
+	waitConverged(e.t, e.engine, agents...)
+}
+
+// waitConverged waits until every agent's rule cache and client state
+// equal engine's snapshot filtered to its node.
+func waitConverged(t testing.TB, engine *compute.Engine, agents ...*fake.Runtime) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
 	for _, a := range agents {
 		for {
-			want := e.want(a.Node())
+			want := wire.ForNode(engine.Snapshot(), a.Node())
 			_, _, st := a.Client.State()
 			d := wire.Diff(want, a.Cache())
 			d = append(d, wire.Diff(want, st)...)
@@ -164,7 +163,7 @@ func (e *env) waitConverged(agents ...*fake.Runtime) {
 				break
 			}
 			if time.Now().After(deadline) {
-				e.t.Fatalf("agent %s did not converge:\n%s", want.Node, strings.Join(d, "\n"))
+				t.Fatalf("agent %s did not converge:\n%s", want.Node, strings.Join(d, "\n"))
 			}
 			select {
 			case <-a.Client.Changed():
@@ -191,7 +190,7 @@ func pod(ns, name, nodeName, ip string, labels map[string]string) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels, UID: types.UID("pod-" + ns + "-" + name)},
 		Spec: corev1.PodSpec{NodeName: nodeName, Containers: []corev1.Container{{
-			Name: "c", Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080, Protocol: corev1.ProtocolTCP}},
+			Name: "c", Image: "agnhost", Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080, Protocol: corev1.ProtocolTCP}},
 		}}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}},
 	}
@@ -275,4 +274,18 @@ func (e *env) metric(name, labelValue string) float64 {
 		}
 	}
 	return sum
+}
+
+// clientConfig is an agent's client config with a fixed token and short
+// backoffs.
+func clientConfig(node, token, addr string, tlsConfig *tls.Config) client.Config {
+	return client.Config{
+		Address:    addr,
+		TLS:        tlsConfig,
+		Token:      func() (string, error) { return token, nil },
+		Node:       node,
+		MinBackoff: 50 * time.Millisecond,
+		MaxBackoff: 500 * time.Millisecond,
+		Logger:     quietLogger(),
+	}
 }

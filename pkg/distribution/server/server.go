@@ -56,6 +56,12 @@ type Options struct {
 	// the server's locks held, one at a time.
 	OnReport  ReportSink
 	OnSummary SummarySink
+	// Ready, when set, gates agents: until it returns true (the source
+	// holds the whole cluster, e.g. the controller's informers synced),
+	// streams are refused with Unavailable and agents retry. Serving a
+	// half-built model would make every agent drop policies until the
+	// sync completes.
+	Ready func() bool
 	// Registerer receives the server's metrics (nil: not registered).
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger

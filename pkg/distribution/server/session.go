@@ -115,6 +115,9 @@ func (s *Server) Sync(stream wire.ServerStream) error {
 		s.log.Info("agent refused", "err", err)
 		return err
 	}
+	if s.opts.Ready != nil && !s.opts.Ready() {
+		return status.Error(codes.Unavailable, "controller is still syncing; retry")
+	}
 	hello, err := s.recvHello(stream)
 	if err != nil {
 		return err
