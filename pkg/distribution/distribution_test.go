@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -413,5 +414,46 @@ func TestTokenDecidesNode(t *testing.T) {
 		if status.Code(err) != tc.code {
 			t.Errorf("token %q: got %v, want %v", tc.token, err, tc.code)
 		}
+	}
+}
+
+// TestNotReadyRefusesThenServes: while the controller has not synced,
+// streams are refused as Unavailable and agents keep retrying; once ready,
+// they sync. A stream that does not start with a Hello is refused.
+func TestNotReadyRefusesThenServes(t *testing.T) {
+	var ready atomic.Bool
+	e := newEnv(t, tokens, server.Options{Ready: ready.Load})
+	populate(e)
+	a := e.startAgent(e.agentConfig("n1", "tok-n1", e.addr, ""))
+
+	conn, err := grpc.NewClient(e.addr, grpc.WithTransportCredentials(credentials.NewTLS(e.clientTLS)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer tok-n2"), 10*time.Second)
+	defer cancel()
+	open := func(first *wire.ClientMessage) error {
+		stream, err := wire.OpenSync(ctx, conn)
+		if err != nil {
+			return err
+		}
+		if err := stream.Send(first); err != nil {
+			return err
+		}
+		_, err = stream.Recv()
+		return err
+	}
+	if err := open(&wire.ClientMessage{Hello: &wire.Hello{}}); status.Code(err) != codes.Unavailable {
+		t.Fatalf("before ready: %v, want Unavailable", err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := a.Applied(); n != 0 {
+		t.Fatalf("agent applied %d updates from a controller that is not ready", n)
+	}
+	ready.Store(true)
+	e.waitConverged(a)
+	if err := open(&wire.ClientMessage{Report: &wire.Report{}}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("stream without Hello: %v, want InvalidArgument", err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -104,6 +105,12 @@ func (s *Server) markFull(ss *session, reason string) {
 	ss.log = nil
 	ss.resetState()
 	ss.notify()
+	if ss.conn == 0 {
+		// Nothing is left to resume from: forget the node until its agent
+		// connects again (it will get a full update either way). This is
+		// what bounds the memory of nodes that went away.
+		delete(s.sessions, ss.node)
+	}
 }
 
 // Sync serves one agent's stream (wire.SyncServer).
@@ -273,6 +280,9 @@ func (s *Server) receiveReports(ctx context.Context, cancel context.CancelFunc, 
 			ss.acked = m.Report.AppliedVersion
 			s.m.agentLag.WithLabelValues(ss.node).Set(float64(ss.version - ss.acked))
 		}
+		// Only results for policies this node holds count: an agent cannot
+		// grow the server's memory or others' summaries with made-up IDs.
+		m.Report.Results = slices.DeleteFunc(m.Report.Results, func(r wire.PolicyResult) bool { return ss.policies[r.PolicyID] == nil })
 		summaries := s.real.report(ss.node, m.Report, s.policies)
 		s.mu.Unlock()
 		s.emitReports(ss.node, m.Report.Results)
