@@ -65,12 +65,22 @@ type Engine struct {
 	ignoredConds map[model.PolicyRef][]model.Condition // objects that produce no Policy
 
 	// pending collects the changes of the current call.
-	pending     map[pendingKey]*Change
-	pendingList []pendingKey
+	pending     map[pendingKey]int // index into pendingList
+	pendingList []pendingChange
 
-	notifyMu    sync.Mutex
+	// Deliveries: batches queue up in the order of the calls that made
+	// them; one goroutine at a time delivers them, without holding mu, so
+	// subscribers may call back into the engine.
+	queueMu     sync.Mutex
+	queue       [][]Change
+	delivering  bool
 	subscribers map[int]func([]Change)
 	nextSub     int
+}
+
+type pendingChange struct {
+	Change
+	dropped bool
 }
 
 type pendingKey struct {
@@ -96,43 +106,77 @@ func New() *Engine {
 		policyByID:       map[string]*policyState{},
 		byPriority:       map[prioKey]set[*policyState]{},
 		ignoredConds:     map[model.PolicyRef][]model.Condition{},
-		pending:          map[pendingKey]*Change{},
+		pending:          map[pendingKey]int{},
 		subscribers:      map[int]func([]Change){},
 	}
 }
 
 // Subscribe registers fn to receive, after every call that changed
 // something, the list of objects that call added, updated or deleted (each
-// object at most once, with its final state for that call). Calls are
-// delivered one at a time, in the order the changes happened. fn may read
-// from the engine but must not call its Upsert or Delete methods. The
-// returned function unsubscribes.
+// object at most once, with its final state for that call). Batches are
+// delivered one at a time, in the order of the calls; normally before the
+// call returns, but when several goroutines write at once, whichever is
+// delivering delivers the others' batches too. fn may read from the engine
+// (and even write to it: its own changes are delivered after it returns).
+// The returned function unsubscribes.
 func (e *Engine) Subscribe(fn func([]Change)) (unsubscribe func()) {
-	e.notifyMu.Lock()
-	defer e.notifyMu.Unlock()
+	e.queueMu.Lock()
+	defer e.queueMu.Unlock()
 	id := e.nextSub
 	e.nextSub++
 	e.subscribers[id] = fn
 	return func() {
-		e.notifyMu.Lock()
-		defer e.notifyMu.Unlock()
+		e.queueMu.Lock()
+		defer e.queueMu.Unlock()
 		delete(e.subscribers, id)
 	}
 }
 
-// update runs one mutation under the lock and then notifies subscribers.
+// update runs one mutation under the lock and then delivers its changes.
 func (e *Engine) update(mutate func()) {
 	e.mu.Lock()
 	mutate()
-	changes := e.takePending()
-	e.notifyMu.Lock()
+	if changes := e.takePending(); len(changes) > 0 {
+		// Queued while mu is held: queue order is mutation order.
+		e.queueMu.Lock()
+		e.queue = append(e.queue, changes)
+		e.queueMu.Unlock()
+	}
 	e.mu.Unlock()
-	defer e.notifyMu.Unlock()
-	if len(changes) == 0 {
+	e.deliver()
+}
+
+func (e *Engine) deliver() {
+	e.queueMu.Lock()
+	if e.delivering {
+		e.queueMu.Unlock()
 		return
 	}
-	for _, fn := range e.subscribers {
-		fn(changes)
+	e.delivering = true
+	locked := true
+	defer func() {
+		// Also on a subscriber's panic: later calls must still deliver.
+		if !locked {
+			e.queueMu.Lock()
+		}
+		e.delivering = false
+		e.queueMu.Unlock()
+	}()
+	for len(e.queue) > 0 {
+		batch := e.queue[0]
+		e.queue[0] = nil
+		e.queue = e.queue[1:]
+		subs := make([]func([]Change), 0, len(e.subscribers))
+		for _, fn := range e.subscribers {
+			subs = append(subs, fn)
+		}
+		e.queueMu.Unlock()
+		locked = false
+		for _, fn := range subs {
+			fn(batch)
+		}
+		e.queueMu.Lock()
+		locked = true
 	}
 }
 
@@ -141,10 +185,9 @@ func (e *Engine) takePending() []Change {
 		return nil
 	}
 	out := make([]Change, 0, len(e.pendingList))
-	for _, k := range e.pendingList {
-		if c := e.pending[k]; c != nil {
-			out = append(out, *c)
-			delete(e.pending, k)
+	for _, c := range e.pendingList {
+		if !c.dropped {
+			out = append(out, c.Change)
 		}
 	}
 	clear(e.pending)
@@ -156,20 +199,21 @@ func (e *Engine) takePending() []Change {
 // (Added and Updated take a new generation once per call).
 func (e *Engine) record(kind ObjectKind, typ ChangeType, id string, gen int64) int64 {
 	k := pendingKey{kind, id}
-	c := e.pending[k]
-	if c == nil {
+	i, ok := e.pending[k]
+	if !ok || e.pendingList[i].dropped {
 		if typ != Deleted {
 			e.clock++
 			gen = e.clock
 		}
-		e.pending[k] = &Change{Kind: kind, Type: typ, ID: id, Generation: gen}
-		e.pendingList = append(e.pendingList, k)
+		e.pending[k] = len(e.pendingList)
+		e.pendingList = append(e.pendingList, pendingChange{Change: Change{Kind: kind, Type: typ, ID: id, Generation: gen}})
 		return gen
 	}
+	c := &e.pendingList[i]
 	switch {
 	case typ == Deleted && c.Type == Added:
 		// Born and gone within one call: nobody needs to hear of it.
-		delete(e.pending, k)
+		c.dropped = true
 		return gen
 	case typ == Deleted:
 		c.Type, c.Generation = Deleted, gen

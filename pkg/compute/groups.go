@@ -142,16 +142,11 @@ func (e *Engine) getGroup(spec groupSpec) *group {
 		return g
 	}
 	g := &group{
-		spec:        spec,
-		pods:        set[*podState]{},
-		podsPerNode: map[string]int{},
-		atgID:       groupID("atg", spec.key),
-		agID:        groupID("ag", spec.key),
-		atgPolicies: set[*policyState]{},
-		agUsers:     map[*group]int{},
-		atgUsers:    set[*group]{},
-		spanCount:   map[string]int{},
+		spec:  spec,
+		atgID: groupID("atg", spec.key),
+		agID:  groupID("ag", spec.key),
 	}
+	// The other maps are made on first write: most groups play one role.
 	e.groups[spec.key] = g
 	e.atgByID[g.atgID] = g
 	e.agByID[g.agID] = g
@@ -240,6 +235,9 @@ func (e *Engine) maybeDropGroup(g *group) {
 }
 
 func (e *Engine) addPod(g *group, p *podState) {
+	if g.pods == nil {
+		g.pods, g.podsPerNode = set[*podState]{}, map[string]int{}
+	}
 	g.pods[p] = struct{}{}
 	p.groups[g] = struct{}{}
 	g.podsPerNode[p.node]++
@@ -292,6 +290,9 @@ func (e *Engine) atgSpanChanged(g *group, node string, delta int) {
 }
 
 func (e *Engine) addSpan(ag *group, node string, delta int) {
+	if ag.spanCount == nil {
+		ag.spanCount = map[string]int{}
+	}
 	ag.spanCount[node] += delta
 	switch ag.spanCount[node] {
 	case 0:
@@ -306,9 +307,15 @@ func (e *Engine) addSpan(ag *group, node string, delta int) {
 
 // link records that a policy applied to atg uses address group ag.
 func (e *Engine) link(atg, ag *group) {
+	if atg.agUsers == nil {
+		atg.agUsers = map[*group]int{}
+	}
 	atg.agUsers[ag]++
 	if atg.agUsers[ag] > 1 {
 		return
+	}
+	if ag.atgUsers == nil {
+		ag.atgUsers = set[*group]{}
 	}
 	ag.atgUsers[atg] = struct{}{}
 	for n := range atg.podsPerNode {

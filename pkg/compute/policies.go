@@ -140,6 +140,9 @@ func (e *Engine) acquireGroups(p *policyState) {
 		atg.atgCache = nil
 		atg.atgGen = e.record(KindAppliedToGroup, Added, atg.atgID, 0)
 	}
+	if atg.atgPolicies == nil {
+		atg.atgPolicies = set[*policyState]{}
+	}
 	atg.atgPolicies[p] = struct{}{}
 	ags := make([]*group, 0, len(p.c.peers))
 	for _, spec := range p.c.peers {
