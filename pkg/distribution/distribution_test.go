@@ -457,3 +457,21 @@ func TestNotReadyRefusesThenServes(t *testing.T) {
 		t.Fatalf("stream without Hello: %v, want InvalidArgument", err)
 	}
 }
+
+// TestLargeState: a node whose state is far larger than gRPC's default
+// 4 MiB message limit syncs in full, then gets a patch.
+func TestLargeState(t *testing.T) {
+	e := newEnv(t, tokens, server.Options{})
+	populate(e)
+	// 40,000 web pods in frontend: the address group of db-allow.
+	for i := 0; i < 40000; i++ {
+		e.engine.UpsertPod(pod("frontend", fmt.Sprintf("bulk-%05d", i), "n2", ip(1000+i), map[string]string{"app": "web"}))
+	}
+	a := e.startAgent(e.agentConfig("n1", "tok-n1", e.addr, t.TempDir()))
+	e.waitConverged(a)
+	e.engine.DeletePod("frontend", "bulk-00007")
+	e.waitConverged(a)
+	if st := a.Client.Stats(); st.FullUpdates != 1 || st.DeltaUpdates < 1 {
+		t.Errorf("stats %+v; want one full update, then deltas", st)
+	}
+}

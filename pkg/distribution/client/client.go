@@ -68,6 +68,9 @@ func (e PolicyErrors) Error() string {
 	return "policies not realized: " + strings.Join(parts, "; ")
 }
 
+// MaxMessageSize bounds one update from the controller (1 GiB).
+const MaxMessageSize = 1 << 30
+
 // Config configures a Client.
 type Config struct {
 	// Address of the controller's distribution service (host:port).
@@ -191,6 +194,9 @@ func (c *Client) Run(ctx context.Context) error {
 		grpc.WithTransportCredentials(credentials.NewTLS(c.cfg.TLS)),
 		grpc.WithPerRPCCredentials(tokenCreds{c.cfg.Token}),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		// A full update carries the node's whole state in one message:
+		// far more than gRPC's 4 MiB default in a large cluster.
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageSize)),
 	}, c.cfg.DialOptions...)...)
 	if err != nil {
 		return fmt.Errorf("distribution client: %w", err)

@@ -202,6 +202,9 @@ func (s *Server) GRPCServer(tlsConfig *tls.Config, extra ...grpc.ServerOption) *
 		// Find dead agents (cut networks) within a minute.
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 20 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		// A complete report lists every policy of the node.
+		grpc.MaxRecvMsgSize(64 << 20),
+		grpc.MaxSendMsgSize(1 << 30),
 	}
 	g := grpc.NewServer(append(opts, extra...)...)
 	s.Register(g)
