@@ -340,3 +340,39 @@ func TestMissingCRDsArePickedUpLater(t *testing.T) {
 		return conditionIs(cnp.Status.Conditions, cnp.Generation, controller.ConditionWarning, metav1.ConditionTrue, "SamePriority")
 	})
 }
+
+// TestDeletedCRDDropsItsPolicies deletes a CRD while the controller runs:
+// its objects leave the engine; reinstalled, the kind works again.
+func TestDeletedCRDDropsItsPolicies(t *testing.T) {
+	c := kubeapi.Start(t, kubeapi.WithCRDs())
+	ctl := startController(t, c, "ctl")
+	ctx := context.Background()
+	cnps := c.Policy.PolicyV1alpha2().ClusterNetworkPolicies()
+	if _, err := cnps.Create(ctx, adminCNP("doomed", v1alpha2.AdminTier, 3), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	computed := func(name string, want bool) func() error {
+		return func() error {
+			if got := findPolicy(ctl.Engine().Snapshot(), model.KindClusterNetworkPolicy, "", name) != nil; got != want {
+				return fmt.Errorf("CNP %s computed=%v, want %v", name, got, want)
+			}
+			return nil
+		}
+	}
+	eventually(t, "CNP computed", computed("doomed", true))
+	c.DeleteCRDs(t, kubeapi.CRDClusterNetworkPolicy)
+	eventually(t, "CNP dropped with its CRD", computed("doomed", false))
+
+	c.InstallCRDs(t, kubeapi.CRDOptions{CRDs: []kubeapi.CRD{kubeapi.CRDClusterNetworkPolicy}})
+	if _, err := cnps.Create(ctx, adminCNP("reborn", v1alpha2.AdminTier, 3), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The informer's watch retries with backoff while the CRD is gone.
+	deadline := time.Now().Add(90 * time.Second)
+	for computed("reborn", true)() != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("CNP created after the CRD came back not computed in 90s")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
