@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 )
 
@@ -25,6 +26,41 @@ type pki struct {
 	SAKey, SAPub            string // service-account token signing key pair
 
 	caPEM, adminCertPEM, adminKeyPEM []byte
+	caCert                           *x509.Certificate
+	caKey                            *ecdsa.PrivateKey
+	mu                               sync.Mutex // guards nextSerial
+	nextSerial                       int64
+}
+
+// clientCert issues a client certificate for user in groups, returned as
+// PEM certificate and key.
+func (p *pki) clientCert(user string, groups []string) (certPEM, keyPEM []byte, err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	p.mu.Lock()
+	p.nextSerial++
+	serial := p.nextSerial
+	p.mu.Unlock()
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(serial),
+		Subject:      pkix.Name{CommonName: user, Organization: groups},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.caCert, key.Public(), p.caKey)
+	if err != nil {
+		return nil, nil, err
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pemCert(der), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), nil
 }
 
 func newPKI(dir string) (*pki, error) {
@@ -57,6 +93,7 @@ func newPKI(dir string) (*pki, error) {
 		return nil, err
 	}
 	p.caPEM = pemCert(caDER)
+	p.caCert, p.caKey, p.nextSerial = caCert, caKey, 100
 	if err := writeCertKey(p.CACert, p.CAKey, caDER, caKey); err != nil {
 		return nil, err
 	}

@@ -355,6 +355,20 @@ func (c *Cluster) startScheduler() error {
 	return err
 }
 
+// ConfigFor returns a rest.Config authenticating as user in groups with a
+// fresh client certificate, for tests of RBAC (the admin Config bypasses
+// authorization as a member of system:masters).
+func (c *Cluster) ConfigFor(t testing.TB, user string, groups ...string) *rest.Config {
+	t.Helper()
+	certPEM, keyPEM, err := c.pki.clientCert(user, groups)
+	if err != nil {
+		t.Fatalf("kubeapi: issuing a client certificate for %s: %v", user, err)
+	}
+	cfg := rest.CopyConfig(c.Config)
+	cfg.CertData, cfg.KeyData = certPEM, keyPEM
+	return cfg
+}
+
 // Kubectl runs the cluster's kubectl with the admin kubeconfig and returns
 // its combined output, failing the test when it fails.
 func (c *Cluster) Kubectl(t testing.TB, args ...string) string {

@@ -5,9 +5,12 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/network-policy-api/apis/v1alpha1"
 	"sigs.k8s.io/network-policy-api/apis/v1alpha2"
 )
@@ -123,5 +126,31 @@ func TestControllerManagerAndScheduler(t *testing.T) {
 	}
 	if created.Spec.ServiceAccountName != "default" {
 		t.Errorf("ServiceAccount admission did not run: serviceAccountName=%q", created.Spec.ServiceAccountName)
+	}
+}
+
+func TestConfigForIsSubjectToRBAC(t *testing.T) {
+	c := Start(t)
+	kube, err := kubernetes.NewForConfig(c.ConfigFor(t, "alice", "tierflow-testers"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	_, err = kube.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+	if !apierrors.IsForbidden(err) {
+		t.Fatalf("alice listed namespaces without a role: %v", err)
+	}
+	c.Kubectl(t, "create", "clusterrole", "ns-reader", "--verb=list", "--resource=namespaces")
+	c.Kubectl(t, "create", "clusterrolebinding", "ns-reader", "--clusterrole=ns-reader", "--group=tierflow-testers")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err = kube.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("alice cannot list namespaces with a role bound to her group: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
