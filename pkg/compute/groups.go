@@ -1,7 +1,7 @@
 package compute
 
 import (
-	"fmt"
+	"encoding/hex"
 	"hash/fnv"
 	"slices"
 	"sort"
@@ -52,7 +52,10 @@ func nodeGroup(nodeSel labels.Selector) groupSpec {
 func groupID(prefix, key string) string {
 	h := fnv.New64a()
 	h.Write([]byte(key))
-	return fmt.Sprintf("%s-%016x", prefix, h.Sum64())
+	buf := make([]byte, 0, len(prefix)+17)
+	buf = append(buf, prefix...)
+	buf = append(buf, '-')
+	return string(hex.AppendEncode(buf, h.Sum(nil)))
 }
 
 // group is one normalized selector's members. The same group serves as an

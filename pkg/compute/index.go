@@ -7,27 +7,26 @@ import (
 
 type set[T comparable] map[T]struct{}
 
-// labelIndex finds objects by one of their labels: key → value → objects.
-// It lets a new group find its candidate members without scanning every pod.
+// labelKV is one label, the key of both indexes below.
+type labelKV struct{ k, v string }
+
+// labelIndex finds objects by one of their labels. It lets a new group find
+// its candidate members without scanning every pod.
 type labelIndex[T comparable] struct {
-	byKV map[string]map[string]set[T]
+	byKV map[labelKV]set[T]
 }
 
 func newLabelIndex[T comparable]() labelIndex[T] {
-	return labelIndex[T]{byKV: map[string]map[string]set[T]{}}
+	return labelIndex[T]{byKV: map[labelKV]set[T]{}}
 }
 
 func (ix labelIndex[T]) add(lbls map[string]string, t T) {
 	for k, v := range lbls {
-		vals := ix.byKV[k]
-		if vals == nil {
-			vals = map[string]set[T]{}
-			ix.byKV[k] = vals
-		}
-		s := vals[v]
+		kv := labelKV{k, v}
+		s := ix.byKV[kv]
 		if s == nil {
 			s = set[T]{}
-			vals[v] = s
+			ix.byKV[kv] = s
 		}
 		s[t] = struct{}{}
 	}
@@ -35,16 +34,11 @@ func (ix labelIndex[T]) add(lbls map[string]string, t T) {
 
 func (ix labelIndex[T]) remove(lbls map[string]string, t T) {
 	for k, v := range lbls {
-		vals := ix.byKV[k]
-		if vals == nil {
-			continue
-		}
-		s := vals[v]
-		delete(s, t)
-		if len(s) == 0 {
-			delete(vals, v)
-			if len(vals) == 0 {
-				delete(ix.byKV, k)
+		kv := labelKV{k, v}
+		if s := ix.byKV[kv]; s != nil {
+			delete(s, t)
+			if len(s) == 0 {
+				delete(ix.byKV, kv)
 			}
 		}
 	}
@@ -81,9 +75,8 @@ func (ix labelIndex[T]) candidates(h indexHint, visit func(T)) bool {
 	if h.Key == "" {
 		return false
 	}
-	vals := ix.byKV[h.Key]
 	for _, v := range h.Values {
-		for t := range vals[v] {
+		for t := range ix.byKV[labelKV{h.Key, v}] {
 			visit(t)
 		}
 	}
@@ -92,75 +85,65 @@ func (ix labelIndex[T]) candidates(h indexHint, visit func(T)) bool {
 
 // selectorIndex is the reverse: it finds the selectors (groups) that may
 // match a label set, so one pod's label change looks only at groups whose
-// selectors mention one of its labels, plus the unhinted ones.
+// selectors mention one of its labels, plus the unhinted ones. Its maps are
+// made on first use: most namespaces hold few groups.
 type selectorIndex[T comparable] struct {
-	byKV map[string]map[string]set[T]
+	byKV map[labelKV]set[T]
 	rest set[T]
 }
 
-func newSelectorIndex[T comparable]() selectorIndex[T] {
-	return selectorIndex[T]{byKV: map[string]map[string]set[T]{}, rest: set[T]{}}
-}
+func newSelectorIndex[T comparable]() selectorIndex[T] { return selectorIndex[T]{} }
 
-func (ix selectorIndex[T]) add(h indexHint, t T) {
+func (ix *selectorIndex[T]) add(h indexHint, t T) {
 	if h.Key == "" {
+		if ix.rest == nil {
+			ix.rest = set[T]{}
+		}
 		ix.rest[t] = struct{}{}
 		return
 	}
-	vals := ix.byKV[h.Key]
-	if vals == nil {
-		vals = map[string]set[T]{}
-		ix.byKV[h.Key] = vals
+	if ix.byKV == nil {
+		ix.byKV = map[labelKV]set[T]{}
 	}
 	for _, v := range h.Values {
-		s := vals[v]
+		kv := labelKV{h.Key, v}
+		s := ix.byKV[kv]
 		if s == nil {
 			s = set[T]{}
-			vals[v] = s
+			ix.byKV[kv] = s
 		}
 		s[t] = struct{}{}
 	}
 }
 
-func (ix selectorIndex[T]) remove(h indexHint, t T) {
+func (ix *selectorIndex[T]) remove(h indexHint, t T) {
 	if h.Key == "" {
 		delete(ix.rest, t)
 		return
 	}
-	vals := ix.byKV[h.Key]
 	for _, v := range h.Values {
-		s := vals[v]
-		delete(s, t)
-		if len(s) == 0 {
-			delete(vals, v)
+		kv := labelKV{h.Key, v}
+		if s := ix.byKV[kv]; s != nil {
+			delete(s, t)
+			if len(s) == 0 {
+				delete(ix.byKV, kv)
+			}
 		}
 	}
-	if len(vals) == 0 {
-		delete(ix.byKV, h.Key)
-	}
 }
-
-func (ix selectorIndex[T]) empty() bool { return len(ix.byKV) == 0 && len(ix.rest) == 0 }
 
 // candidates visits every selector that may match lbls. A selector is
 // visited at most once: it is indexed under one key, and a label set has
 // one value per key.
-func (ix selectorIndex[T]) candidates(lbls map[string]string, visit func(T)) {
+func (ix *selectorIndex[T]) candidates(lbls map[string]string, visit func(T)) {
 	for t := range ix.rest {
 		visit(t)
 	}
-	if len(ix.byKV) < len(lbls) {
-		for k, vals := range ix.byKV {
-			if v, ok := lbls[k]; ok {
-				for t := range vals[v] {
-					visit(t)
-				}
-			}
-		}
+	if len(ix.byKV) == 0 {
 		return
 	}
 	for k, v := range lbls {
-		for t := range ix.byKV[k][v] {
+		for t := range ix.byKV[labelKV{k, v}] {
 			visit(t)
 		}
 	}

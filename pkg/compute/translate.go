@@ -3,6 +3,7 @@ package compute
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -44,15 +45,14 @@ func allAddresses() []model.IPBlock {
 
 // compiler collects a policy's rules, peer groups and conditions.
 type compiler struct {
-	c        *compiledPolicy
+	c *compiledPolicy
+	// peerKeys indexes c.peers once there are many (most policies have a
+	// handful, where a scan is cheaper than a map).
 	peerKeys map[string]bool
 }
 
 func newCompiler(ref model.PolicyRef, sourceGen int64) *compiler {
-	return &compiler{
-		c:        &compiledPolicy{ref: ref, id: policyID(ref), sourceGen: sourceGen},
-		peerKeys: map[string]bool{},
-	}
+	return &compiler{c: &compiledPolicy{ref: ref, id: policyID(ref), sourceGen: sourceGen}}
 }
 
 func (k *compiler) cond(sev model.ConditionSeverity, reason, format string, args ...any) {
@@ -101,12 +101,28 @@ func (k *compiler) finish(r *ruleBuilder) {
 		}
 	}
 	for _, g := range r.peers {
+		k.addPeer(g)
+	}
+	k.c.rules = append(k.c.rules, r.rule)
+}
+
+func (k *compiler) addPeer(g groupSpec) {
+	if k.peerKeys == nil && len(k.c.peers) >= 16 {
+		k.peerKeys = map[string]bool{}
+		for _, h := range k.c.peers {
+			k.peerKeys[h.key] = true
+		}
+	}
+	if k.peerKeys != nil {
 		if !k.peerKeys[g.key] {
 			k.peerKeys[g.key] = true
 			k.c.peers = append(k.c.peers, g)
 		}
+		return
 	}
-	k.c.rules = append(k.c.rules, r.rule)
+	if !slices.ContainsFunc(k.c.peers, func(h groupSpec) bool { return h.key == g.key }) {
+		k.c.peers = append(k.c.peers, g)
+	}
 }
 
 // selector parses a label selector; nil means "not set" and is the
