@@ -46,6 +46,10 @@ type Config struct {
 	Workers int
 	// Realization, when set, supplies the Realized condition.
 	Realization RealizationSource
+	// KindSyncGrace bounds how long status writes wait for a policy kind
+	// whose informer cannot list (e.g. RBAC forbids it), so one broken
+	// kind does not stop status for the others. Default 1m.
+	KindSyncGrace time.Duration
 }
 
 // Controller feeds API objects into the engine and writes status back.
@@ -89,6 +93,9 @@ func New(cfg Config) (*Controller, error) {
 	}
 	if cfg.CRDPollInterval <= 0 {
 		cfg.CRDPollInterval = 10 * time.Second
+	}
+	if cfg.KindSyncGrace <= 0 {
+		cfg.KindSyncGrace = time.Minute
 	}
 	if cfg.Workers <= 0 {
 		cfg.Workers = 2
@@ -197,15 +204,37 @@ func (c *Controller) Run(ctx context.Context) error {
 // HasSynced reports whether every started informer has delivered its
 // initial list to the engine.
 func (c *Controller) HasSynced() bool {
-	for _, s := range c.coreSynced {
-		if !s() {
-			return false
-		}
+	if !c.coreHasSynced() {
+		return false
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, k := range c.kinds {
 		if k.informer != nil && !k.registration.HasSynced() {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *Controller) coreHasSynced() bool {
+	for _, s := range c.coreSynced {
+		if !s() {
+			return false
+		}
+	}
+	return true
+}
+
+// policyKindsSettled reports whether every watched policy kind has listed,
+// not counting a kind stuck for longer than KindSyncGrace (its list keeps
+// failing, e.g. for lack of RBAC): one broken kind must not stop status
+// for the others forever.
+func (c *Controller) policyKindsSettled() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, k := range c.kinds {
+		if k.informer != nil && !k.registration.HasSynced() && time.Since(k.watchedSince) < c.cfg.KindSyncGrace {
 			return false
 		}
 	}

@@ -24,10 +24,24 @@ const waitTimeout = 30 * time.Second
 // ends and waits for its caches.
 func startController(t *testing.T, c *kubeapi.Cluster, identity string) *controller.Controller {
 	t.Helper()
-	ctl, err := controller.New(controller.Config{
+	ctl := runController(t, controller.Config{
 		Kube: c.Kube, Policy: c.Policy, Identity: identity,
 		CRDPollInterval: 200 * time.Millisecond,
 	})
+	eventually(t, "controller caches synced", func() error {
+		if !ctl.HasSynced() {
+			return fmt.Errorf("not synced")
+		}
+		return nil
+	})
+	return ctl
+}
+
+// runController runs a controller until the test ends.
+func runController(t *testing.T, cfg controller.Config) *controller.Controller {
+	t.Helper()
+	identity := cfg.Identity
+	ctl, err := controller.New(cfg)
 	if err != nil {
 		t.Fatalf("controller.New: %v", err)
 	}
@@ -39,12 +53,6 @@ func startController(t *testing.T, c *kubeapi.Cluster, identity string) *control
 		if err := <-done; err != nil {
 			t.Errorf("controller %s: Run: %v", identity, err)
 		}
-	})
-	eventually(t, "controller caches synced", func() error {
-		if !ctl.HasSynced() {
-			return fmt.Errorf("not synced")
-		}
-		return nil
 	})
 	return ctl
 }

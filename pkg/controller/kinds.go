@@ -33,6 +33,7 @@ type policyKind struct {
 
 	informer     cache.SharedIndexInformer // nil until the CRD is served
 	registration cache.ResourceEventHandlerRegistration
+	watchedSince time.Time
 }
 
 // objectView is the part of a policy object status sync reads.
@@ -159,7 +160,7 @@ func (c *Controller) discoverPolicyKinds(ctx context.Context) {
 			logger.Error(err, "cannot watch policy kind", "kind", k.kind)
 			continue
 		}
-		k.informer, k.registration = inf, reg
+		k.informer, k.registration, k.watchedSince = inf, reg, time.Now()
 		c.metrics.crdsServed.WithLabelValues(string(k.kind)).Set(1)
 		logger.Info("policy CRD served; watching", "kind", k.kind)
 		startedAny = true
@@ -187,7 +188,7 @@ func (c *Controller) waitPolicyKindsSynced(ctx context.Context) {
 		}
 	}
 	c.mu.Unlock()
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.KindSyncGrace)
 	defer cancel()
 	cache.WaitForCacheSync(ctx.Done(), synced...)
 }

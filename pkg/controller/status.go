@@ -39,20 +39,21 @@ func (c *Controller) processNext(ctx context.Context) bool {
 // sync makes one policy's reported findings match the engine: status
 // conditions for the network-policy-api kinds, Events for NetworkPolicies.
 func (c *Controller) sync(ctx context.Context, ref model.PolicyRef) error {
-	// Until every informer has listed, the engine may lack a policy that
-	// conflicts with this one; a status written now could be wrong.
-	if !c.HasSynced() {
+	if !c.coreHasSynced() {
 		c.queue.AddAfter(ref, notSyncedRetry)
 		return nil
 	}
 	if ref.Kind == model.KindNetworkPolicy {
+		// NetworkPolicy findings do not depend on the other kinds.
 		return c.syncNetworkPolicyEvents(ref)
 	}
 	k, synced := c.kindSynced(ref.Kind)
 	if k == nil {
 		return nil // kind not served: nothing to write to
 	}
-	if !synced {
+	// Until every policy informer has listed, the engine may lack a policy
+	// that conflicts with this one; a status written now could be wrong.
+	if !synced || !c.policyKindsSettled() {
 		c.queue.AddAfter(ref, notSyncedRetry)
 		return nil
 	}
