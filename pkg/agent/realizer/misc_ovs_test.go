@@ -113,3 +113,45 @@ func TestRuleMetrics(t *testing.T) {
 	}
 	_ = context.Background
 }
+
+// TestConntrackLabels: an allowed connection is committed with the egress
+// rule ID in ct_label bits 0-31 and the ingress rule ID in bits 32-63.
+func TestConntrackLabels(t *testing.T) {
+	env := ovsenv.Start(t)
+	n := newNode(t, env, "n1", 1)
+	a := n.addPod(t, "a", 1)
+	b := n.addPod(t, "b", 2)
+	srv := b.ListenTCP(80)
+	t.Cleanup(srv.Close)
+	n.start(t)
+	s := newState()
+	s.add(anp("out-a", 5, s.atg(a), rule(model.DirectionOut, model.ActionAllow, peerGroups(s.ag(b)))))
+	s.add(np("in-b", s.atg(b), []model.Direction{model.DirectionIn}, rule(model.DirectionIn, model.ActionAllow, peerGroups(s.ag(a)), tcp(80))))
+	s.apply(t, n)
+	if !probe(t, a, b.IPv4(), "TCP", 80, true) {
+		t.Fatal("a -> b denied")
+	}
+	var egress, ingress uint32
+	for id, ri := range n.r.Rules() {
+		switch ri.Policy.Name {
+		case "out-a":
+			egress = id
+		case "in-b":
+			ingress = id
+		}
+	}
+	out, err := env.Appctl("dpctl/dump-conntrack", "zone=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("labels=0x%x", uint64(ingress)<<32|uint64(egress))
+	found := false
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "dst=10.0.0.2") && strings.Contains(l, "dport=80") && strings.Contains(l, want) {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("no connection a -> b:80 with %s (egress rule %d, ingress rule %d):\n%s", want, egress, ingress, out)
+	}
+}
