@@ -13,6 +13,9 @@
 //	c := kubeapi.Start(t, kubeapi.WithCRDs())
 //	c.Kube.CoreV1().Namespaces().Create(...)
 //
+// Config and the clientsets act as a cluster admin; ConfigFor issues a
+// client certificate for any user and groups, for RBAC tests.
+//
 // The network-policy-api CRDs come from manifests/crds (see `make crds`).
 // InstallCRDs can install them later, one kind at a time, and can strip
 // their schemas so tests can create objects the real CRD validation would
