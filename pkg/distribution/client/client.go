@@ -96,6 +96,7 @@ type Client struct {
 	connected bool
 	stats     Stats
 	changed   chan struct{} // closed and replaced on every applied update
+	saver     *saver
 }
 
 // Stats counts what a client received.
@@ -127,6 +128,7 @@ func New(cfg Config) (*Client, error) {
 		state:   wire.NewNodeState(cfg.Node),
 		results: map[string]wire.PolicyResult{},
 		changed: make(chan struct{}),
+		saver:   newSaver(cfg.Store, cfg.Logger),
 	}, nil
 }
 
@@ -165,6 +167,7 @@ func (c *Client) Run(ctx context.Context) error {
 		// A bad state file must not keep the agent from syncing.
 		c.log.Error("ignoring saved state", "err", err)
 	}
+	defer c.saver.flush()
 	conn, err := grpc.NewClient(c.cfg.Address, append([]grpc.DialOption{
 		grpc.WithTransportCredentials(credentials.NewTLS(c.cfg.TLS)),
 		grpc.WithPerRPCCredentials(tokenCreds{c.cfg.Token}),
@@ -284,11 +287,7 @@ func (c *Client) apply(u *wire.Update, firstOfStream bool) (*wire.Report, error)
 	if err != nil {
 		return nil, err
 	}
-	if c.cfg.Store != nil {
-		if err := c.cfg.Store.Save(u.Epoch, u.Version, next); err != nil {
-			c.log.Error("saving state", "err", err)
-		}
-	}
+	c.saver.offer(u.Epoch, u.Version, next)
 	applyErr := c.cfg.Receiver.Apply(d)
 
 	c.mu.Lock()
