@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/network-policy-api/apis/v1alpha1"
 	"sigs.k8s.io/network-policy-api/apis/v1alpha2"
 
@@ -87,34 +86,34 @@ func compileAdmin(k *compiler, s adminSpec) {
 // adminSubject translates "exactly one of namespaces, pods". A subject that
 // cannot be read selects every pod and the policy's rules fail closed.
 func adminSubject(k *compiler, nsSel *metav1.LabelSelector, pods *adminPods, broken bool) (groupSpec, bool) {
-	everything := podGroupInNamespaces(labels.Everything(), labels.Everything())
+	allPods := podGroupInNamespaces(everything, everything)
 	const consequence = "the policy applies to every pod and each of its rules fails closed"
 	switch {
 	case nsSel != nil && pods != nil:
 		k.errorf(ReasonInvalidSubject, "spec.subject: both namespaces and pods are set (exactly one must be); %s", consequence)
-		return everything, true
+		return allPods, true
 	case nsSel != nil:
 		s, err := selector(nsSel)
 		if err != nil {
 			k.errorf(ReasonInvalidSubject, "spec.subject.namespaces: %v; %s", err, consequence)
-			return everything, true
+			return allPods, true
 		}
-		return podGroupInNamespaces(s, labels.Everything()), broken
+		return podGroupInNamespaces(s, everything), broken
 	case pods != nil:
 		ns, err := selector(&pods.ns)
 		if err != nil {
 			k.errorf(ReasonInvalidSubject, "spec.subject.pods.namespaceSelector: %v; %s", err, consequence)
-			return everything, true
+			return allPods, true
 		}
 		ps, err := selector(&pods.pods)
 		if err != nil {
 			k.errorf(ReasonInvalidSubject, "spec.subject.pods.podSelector: %v; %s", err, consequence)
-			return everything, true
+			return allPods, true
 		}
 		return podGroupInNamespaces(ns, ps), broken
 	}
 	k.errorf(ReasonInvalidSubject, "spec.subject: no field set (exactly one of namespaces, pods must be); %s", consequence)
-	return everything, true
+	return allPods, true
 }
 
 func compileAdminRule(k *compiler, r adminRule, i int, dir model.Direction, broken bool) {
@@ -161,7 +160,7 @@ func compileAdminRule(k *compiler, r adminRule, i int, dir model.Direction, brok
 				rb.problem = true
 				continue
 			}
-			rb.addGroup(podGroupInNamespaces(s, labels.Everything()))
+			rb.addGroup(podGroupInNamespaces(s, everything))
 		case p.pods != nil:
 			ns, err := selector(&p.pods.ns)
 			if err != nil {

@@ -26,26 +26,24 @@ const (
 type groupSpec struct {
 	kind      groupKind
 	namespace string
-	nsSel     labels.Selector
-	podSel    labels.Selector
-	nodeSel   labels.Selector
+	nsSel     *sel
+	podSel    *sel
+	nodeSel   *sel
 	key       string
 }
 
-func selString(s labels.Selector) string { return "{" + s.String() + "}" }
-
-func podGroupInNamespace(ns string, podSel labels.Selector) groupSpec {
+func podGroupInNamespace(ns string, podSel *sel) groupSpec {
 	return groupSpec{kind: groupPods, namespace: ns, podSel: podSel,
-		key: "namespace=" + ns + " podSelector=" + selString(podSel)}
+		key: "namespace=" + ns + " podSelector=" + podSel.text}
 }
 
-func podGroupInNamespaces(nsSel, podSel labels.Selector) groupSpec {
+func podGroupInNamespaces(nsSel, podSel *sel) groupSpec {
 	return groupSpec{kind: groupPods, nsSel: nsSel, podSel: podSel,
-		key: "namespaceSelector=" + selString(nsSel) + " podSelector=" + selString(podSel)}
+		key: "namespaceSelector=" + nsSel.text + " podSelector=" + podSel.text}
 }
 
-func nodeGroup(nodeSel labels.Selector) groupSpec {
-	return groupSpec{kind: groupNodes, nodeSel: nodeSel, key: "nodeSelector=" + selString(nodeSel)}
+func nodeGroup(nodeSel *sel) groupSpec {
+	return groupSpec{kind: groupNodes, nodeSel: nodeSel, key: "nodeSelector=" + nodeSel.text}
 }
 
 // groupID derives a stable, short ID from a normalized selector key.
@@ -156,7 +154,7 @@ func (e *Engine) getGroup(spec groupSpec) *group {
 	switch spec.kind {
 	case groupNodes:
 		g.nodes = set[*nodeState]{}
-		g.hint = hintFor(spec.nodeSel)
+		g.hint = spec.nodeSel.hint
 		e.nodeGroups.add(g.hint, g)
 		visit := func(n *nodeState) {
 			if spec.nodeSel.Matches(labels.Set(n.labels)) {
@@ -169,7 +167,7 @@ func (e *Engine) getGroup(spec groupSpec) *group {
 			}
 		}
 	case groupPods:
-		g.hint = hintFor(spec.podSel)
+		g.hint = spec.podSel.hint
 		if spec.nsSel == nil {
 			ns := e.nsFor(spec.namespace)
 			ns.groups.add(g.hint, g)
@@ -177,7 +175,7 @@ func (e *Engine) getGroup(spec groupSpec) *group {
 			e.addMatchingPodsOf(g, ns)
 			break
 		}
-		g.nsHint = hintFor(spec.nsSel)
+		g.nsHint = spec.nsSel.hint
 		e.nsGroups.add(g.nsHint, g)
 		e.clusterPodGroups.add(g.hint, g)
 		visit := func(ns *nsState) {

@@ -5,7 +5,6 @@ import (
 	"net/netip"
 
 	networkingv1 "k8s.io/api/networking/v1"
-	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/tierflow/tierflow/pkg/model"
 )
@@ -24,7 +23,7 @@ func compileNetworkPolicy(np *networkingv1.NetworkPolicy) *compiledPolicy {
 	podSel, err := selector(&np.Spec.PodSelector)
 	if err != nil {
 		k.errorf(ReasonInvalidSubject, "spec.podSelector: %v; the policy isolates every pod of namespace %s and allows nothing", err, np.Namespace)
-		podSel = labels.Everything()
+		podSel = everything
 		broken = true
 	}
 	c.subject = podGroupInNamespace(np.Namespace, podSel)
@@ -106,7 +105,7 @@ func npPeers(k *compiler, rb *ruleBuilder, ns, path string, peers []networkingv1
 			k.errorf(ReasonInvalidPeer, "%s: no field set; the rule matches nothing", where)
 			rb.problem = true
 		default:
-			podSel := labels.Everything()
+			podSel := everything
 			if p.PodSelector != nil {
 				s, err := selector(p.PodSelector)
 				if err != nil {

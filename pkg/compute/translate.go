@@ -6,8 +6,6 @@ import (
 	"slices"
 	"strings"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -123,12 +121,6 @@ func (k *compiler) addPeer(g groupSpec) {
 	if !slices.ContainsFunc(k.c.peers, func(h groupSpec) bool { return h.key == g.key }) {
 		k.c.peers = append(k.c.peers, g)
 	}
-}
-
-// selector parses a label selector; nil means "not set" and is the
-// caller's business.
-func selector(ls *metav1.LabelSelector) (labels.Selector, error) {
-	return metav1.LabelSelectorAsSelector(ls)
 }
 
 // parseCIDR parses a CIDR, masking host bits.
