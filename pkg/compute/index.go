@@ -148,3 +148,15 @@ func (ix *selectorIndex[T]) candidates(lbls map[string]string, visit func(T)) {
 		}
 	}
 }
+
+// count is how many selectors candidates would visit for lbls.
+func (ix *selectorIndex[T]) count(lbls map[string]string) int {
+	n := len(ix.rest)
+	if len(ix.byKV) == 0 {
+		return n
+	}
+	for k, v := range lbls {
+		n += len(ix.byKV[labelKV{k, v}])
+	}
+	return n
+}

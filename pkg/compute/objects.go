@@ -287,7 +287,14 @@ func (e *Engine) addToMatchingGroups(p *podState) {
 		}
 	}
 	p.ns.groups.candidates(p.labels, visit)
-	e.clusterPodGroups.candidates(p.labels, visit)
+	// Groups with a namespace selector are indexed twice, by pod selector
+	// and by namespace selector; either index finds all that may match, so
+	// take the one with fewer candidates.
+	if e.nsGroups.count(p.ns.labels) < e.clusterPodGroups.count(p.labels) {
+		e.nsGroups.candidates(p.ns.labels, visit)
+	} else {
+		e.clusterPodGroups.candidates(p.labels, visit)
+	}
 }
 
 // DeletePod removes a pod from every group.
