@@ -452,3 +452,73 @@ func conditionsEqual(a, b []model.Condition) bool {
 	}
 	return true
 }
+
+// The ClusterNetworkPolicy (v1alpha2) versions of the user stories.
+func TestClusterNetworkPolicyStories(t *testing.T) {
+	e := New()
+	adminWorld(e)
+	e.UpsertPod(mkPod("kube-system", "coredns", "n2", "10.0.9.1", []string{"app=kube-dns"}, withPort("dns", "UDP", 53)))
+	e.UpsertClusterNetworkPolicy(cnpYAML(t, `
+metadata: {name: cluster-wide-deny-example}
+spec:
+  tier: Admin
+  priority: 10
+  subject:
+    namespaces: {matchLabels: {kubernetes.io/metadata.name: sensitive}}
+  ingress:
+  - action: Deny
+    name: select-all-deny-all
+    from: [{namespaces: {matchLabels: {}}}]
+`))
+	e.UpsertClusterNetworkPolicy(cnpYAML(t, `
+metadata: {name: cluster-wide-allow-example}
+spec:
+  tier: Admin
+  priority: 30
+  subject: {namespaces: {}}
+  ingress:
+  - action: Accept
+    name: allow-monitoring-ns-ingress
+    from: [{namespaces: {matchLabels: {kubernetes.io/metadata.name: monitoring}}}]
+  egress:
+  - action: Accept
+    name: allow-kube-dns-egress
+    to: [{pods: {namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: kube-system}}, podSelector: {matchLabels: {app: kube-dns}}}}]
+    protocols: [{udp: {destinationPort: {number: 53}}}, {destinationNamedPort: dns}]
+`))
+	e.UpsertClusterNetworkPolicy(cnpYAML(t, `
+metadata: {name: baseline-rule-example}
+spec:
+  tier: Baseline
+  priority: 10
+  subject: {namespaces: {}}
+  ingress:
+  - action: Deny
+    name: default-deny
+    from: [{namespaces: {}}]
+`))
+	s := e.Snapshot()
+	deny := policyByName(t, s, model.KindClusterNetworkPolicy, "", "cluster-wide-deny-example")
+	equalStrings(t, "deny subject", atgPods(t, s, deny.AppliedToGroups[0]), []string{"sensitive/vault@n2"})
+	if deny.Rules[0].Name != "select-all-deny-all" || deny.Rules[0].Action != model.ActionDeny {
+		t.Errorf("deny rule %+v", deny.Rules[0])
+	}
+	if got := len(peerMembers(t, s, deny.Rules[0])); got != 9 {
+		t.Errorf("deny from every pod: %d members", got)
+	}
+	allow := policyByName(t, s, model.KindClusterNetworkPolicy, "", "cluster-wide-allow-example")
+	equalStrings(t, "monitoring", peerMembers(t, s, allow.Rules[0]), []string{"monitoring/prom"})
+	eg := allow.Rules[1]
+	equalStrings(t, "kube-dns", peerMembers(t, s, eg), []string{"kube-system/coredns"})
+	if eg.Action != model.ActionAllow || len(eg.Ports) != 2 || eg.Ports[0] != (model.Port{Protocol: "UDP", Port: 53}) || eg.Ports[1] != (model.Port{Name: "dns"}) {
+		t.Errorf("dns rule %+v", eg)
+	}
+	base := policyByName(t, s, model.KindClusterNetworkPolicy, "", "baseline-rule-example")
+	if base.Tier != model.TierBaseline || s.Policies[len(s.Policies)-1] != base {
+		t.Errorf("baseline CNP must be last: %+v", base)
+	}
+	// Same priority 10 in different tiers: no warning.
+	if len(deny.Conditions)+len(base.Conditions) != 0 {
+		t.Errorf("conditions %v %v", deny.Conditions, base.Conditions)
+	}
+}

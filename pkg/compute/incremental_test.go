@@ -350,3 +350,22 @@ func TestConcurrentUse(t *testing.T) {
 		t.Fatal("no changes seen")
 	}
 }
+
+// A snapshot is a consistent view: later changes replace objects, they do
+// not edit the ones a snapshot holds.
+func TestSnapshotIsStable(t *testing.T) {
+	e, _, id := incWorld(t)
+	before := e.Snapshot()
+	members := agMembers(t, before, id.dbAG)
+	gen := before.AddressGroups[id.dbAG].Generation
+	e.UpsertPod(mkPod("prod", "db2", "n1", "10.0.1.3", []string{"app=db"}))
+	e.DeletePod("prod", "db")
+	e.DeleteNetworkPolicy("prod", "web")
+	equalStrings(t, "old snapshot members", agMembers(t, before, id.dbAG), members)
+	if before.AddressGroups[id.dbAG].Generation != gen || len(before.Policies) != 2 {
+		t.Errorf("old snapshot changed")
+	}
+	if after := e.Snapshot(); len(after.Policies) != 1 || after.AddressGroups[id.dbAG] != nil {
+		t.Errorf("new snapshot: %d policies", len(after.Policies))
+	}
+}
