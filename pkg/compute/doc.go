@@ -16,7 +16,20 @@
 //
 // Upsert methods take the whole current object (level-triggered, as an
 // informer delivers it) and are idempotent: upserting an unchanged object
-// changes nothing and notifies nobody.
+// changes nothing and notifies nobody. Nil or garbled objects never panic;
+// what cannot be enforced as written fails closed and is reported as a
+// model.Condition (see PolicyConditions).
+//
+// # Changes
+//
+// Subscribe delivers, per engine call, one batch of Change values: which
+// Policy, AppliedToGroup and AddressGroup was Added, Updated or Deleted, with
+// its new generation. Each object appears at most once per batch. Batches
+// arrive in call order, one at a time; subscribers may read the engine
+// while handling one. A distribution layer reads the changed objects with
+// Policy, AppliedToGroup and AddressGroup and sends them to the nodes in
+// their spans (and a Deleted, or an object whose span lost a node, to the
+// nodes that had it).
 //
 // # Identity and sharing
 //
