@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -383,6 +384,18 @@ func TestEnvNames(t *testing.T) {
 	} {
 		if got := envName(key); got != want {
 			t.Errorf("envName(%q) = %q, want %q", key, got, want)
+		}
+	}
+	// No key's variable looks like one the kubelet generates for a Service
+	// whose name starts with "tierflow-" (tierflow-controller: the agent
+	// pod gets TIERFLOW_CONTROLLER_SERVICE_HOST, ..._PORT_10349_TCP, ...),
+	// or the Service would set it.
+	serviceLink := regexp.MustCompile(`_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?|PORT(_[0-9]+_(TCP|UDP|SCTP)(_PROTO|_PORT|_ADDR)?)?)$`)
+	for _, d := range []any{DefaultController(), DefaultAgent()} {
+		for _, o := range optionsOf(reflect.TypeOf(d)) {
+			if serviceLink.MatchString(o.env) {
+				t.Errorf("%s: %s could be set by a Service's environment variables", o.key, o.env)
+			}
 		}
 	}
 	// Every key has a distinct variable and flag.
