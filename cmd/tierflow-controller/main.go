@@ -1,22 +1,36 @@
-// Command tierflow-controller watches Kubernetes policy objects, computes
-// tierflow's internal policy model and reports findings as status
-// conditions and Events. Replicas elect a leader through a Lease; only the
-// leader works.
+// Command tierflow-controller is tierflow's control plane: it watches
+// Kubernetes policy objects, computes tierflow's internal policy model,
+// streams each agent its node's share of it, and reports findings and
+// realization as status conditions and Events. Replicas elect a leader
+// through a Lease; only the leader computes, serves agents and writes.
+//
+// Configuration comes from pkg/config (flags, TIERFLOW_* variables and the
+// --config file). Endpoints:
+//
+//   - agentListenAddress: the distribution service (gRPC over TLS), for
+//     agents authenticated by their service account tokens.
+//   - metricsAddress: /metrics (Prometheus), /healthz (the process is up),
+//     /readyz (this replica leads and its caches are synced: a Service
+//     routes agents to the leader only).
+//   - queryAddress: GET /snapshot, the computed model as JSON, for tierctl
+//     and debugging.
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -24,8 +38,11 @@ import (
 	"k8s.io/klog/v2"
 	npclient "sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned"
 
+	"github.com/tierflow/tierflow/pkg/compute"
 	"github.com/tierflow/tierflow/pkg/config"
 	"github.com/tierflow/tierflow/pkg/controller"
+	"github.com/tierflow/tierflow/pkg/distribution/server"
+	"github.com/tierflow/tierflow/pkg/distribution/statusbridge"
 )
 
 func main() {
@@ -35,107 +52,180 @@ func main() {
 	}
 }
 
-// newCommand binds the command line to pkg/config: flags, TIERFLOW_*
-// variables and the --config file (see pkg/config/docs/configuration.md).
 func newCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:           "tierflow-controller",
-		Short:         "Compute tierflow's policy model from Kubernetes policy objects and report status",
+		Short:         "Compute tierflow's policy model, serve it to agents and report status",
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
 	cfg := config.BindController(cmd)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		o, err := cfg.Load()
+		c, err := cfg.Load()
 		if err != nil {
 			return err
 		}
-		setupLogging(o.SlogLevel())
+		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: c.SlogLevel()}))
+		slog.SetDefault(log)
+		// client-go logs through klog; send it to the same place.
+		klog.SetSlogLogger(log)
 		ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
-		return run(ctx, o)
+		return run(ctx, c, log)
 	}
 	return cmd
 }
 
-// setupLogging sends klog's output through log/slog at the configured
-// level; debug also opens klog's verbosity up to 4.
-func setupLogging(level slog.Level) {
-	klog.SetSlogLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})))
-	if level <= slog.LevelDebug {
-		fs := flag.NewFlagSet("klog", flag.ContinueOnError)
-		klog.InitFlags(fs)
-		_ = fs.Set("v", "4")
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig != "" {
+		return clientcmd.BuildConfigFromFlags("", kubeconfig)
 	}
+	return rest.InClusterConfig()
 }
 
-func run(ctx context.Context, o *config.Controller) error {
-	var cfg *rest.Config
-	var err error
-	if o.Kubeconfig != "" {
-		cfg, err = clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
-	} else {
-		cfg, err = rest.InClusterConfig()
-	}
+func run(ctx context.Context, c *config.Controller, log *slog.Logger) error {
+	restCfg, err := restConfig(c.Kubeconfig)
 	if err != nil {
 		return fmt.Errorf("kubernetes client configuration: %w", err)
 	}
-	cfg.UserAgent = "tierflow-controller/" + o.Identity
-	kube, err := kubernetes.NewForConfig(cfg)
+	restCfg.UserAgent = "tierflow-controller/" + c.Identity
+	kube, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
 		return err
 	}
-	policy, err := npclient.NewForConfig(cfg)
+	policy, err := npclient.NewForConfig(restCfg)
 	if err != nil {
 		return err
 	}
-	newController := func() (*controller.Controller, error) {
-		return controller.New(controller.Config{
-			Kube: kube, Policy: policy, Identity: o.Identity,
-			CRDPollInterval: o.CRDPollInterval, Workers: o.Workers,
-		})
+	agentTLS, err := server.TLSFromFiles(c.TLSCertFile, c.TLSKeyFile)
+	if err != nil {
+		return fmt.Errorf("agent TLS certificate: %w", err)
 	}
-	c, err := newController()
+	authn, err := server.NewTokenReviewAuthenticator(kube, server.TokenReviewConfig{
+		Audiences:       []string{c.AgentTokenAudience},
+		ServiceAccounts: []string{c.AgentServiceAccount},
+	})
+	if err != nil {
+		return fmt.Errorf("agent authentication: %w", err)
+	}
+
+	// leading is set while this replica holds the Lease; the distribution
+	// server refuses agents (and /readyz fails) otherwise, so agents are
+	// never served a follower's empty model.
+	var leading atomic.Bool
+	var ctl *controller.Controller
+	ready := func() bool { return leading.Load() && ctl != nil && ctl.HasSynced() }
+	registry := prometheus.NewRegistry()
+	engine := compute.New()
+	// The controller reads realization from the server and the server
+	// notifies the controller of changes: the notifier ties the two.
+	notifier := &statusbridge.Notifier{}
+	srv := server.New(engine, authn, server.Options{
+		OnSummary:  notifier.Sink,
+		Ready:      ready,
+		Registerer: registry,
+		Logger:     log.With("component", "distribution"),
+	})
+	ctl, err = controller.New(controller.Config{
+		Kube: kube, Policy: policy, Engine: engine, Identity: c.Identity,
+		CRDPollInterval: c.CRDPollInterval, Workers: c.Workers,
+		Realization: statusbridge.Source{Server: srv}, Registry: registry,
+	})
 	if err != nil {
 		return err
 	}
-	if o.MetricsAddress != "" {
-		ln, err := net.Listen("tcp", o.MetricsAddress)
-		if err != nil {
-			return fmt.Errorf("metrics address: %w", err)
+	notifier.Set(ctl)
+
+	var servers []*http.Server
+	defer func() {
+		for _, s := range servers {
+			_ = s.Close()
 		}
+	}()
+	if c.MetricsAddress != "" {
 		mux := http.NewServeMux()
-		mux.Handle("/metrics", c.MetricsHandler())
+		mux.Handle("/metrics", ctl.MetricsHandler())
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
-		// Ready once this replica's informers have synced: only the
-		// leader runs them, so the Service sends agents to the leader.
 		mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-			if !c.HasSynced() {
-				http.Error(w, "not synced (not the leader, or starting)", http.StatusServiceUnavailable)
+			if !ready() {
+				http.Error(w, "not leading or caches not synced", http.StatusServiceUnavailable)
 				return
 			}
 			_, _ = w.Write([]byte("ok"))
 		})
-		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		go func() {
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				klog.ErrorS(err, "metrics server stopped")
+		s, err := serveHTTP(c.MetricsAddress, mux, log)
+		if err != nil {
+			return fmt.Errorf("metricsAddress: %w", err)
+		}
+		servers = append(servers, s)
+	}
+	if c.QueryAddress != "" {
+		mux := http.NewServeMux()
+		mux.HandleFunc("GET /snapshot", func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			if err := json.NewEncoder(w).Encode(engine.Snapshot()); err != nil {
+				log.Debug("query: writing snapshot", "err", err)
 			}
-		}()
-		defer srv.Close()
+		})
+		s, err := serveHTTP(c.QueryAddress, mux, log)
+		if err != nil {
+			return fmt.Errorf("queryAddress: %w", err)
+		}
+		servers = append(servers, s)
 	}
-	if !o.LeaderElection.Enabled {
-		return c.Run(ctx)
+	agentLis, err := net.Listen("tcp", c.AgentListenAddress)
+	if err != nil {
+		return fmt.Errorf("agentListenAddress: %w", err)
 	}
-	var runErr error
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ctx, agentLis, agentTLS) }()
+	go srv.Run(ctx)
+
+	work := func(ctx context.Context) error {
+		leading.Store(true)
+		defer leading.Store(false)
+		runCtx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		done := make(chan error, 1)
+		go func() { done <- ctl.Run(runCtx) }()
+		select {
+		case err := <-done:
+			return err
+		case err := <-serveErr:
+			cancel()
+			<-done
+			return err
+		}
+	}
+	if !c.LeaderElection.Enabled {
+		return work(ctx)
+	}
+	le := c.LeaderElection
+	var workErr error
 	err = controller.RunWithLeaderElection(ctx, kube, controller.LeaderElection{
-		Namespace: o.LeaderElection.LeaseNamespace, Name: o.LeaderElection.LeaseName, Identity: o.Identity,
-		LeaseDuration: o.LeaderElection.LeaseDuration, RenewDeadline: o.LeaderElection.RenewDeadline, RetryPeriod: o.LeaderElection.RetryPeriod,
-	}, func(ctx context.Context) { runErr = c.Run(ctx) })
+		Namespace: le.LeaseNamespace, Name: le.LeaseName, Identity: c.Identity,
+		LeaseDuration: le.LeaseDuration, RenewDeadline: le.RenewDeadline, RetryPeriod: le.RetryPeriod,
+	}, func(ctx context.Context) { workErr = work(ctx) })
 	if err != nil {
 		// The term is over; exit so the replica restarts with fresh state.
 		return err
 	}
-	return runErr
+	return workErr
+}
+
+// serveHTTP listens on addr and serves h until the returned server is
+// closed.
+func serveHTTP(addr string, h http.Handler, log *slog.Logger) (*http.Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	s := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := s.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("http server stopped", "addr", addr, "err", err)
+		}
+	}()
+	return s, nil
 }

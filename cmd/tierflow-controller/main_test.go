@@ -2,8 +2,17 @@ package main
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -18,23 +27,23 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/network-policy-api/apis/v1alpha1"
 
+	"github.com/tierflow/tierflow/pkg/model"
 	"github.com/tierflow/tierflow/test/kubeapi"
 )
 
 // TestBinaryWritesStatusServesMetricsAndReleasesLease runs the real
-// tierflow-controller binary against a real API server.
+// tierflow-controller binary against a real API server: status written,
+// /metrics, /readyz, /snapshot and the agent service served, the Lease
+// held and released on SIGTERM.
 func TestBinaryWritesStatusServesMetricsAndReleasesLease(t *testing.T) {
 	c := kubeapi.Start(t, kubeapi.WithCRDs())
 	bin := filepath.Join(t.TempDir(), "tierflow-controller")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("building tierflow-controller: %v\n%s", err, out)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	metricsAddr := ln.Addr().String()
-	ln.Close()
+	ports := freePorts(t, 3)
+	metricsAddr, queryAddr, agentAddr := ports[0], ports[1], ports[2]
+	certFile, keyFile := writeServingCert(t)
 
 	logPath := filepath.Join(t.TempDir(), "controller.log")
 	logFile, err := os.Create(logPath)
@@ -43,7 +52,8 @@ func TestBinaryWritesStatusServesMetricsAndReleasesLease(t *testing.T) {
 	}
 	defer logFile.Close()
 	cmd := exec.Command(bin, "--kubeconfig="+c.Kubeconfig, "--id=binary-1", "--leader-elect-namespace=kube-system",
-		"--metrics-address="+metricsAddr, "--crd-poll-interval=200ms")
+		"--metrics-address="+metricsAddr, "--query-address="+queryAddr, "--agent-listen-address="+agentAddr,
+		"--tls-cert-file="+certFile, "--tls-key-file="+keyFile, "--crd-poll-interval=200ms")
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -103,6 +113,36 @@ func TestBinaryWritesStatusServesMetricsAndReleasesLease(t *testing.T) {
 		}
 		return nil
 	})
+	waitUntil(t, "ready (leading, synced)", func() error {
+		resp, err := http.Get("http://" + metricsAddr + "/readyz")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("/readyz: %s", resp.Status)
+		}
+		return nil
+	})
+	resp, err := http.Get("http://" + queryAddr + "/snapshot")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var snap model.Snapshot
+	err = json.NewDecoder(resp.Body).Decode(&snap)
+	resp.Body.Close()
+	if err != nil || len(snap.Policies) != 2 {
+		t.Fatalf("/snapshot: %v, %d policies, want 2", err, len(snap.Policies))
+	}
+	// The agent service speaks TLS with the configured certificate.
+	conn, err := tls.Dial("tcp", agentAddr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}})
+	if err != nil {
+		t.Fatalf("agent service: %v", err)
+	}
+	if cn := conn.ConnectionState().PeerCertificates[0].Subject.CommonName; cn != "tierflow-controller" {
+		t.Errorf("agent service presents %q", cn)
+	}
+	conn.Close()
 	lease, err := c.Kube.CoordinationV1().Leases("kube-system").Get(ctx, "tierflow-controller", metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("lease: %v", err)
@@ -133,14 +173,78 @@ func TestBinaryWritesStatusServesMetricsAndReleasesLease(t *testing.T) {
 	}
 }
 
-func TestBadFlagsFailClearly(t *testing.T) {
-	cmd := newCommand()
-	cmd.SetArgs([]string{"--kubeconfig=/nonexistent/kubeconfig", "--metrics-address=", "--leader-elect=false"})
-	cmd.SetOut(io.Discard)
-	err := cmd.Execute()
-	if err == nil || !strings.Contains(err.Error(), "kubernetes client configuration") {
-		t.Fatalf("missing kubeconfig: got %v", err)
+func TestBadConfigurationFailsClearly(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--kubeconfig=/nonexistent/kubeconfig", "--metrics-address=", "--leader-elect=false"}, "kubernetes client configuration"},
+		{[]string{"--workers=0"}, "workers"},
+		{[]string{"--agent-listen-address=nonsense"}, "agentListenAddress"},
+	} {
+		cmd := newCommand()
+		cmd.SetArgs(tc.args)
+		cmd.SetOut(io.Discard)
+		err := cmd.Execute()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: got %v, want an error mentioning %q", tc.args, err, tc.want)
+		}
 	}
+}
+
+func freePorts(t *testing.T, n int) []string {
+	t.Helper()
+	var out []string
+	var ls []net.Listener
+	for i := 0; i < n; i++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, ln)
+		out = append(out, ln.Addr().String())
+	}
+	for _, ln := range ls {
+		ln.Close()
+	}
+	return out
+}
+
+// writeServingCert writes a self-signed certificate and key for the agent
+// service.
+func writeServingCert(t *testing.T) (certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1),
+		Subject:      pkix.Name{CommonName: "tierflow-controller"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		DNSNames:     []string{"tierflow-controller.kube-system.svc"},
+		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile
 }
 
 func waitUntil(t *testing.T, what string, check func() error) {

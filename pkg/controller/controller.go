@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -46,6 +47,10 @@ type Config struct {
 	Workers int
 	// Realization, when set, supplies the Realized condition.
 	Realization RealizationSource
+	// Registry receives the controller's metrics (MetricsHandler serves
+	// it); nil: a registry of its own. Other parts of the process (the
+	// distribution server) register theirs in the same one.
+	Registry *prometheus.Registry
 	// KindSyncGrace bounds how long status writes wait for a policy kind
 	// whose informer cannot list (e.g. RBAC forbids it), so one broken
 	// kind does not stop status for the others. Default 1m.
@@ -103,10 +108,14 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.Engine == nil {
 		cfg.Engine = compute.New()
 	}
+	m, err := newMetrics(cfg.Registry)
+	if err != nil {
+		return nil, err
+	}
 	c := &Controller{
 		cfg:        cfg,
 		engine:     cfg.Engine,
-		metrics:    newMetrics(),
+		metrics:    m,
 		kinds:      map[model.PolicyKind]*policyKind{},
 		refs:       map[string]model.PolicyRef{},
 		npFindings: map[model.PolicyRef]string{},

@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"errors"
+	"fmt"
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,9 +27,15 @@ type metrics struct {
 	crdsServed      *prometheus.GaugeVec
 }
 
-func newMetrics() *metrics {
+// newMetrics registers the controller's metrics in reg (a new registry
+// when nil), with the Go runtime and process collectors unless reg has
+// them already.
+func newMetrics(reg *prometheus.Registry) (*metrics, error) {
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
 	m := &metrics{
-		registry: prometheus.NewRegistry(),
+		registry: reg,
 		syncDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "tierflow", Subsystem: "controller", Name: "sync_duration_seconds",
 			Help:    "Time to process one API event into the engine (operation=engine) or one policy's status sync (operation=status).",
@@ -58,9 +66,18 @@ func newMetrics() *metrics {
 			Help: "1 when the controller watches a network-policy-api kind (its CRD is served), else 0.",
 		}, []string{"kind"}),
 	}
-	m.registry.MustRegister(m.syncDuration, m.apiObjects, m.computedObjects, m.statusWrites, m.syncErrors, m.events, m.crdsServed,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return m
+	for _, c := range []prometheus.Collector{m.syncDuration, m.apiObjects, m.computedObjects, m.statusWrites, m.syncErrors, m.events, m.crdsServed} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("controller metrics: %w (one registry per controller)", err)
+		}
+	}
+	for _, c := range []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+		var already prometheus.AlreadyRegisteredError
+		if err := reg.Register(c); err != nil && !errors.As(err, &already) {
+			return nil, fmt.Errorf("controller metrics: %w", err)
+		}
+	}
+	return m, nil
 }
 
 // MetricsHandler serves the controller's metrics in the Prometheus format.
