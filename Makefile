@@ -142,3 +142,13 @@ test-distribution: ## controller↔agent distribution: stream, deltas, resync, T
 
 bench-distribution: ## fan-out to 100 and 200 datapath-less agents: time until every agent holds a change
 	$(GO) test -count=1 -run '^$$' -bench BenchmarkFanOut -benchtime=20x ./pkg/distribution/
+
+# Benchmark report (test/bench): every scenario in its own process, progress
+# on stdout, results in _output/bench/report.md and report.json. Numbers are
+# reports, never pass/fail. BENCH_QUICK=1: reduced scales, same code paths,
+# a few minutes. BENCH_ONLY=REGEXP: only the runs whose ID matches.
+.PHONY: bench
+bench: deps kube-binaries ## benchmark report into _output/bench (BENCH_QUICK=1: quick mode; BENCH_ONLY=regexp)
+	@mkdir -p $(OUT)/bench
+	$(GO) build -o $(OUT)/bench/benchreport ./test/bench/cmd/benchreport
+	GO=$(GO) $(OUT)/bench/benchreport --out $(OUT)/bench

@@ -23,8 +23,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
-	npclient "sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned"
 	"sigs.k8s.io/network-policy-api/apis/v1alpha1"
+	npclient "sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned"
 
 	"github.com/tierflow/tierflow/pkg/agent/fake"
 	"github.com/tierflow/tierflow/pkg/controller"

@@ -1,0 +1,310 @@
+// Command benchreport runs tierflow's benchmark drivers (package
+// test/bench, and the engine's own benchmarks in pkg/compute) one scenario
+// per process, shows progress while they run, and writes the results as
+// report.md and report.json. `make bench` runs it; BENCH_QUICK=1 selects
+// the quick mode (smaller scales, same code paths, a few minutes).
+//
+// Numbers are reports, never pass/fail: the command fails only when a
+// driver fails (a missing prerequisite, a broken scenario), and it writes
+// the report first, with the failure and the log file named in it.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/tierflow/tierflow/test/bench/measure"
+)
+
+func main() {
+	out := flag.String("out", "_output/bench", "directory for report.md, report.json, logs and the compiled drivers")
+	quick := flag.Bool("quick", os.Getenv("BENCH_QUICK") == "1", "quick mode: smaller scales (default from BENCH_QUICK=1)")
+	only := flag.String("only", os.Getenv("BENCH_ONLY"), "run only the runs whose ID matches this regular expression (default from BENCH_ONLY)")
+	goBin := flag.String("go", envOr("GO", "go"), "the go command")
+	flag.Parse()
+	if err := run(*out, *quick, *only, *goBin); err != nil {
+		fmt.Fprintln(os.Stderr, "benchreport:", err)
+		os.Exit(1)
+	}
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func run(out string, quick bool, only, goBin string) error {
+	var filter *regexp.Regexp
+	if only != "" {
+		var err error
+		if filter, err = regexp.Compile(only); err != nil {
+			return fmt.Errorf("-only: %w", err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(out, "logs"), 0o755); err != nil {
+		return err
+	}
+	machine, err := measure.ReadMachine()
+	if err != nil {
+		return fmt.Errorf("reading the machine's description: %w", err)
+	}
+	rep := &Report{
+		Date:    time.Now().UTC().Format(time.RFC3339),
+		Mode:    map[bool]string{true: "quick", false: "full"}[quick],
+		Machine: machine,
+		Commit:  gitCommit(),
+	}
+	started := time.Now()
+	logf("tierflow benchmarks, %s mode, on %d cores / %d MiB (%s)", rep.Mode, machine.Cores, machine.MemoryMiB, machine.CPU)
+
+	runs := plan(quick)
+	if filter != nil {
+		var kept []*Run
+		for _, r := range runs {
+			if filter.MatchString(r.ID) {
+				kept = append(kept, r)
+			}
+		}
+		runs = kept
+	}
+
+	// Compile the drivers once.
+	binaries := map[string]string{}
+	for _, pkg := range packagesOf(runs) {
+		bin := filepath.Join(out, strings.ReplaceAll(strings.TrimPrefix(pkg, "./"), "/", "_")+".test")
+		logf("compiling %s ...", pkg)
+		cmd := exec.Command(goBin, "test", "-c", "-o", bin, pkg)
+		if msg, err := cmd.CombinedOutput(); err != nil {
+			// Every run of this package fails, with the compiler's words.
+			for _, r := range runs {
+				if r.Package == pkg {
+					r.Status, r.Reason = StatusFailed, fmt.Sprintf("compiling %s: %v: %s", pkg, err, tail(string(msg), 10))
+				}
+			}
+			logf("  compiling %s failed: %v", pkg, err)
+			continue
+		}
+		abs, err := filepath.Abs(bin)
+		if err != nil {
+			return err
+		}
+		binaries[pkg] = abs
+	}
+
+	for i, r := range runs {
+		prefix := fmt.Sprintf("[%d/%d] %s", i+1, len(runs), r.ID)
+		switch {
+		case r.Status != "":
+			logf("%s: %s", prefix, r.Status)
+		case r.NotMeasured != "":
+			r.Status, r.Reason = StatusNotMeasured, r.NotMeasured
+			logf("%s: not measured: %s", prefix, r.NotMeasured)
+		default:
+			logf("%s (%s scale) ...", prefix, r.Scale)
+			execute(r, binaries[r.Package], filepath.Join(out, "logs"), prefix)
+			if r.Status == StatusOK {
+				logf("%s: done in %.1fs", prefix, r.WallSeconds)
+			} else {
+				logf("%s: FAILED after %.1fs: %s (log: %s)", prefix, r.WallSeconds, r.Reason, r.Log)
+			}
+		}
+		rep.Runs = append(rep.Runs, r)
+	}
+	rep.WallSeconds = time.Since(started).Seconds()
+	rep.summarize()
+
+	if err := writeJSON(filepath.Join(out, "report.json"), rep); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(out, "report.md"), []byte(rep.Markdown()), 0o644); err != nil {
+		return err
+	}
+	logf("wrote %s and %s in %.0fs", filepath.Join(out, "report.md"), filepath.Join(out, "report.json"), rep.WallSeconds)
+	var failed []string
+	for _, r := range rep.Runs {
+		if r.Status == StatusFailed {
+			failed = append(failed, r.ID)
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("%d driver(s) failed: %s (see the report and _output/bench/logs)", len(failed), strings.Join(failed, ", "))
+	}
+	return nil
+}
+
+func logf(format string, args ...any) {
+	fmt.Printf("%s %s\n", time.Now().UTC().Format("15:04:05"), fmt.Sprintf(format, args...))
+}
+
+func gitCommit() string {
+	out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func packagesOf(runs []*Run) []string {
+	var pkgs []string
+	seen := map[string]bool{}
+	for _, r := range runs {
+		if r.Package != "" && r.NotMeasured == "" && !seen[r.Package] {
+			seen[r.Package] = true
+			pkgs = append(pkgs, r.Package)
+		}
+	}
+	return pkgs
+}
+
+// benchLine is a benchmark result line: name, iterations, then value/unit
+// pairs.
+var benchLine = regexp.MustCompile(`^(Benchmark\S+?)(?:-\d+)?\s+(\d+)\s+(.*)$`)
+
+// execute runs one driver in a process of its own, streaming its output to
+// a log file and printing a heartbeat while it runs.
+func execute(r *Run, bin, logDir, prefix string) {
+	r.Log = filepath.Join(logDir, r.ID+".log")
+	start := time.Now()
+	defer func() { r.WallSeconds = time.Since(start).Seconds() }()
+	logFile, err := os.Create(r.Log)
+	if err != nil {
+		r.Status, r.Reason = StatusFailed, err.Error()
+		return
+	}
+	defer logFile.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), r.Timeout+time.Minute)
+	defer cancel()
+	args := []string{"-test.run=^$", "-test.bench=" + r.Bench, "-test.benchtime=1x", "-test.timeout=" + r.Timeout.String()}
+	cmd := exec.CommandContext(ctx, bin, args...)
+	// go test runs a test binary in its package directory; so do we, so
+	// the drivers find the repository the same way.
+	if cmd.Dir, err = filepath.Abs(r.Package); err != nil {
+		r.Status, r.Reason = StatusFailed, err.Error()
+		return
+	}
+	cmd.Env = append(os.Environ(), "BENCH_SCALE="+r.Scale)
+	cmd.WaitDelay = 10 * time.Second
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		r.Status, r.Reason = StatusFailed, err.Error()
+		return
+	}
+	cmd.Stderr = logFile
+	fmt.Fprintf(logFile, "# %s %s (BENCH_SCALE=%s, in %s)\n", bin, strings.Join(args, " "), r.Scale, cmd.Dir)
+	if err := cmd.Start(); err != nil {
+		r.Status, r.Reason = StatusFailed, err.Error()
+		return
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(30 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				logf("%s ... still running (%.0fs)", prefix, time.Since(start).Seconds())
+			}
+		}
+	}()
+	var results []map[string]float64
+	var failLines []string
+	sc := bufio.NewScanner(stdout)
+	sc.Buffer(make([]byte, 1<<20), 1<<24)
+	for sc.Scan() {
+		line := sc.Text()
+		fmt.Fprintln(logFile, line)
+		if m := benchLine.FindStringSubmatch(line); m != nil {
+			if metrics, ok := parseMetrics(m[3]); ok {
+				results = append(results, metrics)
+			}
+		}
+		if t := strings.TrimSpace(line); strings.HasPrefix(t, "--- FAIL") || strings.Contains(t, "_test.go:") || strings.HasPrefix(t, "panic:") {
+			failLines = append(failLines, t)
+		}
+	}
+	_, _ = io.Copy(io.Discard, stdout)
+	err = cmd.Wait()
+	close(stop)
+	wg.Wait()
+	if cmd.ProcessState != nil {
+		if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+			r.ProcessMaxRSSMiB = float64(ru.Maxrss) / 1024
+		}
+	}
+	switch {
+	case err != nil || len(results) == 0:
+		r.Status = StatusFailed
+		reason := "no benchmark result"
+		if err != nil {
+			reason = err.Error()
+		}
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			reason = "timed out after " + r.Timeout.String()
+		}
+		if len(failLines) > 0 {
+			reason += ": " + strings.Join(lastN(failLines, 3), " | ")
+		}
+		r.Reason = reason
+	default:
+		r.Status = StatusOK
+		r.Metrics = results[len(results)-1]
+	}
+}
+
+func parseMetrics(s string) (map[string]float64, bool) {
+	f := strings.Fields(s)
+	if len(f)%2 != 0 {
+		return nil, false
+	}
+	m := map[string]float64{}
+	for i := 0; i < len(f); i += 2 {
+		v, err := strconv.ParseFloat(f[i], 64)
+		if err != nil {
+			return nil, false
+		}
+		m[f[i+1]] = v
+	}
+	return m, true
+}
+
+func lastN(s []string, n int) []string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.Join(lastN(lines, n), "\n")
+}
+
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}

@@ -1,0 +1,339 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/tierflow/tierflow/test/bench/measure"
+)
+
+// Run statuses.
+const (
+	StatusOK          = "ok"
+	StatusFailed      = "failed"
+	StatusNotMeasured = "not measured"
+)
+
+// Run is one driver run: one scenario in one process.
+type Run struct {
+	ID          string `json:"id"`
+	Section     string `json:"section"`
+	Scenario    string `json:"scenario"`
+	Description string `json:"description,omitempty"`
+	// Scale is "full" or "quick" (the reduced sizes of package shapes).
+	Scale string `json:"scale"`
+	Note  string `json:"note,omitempty"`
+
+	Package     string        `json:"package,omitempty"`
+	Bench       string        `json:"bench,omitempty"`
+	Timeout     time.Duration `json:"-"`
+	NotMeasured string        `json:"-"`
+
+	Status string `json:"status"`
+	// Reason says why a run failed or was not measured.
+	Reason string `json:"reason,omitempty"`
+	// Metrics are the driver's figures by unit (see the drivers in
+	// test/bench for their meaning).
+	Metrics map[string]float64 `json:"metrics,omitempty"`
+	// ProcessMaxRSSMiB is the driver process's peak RSS as the kernel
+	// reports it at exit (everything the process did, including building
+	// the scenario's objects).
+	ProcessMaxRSSMiB float64    `json:"process_max_rss_mib,omitempty"`
+	WallSeconds      float64    `json:"wall_seconds"`
+	Log              string     `json:"log,omitempty"`
+	Reference        *Reference `json:"reference,omitempty"`
+}
+
+// Report is report.json.
+type Report struct {
+	Date        string          `json:"date"`
+	Mode        string          `json:"mode"`
+	Commit      string          `json:"commit,omitempty"`
+	Machine     measure.Machine `json:"machine"`
+	WallSeconds float64         `json:"wall_seconds"`
+	// AgentVsOfctlRatio is the agent's installation time over ovs-ofctl's
+	// for the same flows, at the largest flow count measured (~100k in
+	// full mode); null when not measured.
+	AgentVsOfctlRatio *float64 `json:"agent_vs_ofctl_ratio"`
+	// AgentVsOfctlRatioByFlows is the same ratio for every flow count
+	// measured, keyed by the number of flows installed.
+	AgentVsOfctlRatioByFlows map[string]float64 `json:"agent_vs_ofctl_ratio_by_flows,omitempty"`
+	Runs                     []*Run             `json:"runs"`
+}
+
+func (rep *Report) summarize() {
+	best := -1.0
+	for _, r := range rep.Runs {
+		if r.Section != SectionAgent || r.Status != StatusOK {
+			continue
+		}
+		ratio, ok := r.Metrics["agent/ofctl"]
+		if !ok {
+			continue
+		}
+		flows := r.Metrics["bundle-flows"]
+		if rep.AgentVsOfctlRatioByFlows == nil {
+			rep.AgentVsOfctlRatioByFlows = map[string]float64{}
+		}
+		rep.AgentVsOfctlRatioByFlows[fmt.Sprintf("%.0f", flows)] = ratio
+		if flows > best {
+			best = flows
+			v := ratio
+			rep.AgentVsOfctlRatio = &v
+		}
+	}
+}
+
+// Markdown renders report.md.
+func (rep *Report) Markdown() string {
+	var b strings.Builder
+	m := rep.Machine
+	fmt.Fprintf(&b, "# tierflow benchmark report\n\n")
+	fmt.Fprintf(&b, "- Date: %s (run took %s)\n", rep.Date, (time.Duration(rep.WallSeconds) * time.Second).String())
+	fmt.Fprintf(&b, "- Mode: **%s**", rep.Mode)
+	if rep.Mode == "quick" {
+		b.WriteString(" (reduced scales, same code paths: the reference values are for the full shapes and do not compare)")
+	}
+	b.WriteString("\n")
+	fmt.Fprintf(&b, "- Machine: %d cores, %d MiB memory (from /proc), %s, Linux %s, %s\n", m.Cores, m.MemoryMiB, m.CPU, m.Kernel, m.GoVersion)
+	if rep.Commit != "" {
+		fmt.Fprintf(&b, "- Commit: %s\n", rep.Commit)
+	}
+	b.WriteString("- References: Antrea's network-policy controller (commit fc70f2bb) on a machine of the project's kind (2 cores, 24 GiB), from /work/shared/BENCH-REFERENCES.md.\n")
+	b.WriteString("- Every scenario ran once in its own process (`go test -bench` drivers in test/bench, `-benchtime=1x`); logs are in _output/bench/logs. Numbers are reports, not pass/fail.\n")
+	if rep.AgentVsOfctlRatio != nil {
+		fmt.Fprintf(&b, "- **agent_vs_ofctl_ratio: %.2f** (agent time / `ovs-ofctl --bundle add-flows` time, largest flow count)\n", *rep.AgentVsOfctlRatio)
+	}
+	b.WriteString("\n")
+
+	bySection := map[string][]*Run{}
+	for _, r := range rep.Runs {
+		bySection[r.Section] = append(bySection[r.Section], r)
+	}
+	for _, s := range []struct {
+		name  string
+		intro string
+		cols  []string
+		row   func(r *Run) []string
+	}{
+		{SectionCompute,
+			"The compute engine (pkg/compute) fed directly with every object, then a snapshot that builds every model object. Time, allocations (bytes and count) of that; heap in use after a full GC with the input objects dropped (the engine's state); peak RSS of the computation (reset after the input was built).",
+			[]string{"scenario", "scale", "pods", "policies", "time", "allocated", "allocations", "heap in use", "peak RSS", "groups (applied-to / address)", "Antrea time", "Antrea allocated"},
+			func(r *Run) []string {
+				return []string{r.Scenario, r.Scale, num(r, "pods"), num(r, "policies"), secs(r, "compute-s"), mibs(r, "alloc-MiB"), count(r, "allocs"),
+					mibs(r, "heap-MiB"), mibs(r, "peak-rss-MiB"), num(r, "appliedToGroups") + " / " + num(r, "addressGroups"), ref(r, "time"), ref(r, "alloc")}
+			}},
+		{SectionEngineBench,
+			"pkg/compute's own benchmarks (bench_test.go, fixed full-scale shapes), run the same way as a cross-check; full mode only. Process peak RSS includes building the input objects.",
+			[]string{"scenario", "benchmark", "time", "allocated", "allocations", "heap in use", "process peak RSS", "Antrea time", "Antrea allocated"},
+			func(r *Run) []string {
+				t := "–"
+				if v, ok := r.Metrics["ns/op"]; ok {
+					t = fmt.Sprintf("%.2f s", v/1e9)
+				}
+				a := "–"
+				if v, ok := r.Metrics["B/op"]; ok {
+					a = fmt.Sprintf("%.0f MiB", v/(1<<20))
+				}
+				return []string{r.Scenario, r.Description, t, a, count(r, "allocs/op"), mibs(r, "heapMB"), fmt.Sprintf("%.0f MiB", r.ProcessMaxRSSMiB), ref(r, "time"), ref(r, "alloc")}
+			}},
+		{SectionInformers,
+			"Every object is first created in a real kube-apiserver (test/kubeapi; pods created, then their status written). Then pkg/controller starts its informers; the clock stops when the engine holds every policy and every pod in its applied-to groups (polled every 100 ms). Heap in use includes the informer caches; peak RSS is the controller's run (reset after loading).",
+			[]string{"scenario", "scale", "pods", "policies", "time from informer start", "heap in use", "peak RSS", "API load time", "Antrea time", "Antrea memory"},
+			func(r *Run) []string {
+				return []string{r.Scenario, r.Scale + noteMark(r), num(r, "pods"), num(r, "policies"), secs(r, "informer-s"), mibs(r, "heap-MiB"), mibs(r, "peak-rss-MiB"),
+					secs(r, "load-s"), ref(r, "time"), ref(r, "memory")}
+			}},
+		{SectionIncremental,
+			"One change on the fully computed engine, timed from the engine call until every object it reports changed has been read back (what distribution does next); 21 runs each (change, then undo untimed): median / maximum, and the number of changed objects. Computation only.",
+			[]string{"scenario", "scale", "pods", "policies", "pod relabel", "namespace relabel", "policy added"},
+			func(r *Run) []string {
+				return []string{r.Scenario, r.Scale, num(r, "pods"), num(r, "policies"), incr(r, "pod-relabel"), incr(r, "ns-relabel"), incr(r, "policy-add")}
+			}},
+		{SectionAgent,
+			"The agent's realizer (pkg/agent/realizer: compile, diff, one atomic OpenFlow bundle over its pkg/ovs/openflow connection) realizing the policies on a fresh bridge of a private ovs-vswitchd (test/ovsenv, userspace datapath), against `ovs-ofctl -O OpenFlow13 --bundle add-flows` of the very same flows (the realizer's bundle rendered by pkg/agent/flowtext) into another fresh bridge in the same run.",
+			[]string{"scenario", "scale", "policies", "flows installed", "agent", "ovs-ofctl (floor)", "agent / ofctl", "flows on bridge (agent / ofctl)"},
+			func(r *Run) []string {
+				return []string{r.Scenario, r.Scale, num(r, "policies"), num(r, "bundle-flows"), secs(r, "agent-s"), secs(r, "ofctl-s"), ratio(r, "agent/ofctl"),
+					num(r, "agent-bridge-flows") + " / " + num(r, "ofctl-bridge-flows")}
+			}},
+		{SectionE2E, "", []string{"scenario", "scale", "p50", "p99"},
+			func(r *Run) []string { return []string{r.Scenario, r.Scale, "–", "–"} }},
+		{SectionDatapath,
+			"iperf3 (TCP) between two pods on one node bridge through the agent's full pipeline, first with no policy, then with 1000 rules realized (a quarter Admin-tier Deny rules against other peers, the rest NetworkPolicy-tier Allow rules; only the last one allows the client), one after the other in one run. A port no rule allows is checked closed. Userspace datapath on a shared 2-core machine: expect noise.",
+			[]string{"scale", "no policy", "1000 rules", "rules / no policy", "flows (no policy / rules)", "iperf3 duration"},
+			func(r *Run) []string {
+				return []string{r.Scale, gbps(r, "no-policy-Gbps"), gbps(r, "rules-Gbps"), ratio(r, "rules/no-policy"),
+					num(r, "no-policy-flows") + " / " + num(r, "rules-flows"), secs(r, "iperf-s")}
+			}},
+		{SectionFanout,
+			"pkg/controller on a real kube-apiserver, the distribution server (gRPC over TLS, static tokens) and datapath-less agents (pkg/agent/fake), all in one process. Initial: from the agents' start until each has exactly the policies spanning its node. Change: an AdminNetworkPolicy selecting every namespace created through the API, until every agent has it (median / maximum). Memory is the whole process (controller plus the agents' caches).",
+			[]string{"scale", "agents", "pods", "initial convergence", "policy change p50", "policy change max", "changes", "heap in use", "peak RSS"},
+			func(r *Run) []string {
+				return []string{r.Scale, num(r, "agents"), num(r, "pods"), secs(r, "initial-s"), ms(r, "change-p50-ms"), ms(r, "change-max-ms"), num(r, "changes"),
+					mibs(r, "heap-MiB"), mibs(r, "peak-rss-MiB")}
+			}},
+	} {
+		runs := bySection[s.name]
+		if len(runs) == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "## %s\n\n", s.name)
+		if s.intro != "" {
+			fmt.Fprintf(&b, "%s\n\n", s.intro)
+		}
+		var notes []string
+		fmt.Fprintf(&b, "| %s |\n|%s\n", strings.Join(s.cols, " | "), strings.Repeat("---|", len(s.cols)))
+		for _, r := range runs {
+			if r.Status != StatusOK {
+				cells := make([]string, len(s.cols))
+				cells[0] = r.Scenario
+				for i := 1; i < len(cells); i++ {
+					cells[i] = ""
+				}
+				if len(cells) > 1 {
+					cells[1] = r.Scale
+				}
+				if len(cells) > 2 {
+					cells[2] = "**" + r.Status + "**"
+				}
+				fmt.Fprintf(&b, "| %s |\n", strings.Join(cells, " | "))
+				n := fmt.Sprintf("%s — %s: %s", r.Scenario, r.Status, r.Reason)
+				if r.Log != "" && r.Status == StatusFailed {
+					n += " (log: " + r.Log + ")"
+				}
+				notes = append(notes, n)
+				continue
+			}
+			fmt.Fprintf(&b, "| %s |\n", strings.Join(s.row(r), " | "))
+			if r.Note != "" {
+				notes = append(notes, r.Scenario+": "+r.Note)
+			}
+		}
+		b.WriteString("\n")
+		var descs []string
+		for _, r := range runs {
+			if r.Description != "" && s.name != SectionEngineBench {
+				descs = append(descs, fmt.Sprintf("%s: %s", r.Scenario, r.Description))
+			}
+		}
+		sort.Strings(notes)
+		for _, n := range notes {
+			fmt.Fprintf(&b, "- %s\n", n)
+		}
+		if len(descs) > 0 {
+			b.WriteString("\n<details><summary>Scenarios (sizes at full scale; quick runs are smaller)</summary>\n\n")
+			for _, d := range descs {
+				fmt.Fprintf(&b, "- %s\n", d)
+			}
+			b.WriteString("\n</details>\n")
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+func val(r *Run, unit string) (float64, bool) {
+	v, ok := r.Metrics[unit]
+	return v, ok && !math.IsNaN(v)
+}
+
+func num(r *Run, unit string) string {
+	if v, ok := val(r, unit); ok {
+		return fmt.Sprintf("%.0f", v)
+	}
+	return "–"
+}
+
+func count(r *Run, unit string) string {
+	v, ok := val(r, unit)
+	switch {
+	case !ok:
+		return "–"
+	case v >= 1e6:
+		return fmt.Sprintf("%.2f M", v/1e6)
+	case v >= 1e3:
+		return fmt.Sprintf("%.1f k", v/1e3)
+	}
+	return fmt.Sprintf("%.0f", v)
+}
+
+func secs(r *Run, unit string) string {
+	if v, ok := val(r, unit); ok {
+		if v < 1 {
+			return fmt.Sprintf("%.3f s", v)
+		}
+		return fmt.Sprintf("%.2f s", v)
+	}
+	return "–"
+}
+
+func ms(r *Run, unit string) string {
+	if v, ok := val(r, unit); ok {
+		return fmt.Sprintf("%.2f ms", v)
+	}
+	return "–"
+}
+
+func mibs(r *Run, unit string) string {
+	if v, ok := val(r, unit); ok {
+		return fmt.Sprintf("%.0f MiB", v)
+	}
+	return "–"
+}
+
+func gbps(r *Run, unit string) string {
+	if v, ok := val(r, unit); ok {
+		return fmt.Sprintf("%.2f Gbit/s", v)
+	}
+	return "–"
+}
+
+func ratio(r *Run, unit string) string {
+	if v, ok := val(r, unit); ok {
+		return fmt.Sprintf("**%.2f**", v)
+	}
+	return "–"
+}
+
+func incr(r *Run, name string) string {
+	p50, ok1 := val(r, name+"-p50-ms")
+	max, ok2 := val(r, name+"-max-ms")
+	n, _ := val(r, name+"-changes")
+	if !ok1 || !ok2 {
+		return "–"
+	}
+	return fmt.Sprintf("%.3f / %.3f ms (%.0f changed)", p50, max, n)
+}
+
+func ref(r *Run, what string) string {
+	if r.Reference == nil {
+		return "–"
+	}
+	switch what {
+	case "time":
+		return orDash(r.Reference.Time)
+	case "memory":
+		return orDash(r.Reference.Memory)
+	case "alloc":
+		return orDash(r.Reference.Alloc)
+	}
+	return "–"
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "–"
+	}
+	return s
+}
+
+func noteMark(r *Run) string {
+	if r.Note != "" {
+		return " (see note)"
+	}
+	return ""
+}
