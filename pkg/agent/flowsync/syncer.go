@@ -68,13 +68,27 @@ func (s *Syncer) Installed() int { return len(s.installed) }
 
 // Diff computes the bundle that turns the installed flows into desired.
 func (s *Syncer) Diff(desired []openflow.Flow) (Bundle, map[string]openflow.Flow, error) {
+	return s.DiffKeyed(desired, nil)
+}
+
+// DiffKeyed is Diff with each flow's flowtext.Key precomputed (keys[i] for
+// desired[i]; nil computes them).
+func (s *Syncer) DiffKeyed(desired []openflow.Flow, keys []string) (Bundle, map[string]openflow.Flow, error) {
+	if keys != nil && len(keys) != len(desired) {
+		return Bundle{}, nil, fmt.Errorf("%d keys for %d flows", len(keys), len(desired))
+	}
 	want := make(map[string]openflow.Flow, len(desired))
 	var b Bundle
 	// Adds and modifies follow the desired order (deterministic, as the
 	// compiler's output is); deletes are sorted. Order inside a bundle does
 	// not matter for correctness: it is applied atomically.
-	for _, f := range desired {
-		k := flowtext.Key(f)
+	for i, f := range desired {
+		var k string
+		if keys != nil {
+			k = keys[i]
+		} else {
+			k = flowtext.Key(f)
+		}
 		if _, dup := want[k]; dup {
 			return Bundle{}, nil, fmt.Errorf("two desired flows with the same table, priority and match: %s", k)
 		}
@@ -104,7 +118,12 @@ func (s *Syncer) Diff(desired []openflow.Flow) (Bundle, map[string]openflow.Flow
 // flows go), in one bundle. On error the bridge and the syncer's view are
 // unchanged.
 func (s *Syncer) Sync(ctx context.Context, desired []openflow.Flow) (Bundle, error) {
-	b, want, err := s.Diff(desired)
+	return s.SyncKeyed(ctx, desired, nil)
+}
+
+// SyncKeyed is Sync with precomputed keys (see DiffKeyed).
+func (s *Syncer) SyncKeyed(ctx context.Context, desired []openflow.Flow, keys []string) (Bundle, error) {
+	b, want, err := s.DiffKeyed(desired, keys)
 	if err != nil {
 		return b, err
 	}
@@ -124,12 +143,17 @@ func (s *Syncer) Sync(ctx context.Context, desired []openflow.Flow) (Bundle, err
 // flows of every round other than round, so established connections see no
 // gap.
 func (s *Syncer) Adopt(ctx context.Context, desired []openflow.Flow, round uint8) (Bundle, error) {
+	return s.AdoptKeyed(ctx, desired, nil, round)
+}
+
+// AdoptKeyed is Adopt with precomputed keys (see DiffKeyed).
+func (s *Syncer) AdoptKeyed(ctx context.Context, desired []openflow.Flow, keys []string, round uint8) (Bundle, error) {
 	stats, err := s.inst.Stats(ctx)
 	if err != nil {
 		return Bundle{}, err
 	}
 	s.installed = map[string]openflow.Flow{}
-	b, want, err := s.Diff(desired)
+	b, want, err := s.DiffKeyed(desired, keys)
 	if err != nil {
 		return b, err
 	}

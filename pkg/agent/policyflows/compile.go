@@ -2,6 +2,7 @@ package policyflows
 
 import (
 	"fmt"
+	"hash/maphash"
 	"net/netip"
 	"sort"
 	"strings"
@@ -41,6 +42,8 @@ type RuleInfo struct {
 type Result struct {
 	// Flows are the policy tables' flows (rules, isolation, metrics).
 	Flows []openflow.Flow
+	// Keys are flowtext.Key of each flow (same index), computed once.
+	Keys []string
 	// Rules maps every rule ID present in Flows' cookies to its rule.
 	Rules map[uint32]RuleInfo
 	// Warnings name rules that could not be compiled as written and how
@@ -56,11 +59,28 @@ type Compiler struct {
 	ruleIDs    map[string]uint32
 	conjIDs    map[string]uint32
 	prios      map[pipeline.Table]*priorityAllocator
+	// cache holds each rule's last compiled flows by rule key, reused while
+	// the rule's fingerprint (everything its flows depend on) is unchanged.
+	cache map[string]*ruleCache
+	seed  maphash.Seed
+	// lastFlows sizes the next compilation's output up front.
+	lastFlows int
+}
+
+// ruleCache is one rule's compiled flows.
+type ruleCache struct {
+	fp       uint64
+	flows    []openflow.Flow
+	keys     []string
+	kinds    []flowKind
+	conjKeys []string
+	warns    []string
 }
 
 // NewCompiler returns a compiler whose flows carry round in their cookies.
 func NewCompiler(round uint8) *Compiler {
-	return &Compiler{round: round, ruleIDs: map[string]uint32{}, conjIDs: map[string]uint32{}, prios: map[pipeline.Table]*priorityAllocator{}}
+	return &Compiler{round: round, ruleIDs: map[string]uint32{}, conjIDs: map[string]uint32{}, prios: map[pipeline.Table]*priorityAllocator{},
+		cache: map[string]*ruleCache{}, seed: maphash.MakeSeed()}
 }
 
 // Round is the cookie round of the compiler's flows.
@@ -162,6 +182,9 @@ func (c *Compiler) Compile(in Input) (Result, error) {
 	live := map[string]bool{}
 	liveConj := map[string]bool{}
 	b := newBuilder(c.round)
+	b.out = make([]openflow.Flow, 0, c.lastFlows+c.lastFlows/8)
+	b.keys = make([]string, 0, cap(b.out))
+	b.kinds = make([]flowKind, 0, cap(b.out))
 	knownMembers := indexMembers(in.AddressGroups)
 	for _, p := range in.Pods {
 		for _, ip := range p.IPs {
@@ -185,13 +208,26 @@ func (c *Compiler) Compile(in Input) (Result, error) {
 			}
 			res.Rules[id] = RuleInfo{ID: id, Policy: pr.pol.Source, PolicyID: pr.pol.ID, Tier: pr.pol.Tier, Direction: pr.rule.Direction,
 				Index: pr.rule.Index, Name: pr.rule.Name, Action: pr.rule.Action, Table: t.String(), Priority: p}
-			warn := c.compileRule(b, in, pods, knownMembers, pr, id, p, liveConj)
-			res.Warnings = append(res.Warnings, warn...)
+			fp := c.fingerprint(in, pods, knownMembers, pr, id, p)
+			e := c.cache[pr.key]
+			if e == nil || e.fp != fp {
+				rb := newBuilder(c.round)
+				e = &ruleCache{fp: fp}
+				e.warns = c.compileRule(rb, in, pods, knownMembers, pr, id, p, &e.conjKeys)
+				e.flows, e.keys, e.kinds = rb.out, rb.keys, rb.kinds
+				c.cache[pr.key] = e
+			}
+			for _, k := range e.conjKeys {
+				liveConj[k] = true
+			}
+			b.addRule(e, pr.pol.Tier == model.TierNetworkPolicy)
+			res.Warnings = append(res.Warnings, e.warns...)
 		}
 	}
 	for k := range c.ruleIDs {
 		if !live[k] {
 			delete(c.ruleIDs, k)
+			delete(c.cache, k)
 		}
 	}
 	for k := range c.conjIDs {
@@ -217,7 +253,8 @@ func (c *Compiler) Compile(in Input) (Result, error) {
 			}
 		}
 	}
-	res.Flows = b.flows()
+	res.Flows, res.Keys = b.out, b.keys
+	c.lastFlows = len(b.out)
 	return res, nil
 }
 
@@ -316,7 +353,7 @@ type subConj struct {
 }
 
 func (c *Compiler) compileRule(b *builder, in Input, pods map[model.PodRef]pipeline.LocalPod, known map[netip.Addr][]model.NamedPort,
-	pr placed, id uint32, prio uint16, liveConj map[string]bool) []string {
+	pr placed, id uint32, prio uint16, conjKeys *[]string) []string {
 	r := pr.rule
 	var warns []string
 	warnf := func(format string, args ...any) {
@@ -505,7 +542,7 @@ func (c *Compiler) compileRule(b *builder, in Input, pods map[model.PodRef]pipel
 	}
 	for _, s := range subs {
 		ck := pr.key + "/" + s.key
-		liveConj[ck] = true
+		*conjKeys = append(*conjKeys, ck)
 		conj := c.conjIDs[ck]
 		if conj == 0 {
 			c.nextConjID++
@@ -645,6 +682,7 @@ const (
 type builder struct {
 	round uint8
 	out   []openflow.Flow
+	keys  []string
 	kinds []flowKind
 	byKey map[string]int
 }
@@ -653,12 +691,14 @@ func newBuilder(round uint8) *builder {
 	return &builder{round: round, byKey: map[string]int{}}
 }
 
-func (b *builder) add(f openflow.Flow, k flowKind) {
-	key := flowtext.Key(f)
+func (b *builder) add(f openflow.Flow, k flowKind) { b.addKeyed(f, flowtext.Key(f), k) }
+
+func (b *builder) addKeyed(f openflow.Flow, key string, k flowKind) {
 	i, ok := b.byKey[key]
 	if !ok {
 		b.byKey[key] = len(b.out)
 		b.out = append(b.out, f)
+		b.keys = append(b.keys, key)
 		b.kinds = append(b.kinds, k)
 		return
 	}
@@ -669,8 +709,26 @@ func (b *builder) add(f openflow.Flow, k flowKind) {
 		b.out[i] = f
 		b.kinds[i] = k
 	default:
-		b.out[i].Actions = append(b.out[i].Actions, f.Actions...)
+		// A fresh slice: the flow may be shared with the compiler's cache.
+		acts := make([]openflow.Action, 0, len(b.out[i].Actions)+len(f.Actions))
+		b.out[i].Actions = append(append(acts, b.out[i].Actions...), f.Actions...)
 	}
+}
+
+// addRule adds one rule's compiled flows. Rules with their own priority
+// (Admin and Baseline tables, their Metric flows) cannot share a flow with
+// another rule, so they are appended without merging; NetworkPolicy rules
+// share a priority and are merged.
+func (b *builder) addRule(e *ruleCache, merge bool) {
+	if merge {
+		for i := range e.flows {
+			b.addKeyed(e.flows[i], e.keys[i], e.kinds[i])
+		}
+		return
+	}
+	b.out = append(b.out, e.flows...)
+	b.keys = append(b.keys, e.keys...)
+	b.kinds = append(b.kinds, e.kinds...)
 }
 
 func (b *builder) flows() []openflow.Flow { return b.out }

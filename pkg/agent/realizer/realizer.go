@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/tierflow/tierflow/pkg/agent/flowsync"
+	"github.com/tierflow/tierflow/pkg/agent/flowtext"
 	"github.com/tierflow/tierflow/pkg/agent/pipeline"
 	"github.com/tierflow/tierflow/pkg/agent/policyflows"
 	"github.com/tierflow/tierflow/pkg/ovs/openflow"
@@ -25,6 +26,7 @@ type Realizer struct {
 	synced   bool
 	adopting bool
 	desired  []openflow.Flow
+	keys     []string
 	rules    map[uint32]policyflows.RuleInfo
 	warnings []string
 }
@@ -54,7 +56,7 @@ func (r *Realizer) Start(ctx context.Context) error {
 			return nil
 		}
 	}
-	r.desired = pipeline.StaticFlows(r.cfg, nil, false, r.round)
+	r.desired, r.keys = pipeline.StaticFlows(r.cfg, nil, false, r.round), nil
 	_, err = r.syncer.Adopt(ctx, r.desired, r.round)
 	return err
 }
@@ -78,18 +80,25 @@ func (r *Realizer) Update(ctx context.Context, in policyflows.Input) (flowsync.B
 	if err != nil {
 		return flowsync.Bundle{}, err
 	}
-	desired := append(pipeline.StaticFlows(r.cfg, in.Pods, true, r.round), res.Flows...)
+	static := pipeline.StaticFlows(r.cfg, in.Pods, true, r.round)
+	desired := make([]openflow.Flow, 0, len(static)+len(res.Flows))
+	desired = append(append(desired, static...), res.Flows...)
+	keys := make([]string, 0, len(desired))
+	for _, f := range static {
+		keys = append(keys, flowtext.Key(f))
+	}
+	keys = append(keys, res.Keys...)
 	var b flowsync.Bundle
 	if r.adopting {
-		b, err = r.syncer.Adopt(ctx, desired, r.round)
+		b, err = r.syncer.AdoptKeyed(ctx, desired, keys, r.round)
 	} else {
-		b, err = r.syncer.Sync(ctx, desired)
+		b, err = r.syncer.SyncKeyed(ctx, desired, keys)
 	}
 	if err != nil {
 		return b, err
 	}
 	r.adopting, r.synced = false, true
-	r.desired, r.rules, r.warnings = desired, res.Rules, res.Warnings
+	r.desired, r.keys, r.rules, r.warnings = desired, keys, res.Rules, res.Warnings
 	return b, nil
 }
 
@@ -152,7 +161,7 @@ func (r *Realizer) Replay(ctx context.Context) error {
 // anything of other rounds, in one bundle.
 func (r *Realizer) replayLocked(ctx context.Context) error {
 	r.syncer.Forget()
-	_, err := r.syncer.Adopt(ctx, r.desired, r.round)
+	_, err := r.syncer.AdoptKeyed(ctx, r.desired, r.keys, r.round)
 	return err
 }
 
