@@ -62,6 +62,8 @@ type Agent struct {
 	lastTime  time.Time
 	lastErr   string
 	warnings  []string
+	// metricsAddr is the bound metrics address.
+	metricsAddr string
 	// realized is, per policy ID, the generation the datapath enforces.
 	realized map[string]int64
 	errs     map[string]string

@@ -150,7 +150,7 @@ func (d *ovsDatapath) flowSelector(f query.FlowFilter, rules map[uint32]policyfl
 		if !ok || ns == "" || name == "" {
 			return nil, fmt.Errorf("pod %q: want NAMESPACE/NAME", f.Pod)
 		}
-		p, ok := d.watcher.Pod(ns, name)
+		p, ok := d.pod(ns, name)
 		if !ok {
 			return nil, fmt.Errorf("pod %s has no port on this node", f.Pod)
 		}

@@ -87,8 +87,12 @@ func openOVS(ctx context.Context, o *Options, log *slog.Logger, m *agentMetrics,
 	}
 	d.of = of
 	d.inst = &recordingInstaller{inner: flowsync.Client{C: of}, m: m, flows: map[string]openflow.Flow{}}
-	uplink, _ := d.watcher.Uplink()
-	if err := d.startRealizer(ctx, uplink.OFPort); err != nil {
+	_, uplink, err := d.ports()
+	if err != nil {
+		d.close()
+		return nil, err
+	}
+	if err := d.startRealizer(ctx, uplink); err != nil {
 		d.close()
 		return nil, err
 	}
@@ -145,14 +149,17 @@ func (d *ovsDatapath) check(ctx context.Context) {
 func (d *ovsDatapath) realize(ctx context.Context, st *wire.NodeState) ([]string, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	uplink, _ := d.watcher.Uplink()
-	if uplink.OFPort != d.uplink || d.r == nil {
-		d.log.Info("uplink port changed; restarting the realizer", "old", d.uplink, "new", uplink.OFPort)
-		if err := d.startRealizer(ctx, uplink.OFPort); err != nil {
+	ports, uplink, err := d.ports()
+	if err != nil {
+		return nil, err
+	}
+	if uplink != d.uplink || d.r == nil {
+		d.log.Info("uplink port changed; restarting the realizer", "old", d.uplink, "new", uplink)
+		if err := d.startRealizer(ctx, uplink); err != nil {
 			return nil, err
 		}
 	}
-	local, pods := classifyPorts(d.watcher.Ports(), namedPorts(st))
+	local, pods := classifyPorts(ports, namedPorts(st))
 	d.pods = pods
 	in := policyflows.Input{Node: d.node, Policies: sortedPolicies(st), AppliedToGroups: st.AppliedToGroups,
 		AddressGroups: st.AddressGroups, Pods: local}
@@ -160,6 +167,44 @@ func (d *ovsDatapath) realize(ctx context.Context, st *wire.NodeState) ([]string
 		return nil, err
 	}
 	return d.r.Warnings(), nil
+}
+
+// ports returns the watched ports of this bridge (the watcher sees every
+// bridge of the database) and the uplink's OpenFlow port (0: none).
+func (d *ovsDatapath) ports() ([]ovsdb.PortInfo, uint32, error) {
+	mine, err := d.db.BridgeInterfaces(d.bridge)
+	if err != nil {
+		return nil, 0, fmt.Errorf("ports of bridge %s: %w", d.bridge, err)
+	}
+	var out []ovsdb.PortInfo
+	var uplink uint32
+	for _, p := range d.watcher.Ports() {
+		if !mine[p.Interface] {
+			continue
+		}
+		if p.IsUplink() {
+			if uplink == 0 || (p.OFPort != 0 && p.OFPort < uplink) {
+				uplink = p.OFPort
+			}
+			continue
+		}
+		out = append(out, p)
+	}
+	return out, uplink, nil
+}
+
+// pod returns the port of a local pod.
+func (d *ovsDatapath) pod(namespace, name string) (ovsdb.PortInfo, bool) {
+	ports, _, err := d.ports()
+	if err != nil {
+		return ovsdb.PortInfo{}, false
+	}
+	for _, p := range ports {
+		if p.PodNamespace == namespace && p.PodName == name {
+			return p, true
+		}
+	}
+	return ovsdb.PortInfo{}, false
 }
 
 func (d *ovsDatapath) close() {
@@ -242,16 +287,17 @@ func (d *ovsDatapath) podsInfo() query.Pods {
 	d.mu.Lock()
 	pods := append([]query.Pod(nil), d.pods...)
 	d.mu.Unlock()
-	if pods == nil {
+	ports, uplink, err := d.ports()
+	if pods == nil && err == nil {
 		// Before the first realization: classify now for the answer.
-		_, pods = classifyPorts(d.watcher.Ports(), nil)
+		_, pods = classifyPorts(ports, nil)
 	}
-	out := query.Pods{Pods: pods, Invalid: map[string]string{}}
-	if up, ok := d.watcher.Uplink(); ok {
-		out.Uplink = up.OFPort
-	}
+	out := query.Pods{Uplink: uplink, Pods: pods, Invalid: map[string]string{}}
+	mine, _ := d.db.BridgeInterfaces(d.bridge)
 	for name, err := range d.watcher.Invalid() {
-		out.Invalid[name] = err.Error()
+		if mine[name] {
+			out.Invalid[name] = err.Error()
+		}
 	}
 	return out
 }

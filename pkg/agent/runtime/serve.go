@@ -54,6 +54,9 @@ func (a *Agent) serve() (*servers, error) {
 			}
 			_, _ = w.Write([]byte("ok"))
 		})
+		a.mu.Lock()
+		a.metricsAddr = ln.Addr().String()
+		a.mu.Unlock()
 		s.start(ln, mux, a)
 	}
 	if a.opts.QuerySocket != "" {
@@ -165,7 +168,9 @@ func (a *Agent) status() query.Status {
 	if a.ovs != nil {
 		st.Bridge = a.cfg.BridgeName
 		st.Round = a.ovs.current().Round()
-		st.LocalPods = len(a.ovs.watcher.Pods())
+		if ports, _, err := a.ovs.ports(); err == nil {
+			st.LocalPods = len(ports)
+		}
 	}
 	if a.client != nil {
 		st.ControllerConnected = a.client.Connected()
@@ -175,6 +180,7 @@ func (a *Agent) status() query.Status {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	st.Ready = a.ready
+	st.MetricsAddress = a.metricsAddr
 	st.Policies = len(a.state.Policies)
 	st.LastRealization = a.lastTime
 	st.LastError = a.lastErr

@@ -22,6 +22,9 @@ type Status struct {
 	Node     string `json:"node"`
 	Datapath string `json:"datapath"`
 	Bridge   string `json:"bridge,omitempty"`
+	// MetricsAddress is where /metrics, /healthz and /readyz are served
+	// (the bound address: a configured port 0 shows the port chosen).
+	MetricsAddress string `json:"metricsAddress,omitempty"`
 	// Round is the cookie round of this run's flows (bits 56-63 of every
 	// cookie; see pkg/agent/pipeline).
 	Round uint8 `json:"round,omitempty"`

@@ -1,0 +1,290 @@
+package runtime_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	anpv1 "sigs.k8s.io/network-policy-api/apis/v1alpha1"
+
+	"github.com/tierflow/tierflow/pkg/agent/runtime/query"
+	"github.com/tierflow/tierflow/pkg/controller"
+	"github.com/tierflow/tierflow/test/ovsenv"
+)
+
+// TestTwoNodes runs the whole system: a real kube-apiserver, the
+// controller (policy controller + distribution server, in process), and
+// two agents on two bridges of one real OVS ("nodes" n1 and n2, joined by
+// patch ports marked as their uplinks), with pods as network namespaces.
+// Policies are created through the API; real TCP connections show them
+// enforced on both nodes, through a controller outage, an agent restart
+// with the controller down and ovs-vswitchd's flows gone, and a controller
+// restart that resyncs changes made while it was down.
+func TestTwoNodes(t *testing.T) {
+	c := newCluster(t)
+	env := ovsenv.Start(t)
+	br1, br2 := env.AddBridge("n1"), env.AddBridge("n2")
+	u1, u2 := "tf"+env.ID+"u1", "tf"+env.ID+"u2"
+	if _, err := env.Vsctl(
+		"add-port", br1.Name, u1, "--", "set", "Interface", u1, "type=patch", "options:peer="+u2, `external_ids:"tierflow.io/role"=uplink`,
+		"--", "add-port", br2.Name, u2, "--", "set", "Interface", u2, "type=patch", "options:peer="+u1, `external_ids:"tierflow.io/role"=uplink`); err != nil {
+		t.Fatal(err)
+	}
+	mac := func(i byte) net.HardwareAddr { return net.HardwareAddr{0x0a, 0x58, 0, 0, 0, i} }
+	pfx := func(i int) netip.Prefix { return netip.MustParsePrefix(fmt.Sprintf("10.0.0.%d/16", i)) }
+	a := br1.AddPod("a", mac(1), pfx(1))
+	b := br2.AddPod("b", mac(2), pfx(2))
+	cc := br2.AddPod("c", mac(3), pfx(3))
+	for _, p := range []*ovsenv.Pod{a, b, cc} {
+		for _, port := range []uint16{80, 8080} {
+			srv := p.ListenTCP(port)
+			t.Cleanup(srv.Close)
+		}
+	}
+
+	tok1, tok2 := c.addNode(t, "n1"), c.addNode(t, "n2")
+	c.addPod(t, a, "n1", map[string]string{"app": "a"})
+	c.addPod(t, b, "n2", map[string]string{"app": "b"})
+	c.addPod(t, cc, "n2", map[string]string{"app": "c"})
+
+	ctx := context.Background()
+	anp := &anpv1.AdminNetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "a-not-to-c"},
+		Spec: anpv1.AdminNetworkPolicySpec{
+			Priority: 10,
+			Subject:  anpv1.AdminNetworkPolicySubject{Pods: &anpv1.NamespacedPod{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "a"}}}},
+			Egress: []anpv1.AdminNetworkPolicyEgressRule{{Name: "deny-c", Action: anpv1.AdminNetworkPolicyRuleActionDeny,
+				To: []anpv1.AdminNetworkPolicyEgressPeer{{Pods: &anpv1.NamespacedPod{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "c"}}}}}}},
+		},
+	}
+	if _, err := c.kube.Policy.PolicyV1alpha1().AdminNetworkPolicies().Create(ctx, anp, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tcp := corev1.ProtocolTCP
+	port80 := intstr.FromInt32(80)
+	np := &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "b-web", Namespace: ovsenv.PodNamespace},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "b"}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{{
+				From:  []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "a"}}}},
+				Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &port80}},
+			}},
+		},
+	}
+	if _, err := c.kube.Kube.NetworkingV1().NetworkPolicies(ovsenv.PodNamespace).Create(ctx, np, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	ctrl := c.startController(t)
+	opts1 := c.agentOptions(t, env, br1, "n1", tok1, 1)
+	opts2 := c.agentOptions(t, env, br2, "n2", tok2, 2)
+	ag1 := startAgent(t, "n1", opts1)
+	ag2 := startAgent(t, "n2", opts2)
+
+	const anpRef, npRef = "AdminNetworkPolicy/a-not-to-c", "NetworkPolicy/default/b-web"
+	// The ANP's subject is on n1 (egress, enforced at the source); the NP's
+	// subject on n2 (ingress, enforced at the destination).
+	ag1.realizedOn(t, anpRef)
+	ag2.realizedOn(t, npRef)
+	initial := []connection{
+		{a, b, 80, true},
+		{a, b, 8080, false}, // b is isolated for ingress: only a:80 is allowed
+		{a, cc, 80, false},  // the ANP denies a -> c
+		{cc, a, 80, true},
+		{cc, b, 80, false},
+		{b, cc, 8080, true},
+	}
+	checkConnections(t, env, "controller up", initial...)
+
+	// The ANP's status reports it realized on every node of its span.
+	eventually(t, 60*time.Second, "ANP Realized condition", func() error {
+		got, err := c.kube.Policy.PolicyV1alpha1().AdminNetworkPolicies().Get(ctx, anp.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		cond := meta.FindStatusCondition(got.Status.Conditions, controller.ConditionRealized)
+		if cond == nil || cond.Status != metav1.ConditionTrue || cond.ObservedGeneration != got.Generation {
+			return fmt.Errorf("conditions %+v", got.Status.Conditions)
+		}
+		if !strings.Contains(cond.Message, "1/1 nodes realized") {
+			return fmt.Errorf("message %q, want 1/1 nodes realized", cond.Message)
+		}
+		return nil
+	})
+
+	checkQueryAndMetrics(t, ag1, anpRef)
+
+	// The controller dies: both nodes keep enforcing.
+	ctrl.stop()
+	eventually(t, 30*time.Second, "agents notice the controller is gone", func() error {
+		for _, ag := range []*agentProc{ag1, ag2} {
+			st, err := ag.q.Status(ctx)
+			if err != nil {
+				return err
+			}
+			if st.ControllerConnected {
+				return fmt.Errorf("%s still connected", ag.node)
+			}
+		}
+		return nil
+	})
+	checkConnections(t, env, "controller down", initial...)
+
+	// n1's agent restarts while the controller is down, and ovs-vswitchd
+	// restarts meanwhile, so the bridges lose every flow: the new agent
+	// enforces the state it saved; n2's agent replays its flows.
+	ag1.stop()
+	if err := env.RestartVswitchd(); err != nil {
+		t.Fatal(err)
+	}
+	ag1 = startAgent(t, "n1", opts1)
+	ag1.realizedOn(t, anpRef)
+	if st, err := ag1.q.Status(ctx); err != nil || !st.Restored || st.ControllerConnected {
+		t.Fatalf("restarted agent: status %+v, %v; want restored, not connected", st, err)
+	}
+	checkConnections(t, env, "agent restarted with controller down", initial...)
+
+	// Changes made while the controller is down reach the agents when it
+	// comes back: the ANP goes away, b also serves 8080 to a.
+	if err := c.kube.Policy.PolicyV1alpha1().AdminNetworkPolicies().Delete(ctx, anp.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cur, err := c.kube.Kube.NetworkingV1().NetworkPolicies(ovsenv.PodNamespace).Get(ctx, np.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	port8080 := intstr.FromInt32(8080)
+	cur.Spec.Ingress[0].Ports = append(cur.Spec.Ingress[0].Ports, networkingv1.NetworkPolicyPort{Protocol: &tcp, Port: &port8080})
+	if _, err := c.kube.Kube.NetworkingV1().NetworkPolicies(ovsenv.PodNamespace).Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	checkConnections(t, env, "API changed, controller still down", initial...)
+
+	c.startController(t)
+	ag1.realizedOn(t)
+	eventually(t, 60*time.Second, "n2 realizes the changed NetworkPolicy", func() error {
+		fl, err := ag2.q.Flows(ctx, query.FlowFilter{Policy: npRef, Direction: "In"})
+		if err != nil {
+			return err
+		}
+		for _, f := range fl.Flows {
+			if strings.Contains(f.Text, "tcp_dst=0x1f90") || strings.Contains(f.Text, "tcp_dst=8080") {
+				return nil
+			}
+		}
+		var texts []string
+		for _, f := range fl.Flows {
+			texts = append(texts, f.Text)
+		}
+		return fmt.Errorf("no flow of %s matches port 8080:\n%s", npRef, strings.Join(texts, "\n"))
+	})
+	ag2.realizedOn(t, npRef)
+	checkConnections(t, env, "controller restarted",
+		connection{a, b, 80, true},
+		connection{a, b, 8080, true},
+		connection{a, cc, 80, true},
+		connection{cc, b, 80, false},
+	)
+}
+
+// checkQueryAndMetrics reads the agent's query socket and metrics after
+// traffic went through: the ANP's deny rule has flows, a cookie, and
+// counted the dropped packets.
+func checkQueryAndMetrics(t *testing.T, ag *agentProc, policy string) {
+	t.Helper()
+	ctx := context.Background()
+	rules, err := ag.q.Rules(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found bool
+	for _, r := range rules.Rules {
+		if r.Policy.String() == policy && r.Table == "EgressAdmin" && r.Action == "Deny" {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("rules of %s: no Deny rule in EgressAdmin: %+v", ag.node, rules.Rules)
+	}
+	fl, err := ag.q.Flows(ctx, query.FlowFilter{Policy: policy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var packets uint64
+	for _, f := range fl.Flows {
+		if f.Role == "action" {
+			packets += f.Packets
+		}
+		if f.Rule == nil && f.Role != "clause" {
+			t.Errorf("flow without its rule: %+v", f)
+		}
+	}
+	if len(fl.Flows) == 0 || packets == 0 {
+		t.Errorf("flows of %s on %s: %d flows, %d packets on action flows; want flows that counted the denied SYNs", policy, ag.node, len(fl.Flows), packets)
+	}
+	podFlows, err := ag.q.Flows(ctx, query.FlowFilter{Pod: "default/a", Table: "Classifier"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(podFlows.Flows) == 0 {
+		t.Errorf("no Classifier flow for pod default/a on %s", ag.node)
+	}
+	if _, err := ag.q.Flows(ctx, query.FlowFilter{Table: "NoSuchTable"}); err == nil {
+		t.Errorf("unknown table accepted")
+	}
+	pods, err := ag.q.Pods(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pods.Pods) != 1 || pods.Pods[0].Name != "a" || pods.Pods[0].Error != "" || pods.Uplink == 0 {
+		t.Errorf("pods of %s: %+v", ag.node, pods)
+	}
+
+	// Metrics: the agent listens on a free port its status names.
+	body := scrape(t, ag)
+	for _, want := range []string{
+		"tierflow_agent_realization_duration_seconds_count",
+		`tierflow_rule_packets_total{action="Deny"`,
+		`tierflow_flows{table="EgressAdmin"}`,
+		"tierflow_agent_openflow_connections_total",
+		"tierflow_agent_ready 1",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics of %s lack %s", ag.node, want)
+		}
+	}
+}
+
+func scrape(t *testing.T, ag *agentProc) string {
+	t.Helper()
+	st, err := ag.q.Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.MetricsAddress == "" {
+		t.Fatal("status has no metrics address")
+	}
+	resp, err := http.Get("http://" + st.MetricsAddress + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}

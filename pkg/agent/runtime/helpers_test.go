@@ -1,0 +1,380 @@
+package runtime_test
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	authnv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	certutil "k8s.io/client-go/util/cert"
+
+	"github.com/tierflow/tierflow/pkg/agent/runtime"
+	"github.com/tierflow/tierflow/pkg/agent/runtime/query"
+	"github.com/tierflow/tierflow/pkg/compute"
+	"github.com/tierflow/tierflow/pkg/config"
+	"github.com/tierflow/tierflow/pkg/controller"
+	"github.com/tierflow/tierflow/pkg/distribution/server"
+	"github.com/tierflow/tierflow/pkg/model"
+	"github.com/tierflow/tierflow/test/kubeapi"
+	"github.com/tierflow/tierflow/test/ovsenv"
+)
+
+const (
+	agentNS       = "kube-system"
+	agentSA       = "tierflow-agent"
+	tokenAudience = "tierflow"
+)
+
+// cluster is the test's control plane: a real kube-apiserver, the
+// controller's TLS material and the address agents dial.
+type cluster struct {
+	kube      *kubeapi.Cluster
+	dir       string
+	caFile    string
+	serverTLS *tls.Config
+	addr      string // fixed across controller restarts
+}
+
+func newCluster(t *testing.T) *cluster {
+	t.Helper()
+	c := &cluster{kube: kubeapi.Start(t, kubeapi.WithCRDs()), dir: t.TempDir()}
+	certPEM, keyPEM, err := certutil.GenerateSelfSignedCertKey("localhost", []net.IP{net.ParseIP("127.0.0.1")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.serverTLS = &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
+	c.caFile = filepath.Join(c.dir, "ca.crt")
+	if err := os.WriteFile(c.caFile, certPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.addr = ln.Addr().String()
+	ln.Close()
+
+	ctx := context.Background()
+	if _, err := c.kube.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agentNS}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	if _, err := c.kube.Kube.CoreV1().ServiceAccounts(agentNS).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: agentSA}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// addNode creates a Node and the agent pod of that node, and writes a
+// service account token bound to that pod (what the kubelet projects into
+// the agent's pod) to a file.
+func (c *cluster) addNode(t *testing.T, name string) (tokenFile string) {
+	t.Helper()
+	ctx := context.Background()
+	kube := c.kube.Kube
+	if _, err := kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod, err := kube.CoreV1().Pods(agentNS).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "tierflow-agent-" + name},
+		Spec: corev1.PodSpec{NodeName: name, ServiceAccountName: agentSA, HostNetwork: true,
+			Containers: []corev1.Container{{Name: "agent", Image: "tierflow-agent"}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp := int64(3600)
+	tr, err := kube.CoreV1().ServiceAccounts(agentNS).CreateToken(ctx, agentSA, &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{
+		Audiences: []string{tokenAudience}, ExpirationSeconds: &exp,
+		BoundObjectRef: &authnv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID},
+	}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokenFile = filepath.Join(c.dir, name+".token")
+	if err := os.WriteFile(tokenFile, []byte(tr.Status.Token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return tokenFile
+}
+
+// addPod creates the API object of a pod ovsenv attached on node.
+func (c *cluster) addPod(t *testing.T, p *ovsenv.Pod, node string, labels map[string]string) {
+	t.Helper()
+	ctx := context.Background()
+	pods := c.kube.Kube.CoreV1().Pods(ovsenv.PodNamespace)
+	obj, err := pods.Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Labels: labels},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "app", Image: "agnhost",
+			Ports: []corev1.ContainerPort{{Name: "web", ContainerPort: 80, Protocol: corev1.ProtocolTCP}}}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj.Status.Phase = corev1.PodRunning
+	for _, a := range p.Addrs {
+		obj.Status.PodIPs = append(obj.Status.PodIPs, corev1.PodIP{IP: a.Addr().String()})
+	}
+	obj.Status.PodIP = obj.Status.PodIPs[0].IP
+	if _, err := pods.UpdateStatus(ctx, obj, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// controllerProc is an in-process controller: the policy controller and
+// the distribution server, wired as tierflow-controller wires them.
+type controllerProc struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	srv    *server.Server
+}
+
+// summaries adapts the distribution server to the controller's
+// RealizationSource (the status bridge between the two packages).
+type summaries struct{ srv *server.Server }
+
+func (s summaries) Realization(ref model.PolicyRef) (controller.RealizationSummary, bool) {
+	sum, ok := s.srv.SummaryByRef(ref)
+	if !ok {
+		return controller.RealizationSummary{}, false
+	}
+	return controller.RealizationSummary{Generation: sum.SourceGeneration, Realized: sum.Realized, Total: sum.SpanNodes, Failed: sum.Failed}, true
+}
+
+func (c *cluster) startController(t *testing.T) *controllerProc {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	engine := compute.New()
+	authn, err := server.NewTokenReviewAuthenticator(c.kube.Kube, server.TokenReviewConfig{
+		Audiences: []string{tokenAudience}, ServiceAccounts: []string{agentNS + "/" + agentSA},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ctrl *controller.Controller
+	notify := make(chan model.PolicyRef, 1024)
+	srv := server.New(engine, authn, server.Options{OnSummary: func(s server.Summary) {
+		select {
+		case notify <- s.Source:
+		default:
+		}
+	}})
+	ctrl, err = controller.New(controller.Config{Kube: c.kube.Kube, Policy: c.kube.Policy, Engine: engine,
+		Identity: "test-controller", Realization: summaries{srv}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ln net.Listener
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		// The same address every time, as a Service would give: the
+		// previous process's socket may linger for a moment.
+		if ln, err = net.Listen("tcp", c.addr); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("controller listen %s: %v", c.addr, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	g := srv.GRPCServer(c.serverTLS)
+	p := &controllerProc{cancel: cancel, done: make(chan struct{}), srv: srv}
+	go func() {
+		defer close(p.done)
+		errc := make(chan error, 3)
+		go func() { srv.Run(ctx); errc <- nil }()
+		go func() { errc <- ctrl.Run(ctx) }()
+		go func() {
+			// Serve agents only once the engine holds the whole cluster: a
+			// full update from a half-synced engine would remove policies
+			// from every agent until the sync completes.
+			for !ctrl.HasSynced() {
+				select {
+				case <-ctx.Done():
+					ln.Close()
+					errc <- nil
+					return
+				case <-time.After(50 * time.Millisecond):
+				}
+			}
+			errc <- g.Serve(ln)
+		}()
+		go func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case ref := <-notify:
+					ctrl.RealizationChanged(ref)
+				}
+			}
+		}()
+		<-ctx.Done()
+		g.Stop()
+		for i := 0; i < 3; i++ {
+			<-errc
+		}
+	}()
+	t.Cleanup(p.stop)
+	return p
+}
+
+// stop kills the controller: agents lose their streams.
+func (p *controllerProc) stop() {
+	p.cancel()
+	<-p.done
+}
+
+// agentProc is one in-process tierflow-agent.
+type agentProc struct {
+	node   string
+	opts   runtime.Options
+	cancel context.CancelFunc
+	done   chan error
+	q      *query.Client
+}
+
+func (c *cluster) agentOptions(t *testing.T, env *ovsenv.Env, br *ovsenv.Bridge, node, tokenFile string, zone uint16) runtime.Options {
+	cfg := config.DefaultAgent()
+	cfg.NodeName = node
+	cfg.BridgeName = br.Name
+	cfg.DatapathType = config.DatapathNetdev
+	cfg.OVSDBSocket = env.DBSocketPath()
+	cfg.OpenFlowSocket = br.MgmtSocketPath()
+	cfg.ControllerAddress = c.addr
+	cfg.ControllerCAFile = c.caFile
+	cfg.ControllerServerName = "localhost"
+	cfg.TokenFile = tokenFile
+	cfg.StateDir = filepath.Join(c.dir, node+"-state")
+	cfg.MetricsAddress = "127.0.0.1:0"
+	return runtime.Options{Config: &cfg, QuerySocket: filepath.Join(c.dir, node+".sock"), CtZone: zone,
+		RetryInterval: 500 * time.Millisecond, CheckInterval: time.Second}
+}
+
+func startAgent(t *testing.T, node string, opts runtime.Options) *agentProc {
+	t.Helper()
+	a, err := runtime.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &agentProc{node: node, opts: opts, cancel: cancel, done: make(chan error, 1), q: query.NewClient(opts.QuerySocket)}
+	go func() { p.done <- a.Run(ctx) }()
+	t.Cleanup(p.stop)
+	return p
+}
+
+func (p *agentProc) stop() {
+	if p.cancel == nil {
+		return
+	}
+	p.cancel()
+	p.cancel = nil
+	<-p.done
+}
+
+// eventually polls cond until it returns nil or the timeout passes.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %v", what, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// realizedOn waits until the agent enforces exactly the policies named by
+// want (source ref → minimum generation of the API object is not known to
+// the agent, so the check is on the set and on realized == wanted).
+func (p *agentProc) realizedOn(t *testing.T, want ...string) {
+	t.Helper()
+	eventually(t, 60*time.Second, "agent "+p.node+" realization", func() error {
+		r, err := p.q.Realization(context.Background())
+		if err != nil {
+			return err
+		}
+		got := map[string]bool{}
+		for _, pr := range r.Policies {
+			if pr.Error != "" {
+				return fmt.Errorf("policy %s: %s", pr.Source, pr.Error)
+			}
+			if pr.Generation != pr.Wanted {
+				return fmt.Errorf("policy %s realized at generation %d, holds %d", pr.Source, pr.Generation, pr.Wanted)
+			}
+			got[pr.Source.String()] = true
+		}
+		for _, w := range want {
+			if !got[w] {
+				return fmt.Errorf("policy %s not held (holds %v)", w, got)
+			}
+		}
+		if len(got) != len(want) {
+			return fmt.Errorf("holds %v, want %v", got, want)
+		}
+		st, err := p.q.Status(context.Background())
+		if err != nil {
+			return err
+		}
+		if !st.Ready {
+			return errors.New("not ready")
+		}
+		return nil
+	})
+}
+
+// connection is one expected verdict.
+type connection struct {
+	src     *ovsenv.Pod
+	dst     *ovsenv.Pod
+	port    uint16
+	allowed bool
+}
+
+// checkConnections probes each connection with real TCP. Allowed ones are
+// retried for a while (a first SYN may race ARP); denied ones must fail
+// every time.
+func checkConnections(t *testing.T, env *ovsenv.Env, step string, conns ...connection) {
+	t.Helper()
+	if err := env.WaitRevalidated(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range conns {
+		dst := netip.AddrPortFrom(c.dst.IPv4(), c.port)
+		var err error
+		if c.allowed {
+			for i := 0; i < 3; i++ {
+				if err = c.src.ProbeTCP(dst, 2*time.Second); err == nil {
+					break
+				}
+			}
+			if err != nil {
+				t.Errorf("%s: %s -> %s %s: blocked (%v), want allowed", step, c.src.Name, c.dst.Name, dst, err)
+			}
+			continue
+		}
+		if err = c.src.ProbeTCP(dst, 700*time.Millisecond); err == nil {
+			t.Errorf("%s: %s -> %s %s: allowed, want blocked", step, c.src.Name, c.dst.Name, dst)
+		} else if !errors.Is(err, ovsenv.ErrNoReply) {
+			t.Errorf("%s: %s -> %s %s: %v, want no reply", step, c.src.Name, c.dst.Name, dst, err)
+		}
+	}
+}
