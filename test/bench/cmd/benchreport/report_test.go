@@ -1,0 +1,86 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/tierflow/tierflow/test/bench/measure"
+)
+
+func TestBenchLineParsing(t *testing.T) {
+	line := "BenchmarkAgentInstall/flows=10000-2        \t       1\t1476449444 ns/op\t      9655 agent-bridge-flows\t         0.2489 agent-s\t         1.174 agent/ofctl"
+	m := benchLine.FindStringSubmatch(line)
+	if m == nil {
+		t.Fatalf("benchmark line not recognized: %q", line)
+	}
+	if m[1] != "BenchmarkAgentInstall/flows=10000" {
+		t.Errorf("name %q, want the sub-benchmark without the GOMAXPROCS suffix", m[1])
+	}
+	metrics, ok := parseMetrics(m[3])
+	if !ok {
+		t.Fatalf("metrics not parsed: %q", m[3])
+	}
+	want := map[string]float64{"ns/op": 1476449444, "agent-bridge-flows": 9655, "agent-s": 0.2489, "agent/ofctl": 1.174}
+	for k, v := range want {
+		if metrics[k] != v {
+			t.Errorf("%s = %v, want %v", k, metrics[k], v)
+		}
+	}
+	if _, ok := parseMetrics("12 ns/op 3"); ok {
+		t.Error("an odd number of fields must not parse")
+	}
+	if benchLine.MatchString("--- FAIL: BenchmarkFanout") {
+		t.Error("a failure line must not be taken for a result")
+	}
+}
+
+func TestReportRatioAndFailures(t *testing.T) {
+	rep := &Report{Date: "2026-11-22T00:00:00Z", Mode: "quick", Machine: measure.Machine{Cores: 2, MemoryMiB: 24000}}
+	rep.Runs = []*Run{
+		{ID: "agent-install-2000", Section: SectionAgent, Scenario: "~2000 flows", Scale: "quick", Status: StatusOK,
+			Metrics: map[string]float64{"agent/ofctl": 0.8, "bundle-flows": 1980, "agent-s": 0.05, "ofctl-s": 0.0625}},
+		{ID: "agent-install-10000", Section: SectionAgent, Scenario: "~10000 flows", Scale: "quick", Status: StatusOK,
+			Metrics: map[string]float64{"agent/ofctl": 1.2, "bundle-flows": 9618, "agent-s": 0.25, "ofctl-s": 0.21}},
+		{ID: "fanout", Section: SectionFanout, Scenario: "fake agents", Scale: "quick", Status: StatusFailed,
+			Reason: "kube-apiserver did not start", Log: "_output/bench/logs/fanout.log"},
+		{ID: "e2e-latency", Section: SectionE2E, Scenario: "policy change", Scale: "quick", Status: StatusNotMeasured, Reason: "no wiring"},
+	}
+	rep.summarize()
+	if rep.AgentVsOfctlRatio == nil || *rep.AgentVsOfctlRatio != 1.2 {
+		t.Fatalf("agent_vs_ofctl_ratio = %v, want the largest flow count's 1.2", rep.AgentVsOfctlRatio)
+	}
+	b, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back map[string]any
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if back["agent_vs_ofctl_ratio"] != 1.2 {
+		t.Errorf("report.json agent_vs_ofctl_ratio = %v", back["agent_vs_ofctl_ratio"])
+	}
+	md := rep.Markdown()
+	for _, want := range []string{
+		"2 cores, 24000 MiB", "2026-11-22T00:00:00Z", "agent_vs_ofctl_ratio: 1.20",
+		"fake agents — failed: kube-apiserver did not start (log: _output/bench/logs/fanout.log)",
+		"policy change — not measured: no wiring",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report.md lacks %q:\n%s", want, md)
+		}
+	}
+}
+
+func TestReportWithoutAgentRunsHasNullRatio(t *testing.T) {
+	rep := &Report{Mode: "full"}
+	rep.summarize()
+	b, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"agent_vs_ofctl_ratio":null`) {
+		t.Errorf("without a measurement the ratio must be null, not a number: %s", b)
+	}
+}
