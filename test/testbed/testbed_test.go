@@ -180,6 +180,48 @@ func exerciseCluster(t *testing.T, tb *testbed.Testbed) []corev1.Pod {
 		t.Errorf("connect without port: exit %d, stderr %q", res.ExitCode, res.Stderr)
 	}
 
+	// A pod's servers that die are restarted, as a kubelet restarts a
+	// crashed container.
+	pids, err := exec.Command("pgrep", "-f", "serve --pod-file .*"+string(w0.UID)).Output()
+	if err != nil {
+		t.Fatalf("find the servers of %s: %v", w0.Name, err)
+	}
+	for _, pid := range strings.Fields(string(pids)) {
+		_ = exec.Command("kill", "-9", pid).Run()
+	}
+	waitFor(t, 30*time.Second, "servers of "+w0.Name+" restarted", func() bool {
+		res := tb.Exec("x", "client-0", "/agnhost", "connect", w0.Status.PodIP+":80", "--timeout=1s")
+		return res.ExitCode == 0
+	}, func() string { return runtimeLogs(tb) })
+
+	// A hostNetwork pod runs with the node's address; exec runs on the node.
+	hostPod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "host", Namespace: "x"},
+		Spec: corev1.PodSpec{HostNetwork: true, NodeName: tb.Nodes[0].Name,
+			Containers: []corev1.Container{{Name: "c", Image: agnhostImage, Args: []string{"pause"}}}},
+	}
+	if _, err := kube.CoreV1().Pods("x").Create(ctx, hostPod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	hp := waitRunning(t, tb, "x", "", 6)
+	for _, p := range hp {
+		if p.Name == "host" && p.Status.PodIP != tb.Nodes[0].IP {
+			t.Errorf("hostNetwork pod IP %s, want the node's %s", p.Status.PodIP, tb.Nodes[0].IP)
+		}
+	}
+	// kwok listens on the node's loopback: reachable from the hostNetwork
+	// pod, refused inside a pod's own namespace.
+	kwokLocal := fmt.Sprintf("127.0.0.1:%d", tb.KwokPort)
+	if res := tb.Exec("x", "host", "/agnhost", "connect", kwokLocal, "--timeout=2s"); res.ExitCode != 0 {
+		t.Errorf("hostNetwork pod → %s: exit %d, stderr %q", kwokLocal, res.ExitCode, res.Stderr)
+	}
+	if res := tb.Exec("x", "client-0", "/agnhost", "connect", kwokLocal, "--timeout=2s"); res.ExitCode != 1 || !strings.HasPrefix(res.Stderr, "REFUSED\n") {
+		t.Errorf("client-0 → %s (its own loopback): exit %d, stderr %q", kwokLocal, res.ExitCode, res.Stderr)
+	}
+	if err := kube.CoreV1().Pods("x").Delete(ctx, "host", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
 	// Scaling down removes the pods' namespaces and OVS ports.
 	one := int32(1)
 	if _, err := kube.AppsV1().Deployments("x").Patch(ctx, "web", "application/merge-patch+json",

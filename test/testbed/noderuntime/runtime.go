@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -89,8 +90,23 @@ type attachment struct {
 	// Result is tierflow-cni's ADD result, for CHECK and debugging.
 	Result json.RawMessage `json:"result,omitempty"`
 
-	server *exec.Cmd
-	done   chan struct{}
+	server   *exec.Cmd
+	done     chan struct{}
+	stopping atomic.Bool
+}
+
+// serverExited reports whether the pod's servers exited without being
+// stopped.
+func (a *attachment) serverExited() bool {
+	if a.done == nil || a.stopping.Load() {
+		return false
+	}
+	select {
+	case <-a.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // New returns a runtime; Run starts it.
@@ -214,9 +230,18 @@ func (r *Runtime) sync(ctx context.Context, key string) error {
 		}
 		return nil
 	}
+	if att != nil && att.serverExited() {
+		r.cfg.Logger.Printf("pod %s: servers exited (log: %s); restarting them", key, tailFile(filepath.Join(r.cfg.StateDir, string(att.UID)+".log"), 3))
+		if err := r.startServers(pod, att, key); err != nil {
+			return err
+		}
+	}
 	if att == nil {
 		if pod.Spec.HostNetwork {
 			att = &attachment{UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name, IPs: r.cfg.NodeIPs}
+			if err := r.createExec(ctx, pod, att); err != nil {
+				return err
+			}
 		} else {
 			att, err = r.attach(ctx, pod)
 			if err != nil {
@@ -268,7 +293,7 @@ func (r *Runtime) attach(ctx context.Context, pod *corev1.Pod) (att *attachment,
 	if err := r.saveRecord(att); err != nil {
 		return nil, err
 	}
-	if err := r.startServers(pod, att); err != nil {
+	if err := r.startServers(pod, att, pod.Namespace+"/"+pod.Name); err != nil {
 		return nil, err
 	}
 	if err := r.createExec(ctx, pod, att); err != nil {
@@ -301,7 +326,7 @@ func (r *Runtime) cni(command string, att *attachment) ([]byte, error) {
 
 // startServers runs `tierflow-podrunner serve` inside the namespace and
 // waits until it reports that every listener is bound.
-func (r *Runtime) startServers(pod *corev1.Pod, att *attachment) error {
+func (r *Runtime) startServers(pod *corev1.Pod, att *attachment, key string) error {
 	podFile := filepath.Join(r.cfg.StateDir, string(att.UID)+".pod.json")
 	data, err := json.Marshal(pod)
 	if err != nil {
@@ -327,7 +352,8 @@ func (r *Runtime) startServers(pod *corev1.Pod, att *attachment) error {
 	if err := cmd.Start(); err != nil {
 		return err
 	}
-	att.server, att.done = cmd, make(chan struct{})
+	done := make(chan struct{})
+	att.server, att.done = cmd, done
 	ready := make(chan error, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
@@ -342,7 +368,12 @@ func (r *Runtime) startServers(pod *corev1.Pod, att *attachment) error {
 	}()
 	go func() {
 		_ = cmd.Wait()
-		close(att.done)
+		close(done)
+		// A server that dies on its own is restarted by the next sync,
+		// as a kubelet restarts a crashed container.
+		if !att.stopping.Load() {
+			r.queue.Add(key)
+		}
 	}()
 	select {
 	case err := <-ready:
@@ -373,11 +404,7 @@ func (r *Runtime) createExec(ctx context.Context, pod *corev1.Pod, att *attachme
 		"spec": map[string]any{
 			"execs": []any{map[string]any{
 				"local": map[string]any{
-					"envs": []any{
-						map[string]any{"name": EnvNetns, "value": att.Netns},
-						map[string]any{"name": EnvPod, "value": pod.Namespace + "/" + pod.Name},
-						map[string]any{"name": EnvHostname, "value": PodHostname(pod)},
-					},
+					"envs": execEnv(pod, att),
 				},
 			}},
 		},
@@ -395,6 +422,20 @@ func (r *Runtime) createExec(ctx context.Context, pod *corev1.Pod, att *attachme
 		return fmt.Errorf("create Exec: %w", err)
 	}
 	return nil
+}
+
+// execEnv is the environment of `kubectl exec` commands in the pod;
+// hostNetwork pods have no namespace of their own, so commands stay in the
+// node's.
+func execEnv(pod *corev1.Pod, att *attachment) []any {
+	env := []any{
+		map[string]any{"name": EnvPod, "value": pod.Namespace + "/" + pod.Name},
+		map[string]any{"name": EnvHostname, "value": PodHostname(pod)},
+	}
+	if att.Netns != "" {
+		env = append(env, map[string]any{"name": EnvNetns, "value": att.Netns})
+	}
+	return env
 }
 
 // reportRunning writes the Running status with the attachment's addresses.
@@ -489,8 +530,12 @@ func (r *Runtime) teardown(ctx context.Context, key string, att *attachment) err
 // Exec object and the state files. Every step tolerates what is already
 // gone, so undo can be repeated.
 func (r *Runtime) undo(ctx context.Context, att *attachment) error {
-	if att.Netns == "" {
-		return nil // hostNetwork
+	att.stopping.Store(true)
+	if att.Netns == "" { // hostNetwork: only the Exec object
+		if ctx.Err() == nil {
+			return r.deleteExec(ctx, att)
+		}
+		return nil
 	}
 	if att.server != nil && att.server.Process != nil {
 		_ = syscall.Kill(-att.server.Process.Pid, syscall.SIGTERM)
