@@ -348,20 +348,26 @@ func (c *Controller) registerCoreHandlers() error {
 			}
 		}))
 	c.npInformer = c.kubeFactory.Networking().V1().NetworkPolicies().Informer()
-	add(c.npInformer, c.handlerFuncs(string(model.KindNetworkPolicy),
+	add(c.npInformer, c.networkPolicyHandler())
+	return errors.Join(errs...)
+}
+
+// networkPolicyHandler feeds NetworkPolicies into the engine and queues
+// their findings for Events.
+func (c *Controller) networkPolicyHandler() cache.ResourceEventHandlerFuncs {
+	return c.handlerFuncs(string(model.KindNetworkPolicy),
 		func(obj interface{}) {
 			if np, ok := obj.(*networkingv1.NetworkPolicy); ok {
-				e.UpsertNetworkPolicy(np)
+				c.engine.UpsertNetworkPolicy(np)
 				c.queue.Add(model.PolicyRef{Kind: model.KindNetworkPolicy, Namespace: np.Namespace, Name: np.Name})
 			}
 		},
 		func(obj interface{}) {
 			if m, ok := obj.(metav1.Object); ok {
-				e.DeleteNetworkPolicy(m.GetNamespace(), m.GetName())
+				c.engine.DeleteNetworkPolicy(m.GetNamespace(), m.GetName())
 				c.queue.Add(model.PolicyRef{Kind: model.KindNetworkPolicy, Namespace: m.GetNamespace(), Name: m.GetName()})
 			}
-		}))
-	return errors.Join(errs...)
+		})
 }
 
 // onEngineChanges notes every policy whose computed form changed: its
