@@ -17,7 +17,7 @@ lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt: $$out"; exit 1; fi
 	$(GO) vet ./...
 
-test: deps lint ## every test: unit, real OVS, real kube-apiserver
+test: deps lint kube-binaries ## every test: unit, real OVS, real kube-apiserver
 	$(GO) test -count=1 ./...
 
 .PHONY: test-ovs
