@@ -2,6 +2,7 @@ package distribution_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/tierflow/tierflow/pkg/agent/fake"
 	"github.com/tierflow/tierflow/pkg/distribution/disttest"
@@ -463,9 +465,17 @@ func TestNotReadyRefusesThenServes(t *testing.T) {
 func TestLargeState(t *testing.T) {
 	e := newEnv(t, tokens, server.Options{})
 	populate(e)
-	// 40,000 web pods in frontend: the address group of db-allow.
-	for i := 0; i < 40000; i++ {
-		e.engine.UpsertPod(pod("frontend", fmt.Sprintf("bulk-%05d", i), "n2", ip(1000+i), map[string]string{"app": "web"}))
+	// 8,000 web pods with 12 named ports each in frontend: the address
+	// group of db-allow.
+	for i := 0; i < 8000; i++ {
+		p := pod("frontend", fmt.Sprintf("bulk-%05d", i), "n2", ip(1000+i), map[string]string{"app": "web"})
+		for j := 0; j < 12; j++ {
+			p.Spec.Containers[0].Ports = append(p.Spec.Containers[0].Ports, corev1.ContainerPort{Name: fmt.Sprintf("port-%02d", j), ContainerPort: int32(9000 + j), Protocol: corev1.ProtocolTCP})
+		}
+		e.engine.UpsertPod(p)
+	}
+	if b, _ := json.Marshal(e.want("n1")); len(b) < 5<<20 {
+		t.Fatalf("n1's state is only %d bytes; the test needs more than gRPC's default 4 MiB", len(b))
 	}
 	a := e.startAgent(e.agentConfig("n1", "tok-n1", e.addr, t.TempDir()))
 	e.waitConverged(a)

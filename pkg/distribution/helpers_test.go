@@ -163,7 +163,7 @@ func waitConverged(t testing.TB, engine *compute.Engine, agents ...*fake.Runtime
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("agent %s did not converge:\n%s", want.Node, strings.Join(d, "\n"))
+				t.Fatalf("agent %s did not converge (client %+v, connected %v):\n%s", want.Node, a.Client.Stats(), a.Client.Connected(), strings.Join(d, "\n"))
 			}
 			select {
 			case <-a.Client.Changed():

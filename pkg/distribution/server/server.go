@@ -53,7 +53,8 @@ type Options struct {
 	// HelloTimeout bounds the wait for an agent's Hello. Default 10s.
 	HelloTimeout time.Duration
 	// OnReport and OnSummary receive realization results; called without
-	// the server's locks held, one at a time.
+	// the server's locks held, one at a time. They must return quickly
+	// (queue the work): OnSummary runs on the dispatch path.
 	OnReport  ReportSink
 	OnSummary SummarySink
 	// Ready, when set, gates agents: until it returns true (the source
