@@ -127,8 +127,44 @@ func TestTwoNodes(t *testing.T) {
 
 	checkQueryAndMetrics(t, ag1, anpRef)
 
+	// A pod attached while the agents run: its port appears on n1 (the
+	// agent classifies it), then its API object puts it in the ANP's peer
+	// group (the controller's update reaches n1).
+	d := br1.AddPod("d", mac(4), pfx(4))
+	for _, port := range []uint16{80, 8080} {
+		srv := d.ListenTCP(port)
+		t.Cleanup(srv.Close)
+	}
+	c.addPod(t, d, "n1", map[string]string{"app": "c"})
+	eventually(t, 60*time.Second, "n1 adds d to the ANP's peers", func() error {
+		fl, err := ag1.q.Flows(ctx, query.FlowFilter{Policy: anpRef})
+		if err != nil {
+			return err
+		}
+		for _, f := range fl.Flows {
+			if strings.Contains(f.Text, "nw_dst=10.0.0.4") {
+				return nil
+			}
+		}
+		return fmt.Errorf("no flow of %s matches 10.0.0.4", anpRef)
+	})
+	pods, err := ag1.q.Pods(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pods.Pods) != 2 || pods.Pods[1].Name != "d" || pods.Pods[1].Error != "" {
+		t.Errorf("pods of n1 after adding d: %+v", pods.Pods)
+	}
+	initial = append(initial,
+		connection{a, d, 80, false}, // d is app=c: the ANP denies a -> d
+		connection{cc, d, 80, true},
+		connection{d, b, 80, false},
+		connection{d, cc, 8080, true},
+	)
+	checkConnections(t, env, "pod added", initial...)
+
 	// The controller dies: both nodes keep enforcing.
-	ctrl.stop()
+	ctrl.kill()
 	eventually(t, 30*time.Second, "agents notice the controller is gone", func() error {
 		for _, ag := range []*agentProc{ag1, ag2} {
 			st, err := ag.q.Status(ctx)

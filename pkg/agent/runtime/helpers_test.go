@@ -2,12 +2,12 @@ package runtime_test
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -20,11 +20,7 @@ import (
 
 	"github.com/tierflow/tierflow/pkg/agent/runtime"
 	"github.com/tierflow/tierflow/pkg/agent/runtime/query"
-	"github.com/tierflow/tierflow/pkg/compute"
 	"github.com/tierflow/tierflow/pkg/config"
-	"github.com/tierflow/tierflow/pkg/controller"
-	"github.com/tierflow/tierflow/pkg/distribution/server"
-	"github.com/tierflow/tierflow/pkg/model"
 	"github.com/tierflow/tierflow/test/kubeapi"
 	"github.com/tierflow/tierflow/test/ovsenv"
 )
@@ -41,8 +37,12 @@ type cluster struct {
 	kube      *kubeapi.Cluster
 	dir       string
 	caFile    string
-	serverTLS *tls.Config
+	certFile  string
+	keyFile   string
 	addr      string // fixed across controller restarts
+
+	controllerBin  string
+	controllerRuns int
 }
 
 func newCluster(t *testing.T) *cluster {
@@ -52,14 +52,14 @@ func newCluster(t *testing.T) *cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pair, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.serverTLS = &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
+	// A self-signed serving certificate is its own CA.
 	c.caFile = filepath.Join(c.dir, "ca.crt")
-	if err := os.WriteFile(c.caFile, certPEM, 0o600); err != nil {
-		t.Fatal(err)
+	c.certFile = filepath.Join(c.dir, "tls.crt")
+	c.keyFile = filepath.Join(c.dir, "tls.key")
+	for f, b := range map[string][]byte{c.caFile: certPEM, c.certFile: certPEM, c.keyFile: keyPEM} {
+		if err := os.WriteFile(f, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -134,108 +134,64 @@ func (c *cluster) addPod(t *testing.T, p *ovsenv.Pod, node string, labels map[st
 	}
 }
 
-// controllerProc is an in-process controller: the policy controller and
-// the distribution server, wired as tierflow-controller wires them.
+// controllerProc is a running tierflow-controller binary.
 type controllerProc struct {
-	cancel context.CancelFunc
-	done   chan struct{}
-	srv    *server.Server
+	cmd    *exec.Cmd
+	exited chan error
+	log    string
 }
 
-// summaries adapts the distribution server to the controller's
-// RealizationSource (the status bridge between the two packages).
-type summaries struct{ srv *server.Server }
-
-func (s summaries) Realization(ref model.PolicyRef) (controller.RealizationSummary, bool) {
-	sum, ok := s.srv.SummaryByRef(ref)
-	if !ok {
-		return controller.RealizationSummary{}, false
+// buildController builds the tierflow-controller binary once per test.
+func (c *cluster) buildController(t *testing.T) {
+	t.Helper()
+	c.controllerBin = filepath.Join(c.dir, "tierflow-controller")
+	if out, err := exec.Command("go", "build", "-o", c.controllerBin, "../../../cmd/tierflow-controller").CombinedOutput(); err != nil {
+		t.Fatalf("building tierflow-controller: %v\n%s", err, out)
 	}
-	return controller.RealizationSummary{Generation: sum.SourceGeneration, Realized: sum.Realized, Total: sum.SpanNodes, Failed: sum.Failed}, true
 }
 
+// startController runs the controller binary against the API server,
+// serving agents on c.addr (the same address every time, as a Service
+// would give).
 func (c *cluster) startController(t *testing.T) *controllerProc {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	engine := compute.New()
-	authn, err := server.NewTokenReviewAuthenticator(c.kube.Kube, server.TokenReviewConfig{
-		Audiences: []string{tokenAudience}, ServiceAccounts: []string{agentNS + "/" + agentSA},
+	if c.controllerBin == "" {
+		c.buildController(t)
+	}
+	c.controllerRuns++
+	p := &controllerProc{exited: make(chan error, 1), log: filepath.Join(c.dir, fmt.Sprintf("controller-%d.log", c.controllerRuns))}
+	logFile, err := os.Create(p.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logFile.Close()
+	p.cmd = exec.Command(c.controllerBin, "--kubeconfig="+c.kube.Kubeconfig, "--id=test-controller", "--leader-elect=false",
+		"--metrics-address=", "--query-address=", "--agent-listen-address="+c.addr,
+		"--tls-cert-file="+c.certFile, "--tls-key-file="+c.keyFile, "--crd-poll-interval=500ms",
+		"--agent-token-audience="+tokenAudience, "--agent-service-account="+agentNS+"/"+agentSA)
+	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.exited <- p.cmd.Wait() }()
+	t.Cleanup(func() {
+		p.kill()
+		if t.Failed() {
+			b, _ := os.ReadFile(p.log)
+			t.Logf("controller log (%s):\n%s", p.log, b)
+		}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ctrl *controller.Controller
-	notify := make(chan model.PolicyRef, 1024)
-	srv := server.New(engine, authn, server.Options{OnSummary: func(s server.Summary) {
-		select {
-		case notify <- s.Source:
-		default:
-		}
-	}})
-	ctrl, err = controller.New(controller.Config{Kube: c.kube.Kube, Policy: c.kube.Policy, Engine: engine,
-		Identity: "test-controller", Realization: summaries{srv}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ln net.Listener
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		// The same address every time, as a Service would give: the
-		// previous process's socket may linger for a moment.
-		if ln, err = net.Listen("tcp", c.addr); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("controller listen %s: %v", c.addr, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	g := srv.GRPCServer(c.serverTLS)
-	p := &controllerProc{cancel: cancel, done: make(chan struct{}), srv: srv}
-	go func() {
-		defer close(p.done)
-		errc := make(chan error, 3)
-		go func() { srv.Run(ctx); errc <- nil }()
-		go func() { errc <- ctrl.Run(ctx) }()
-		go func() {
-			// Serve agents only once the engine holds the whole cluster: a
-			// full update from a half-synced engine would remove policies
-			// from every agent until the sync completes.
-			for !ctrl.HasSynced() {
-				select {
-				case <-ctx.Done():
-					ln.Close()
-					errc <- nil
-					return
-				case <-time.After(50 * time.Millisecond):
-				}
-			}
-			errc <- g.Serve(ln)
-		}()
-		go func() {
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case ref := <-notify:
-					ctrl.RealizationChanged(ref)
-				}
-			}
-		}()
-		<-ctx.Done()
-		g.Stop()
-		for i := 0; i < 3; i++ {
-			<-errc
-		}
-	}()
-	t.Cleanup(p.stop)
 	return p
 }
 
-// stop kills the controller: agents lose their streams.
-func (p *controllerProc) stop() {
-	p.cancel()
-	<-p.done
+// kill kills the controller (SIGKILL: no goodbye to the agents).
+func (p *controllerProc) kill() {
+	if p.cmd == nil {
+		return
+	}
+	_ = p.cmd.Process.Kill()
+	<-p.exited
+	p.cmd = nil
 }
 
 // agentProc is one in-process tierflow-agent.
