@@ -34,12 +34,12 @@ const (
 // cluster is the test's control plane: a real kube-apiserver, the
 // controller's TLS material and the address agents dial.
 type cluster struct {
-	kube      *kubeapi.Cluster
-	dir       string
-	caFile    string
-	certFile  string
-	keyFile   string
-	addr      string // fixed across controller restarts
+	kube     *kubeapi.Cluster
+	dir      string
+	caFile   string
+	certFile string
+	keyFile  string
+	addr     string // fixed across controller restarts
 
 	controllerBin  string
 	controllerRuns int
