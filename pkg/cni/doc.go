@@ -8,7 +8,10 @@
 // otherwise see TCP segments with partial checksums and mark them invalid),
 // asks the IPAM delegate named in the config (normally host-local) for the
 // addresses, configures them with a default route per address family via
-// the IPAM gateway, and adds the host end to the bridge as an OVS port whose
+// the IPAM gateway (or on-link ones, see NetConf.DefaultRoute), with IPv6
+// duplicate address detection off (the IPAM plugin guarantees uniqueness,
+// and DAD would leave addresses unusable for a second or more after ADD),
+// and adds the host end to the bridge as an OVS port whose
 // Interface external_ids tell the agent which pod it belongs to. Any failure
 // after the first side effect rolls everything back, so a pod is never left
 // half attached.

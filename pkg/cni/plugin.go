@@ -18,6 +18,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ipam"
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/containernetworking/plugins/pkg/utils/sysctl"
 	"github.com/safchain/ethtool"
 	"github.com/vishvananda/netlink"
 
@@ -150,6 +151,14 @@ func Add(args *skel.CmdArgs) (retErr error) {
 		result.Routes = withDefaultRoutes(result.IPs, ipamResult.Routes)
 	}
 	if err := netns.Do(func(ns.NetNS) error {
+		// Duplicate address detection would keep IPv6 addresses tentative
+		// (unusable) for a second or more after ADD; the IPAM plugin already
+		// guarantees them unique on this network, so skip it.
+		if hasIPv6(result.IPs) {
+			if _, err := sysctl.Sysctl(fmt.Sprintf("net/ipv6/conf/%s/accept_dad", args.IfName), "0"); err != nil {
+				return fmt.Errorf("turn off duplicate address detection: %w", err)
+			}
+		}
 		if err := ipam.ConfigureIface(args.IfName, result); err != nil {
 			return err
 		}
@@ -404,6 +413,15 @@ func withOnLinkDefaultRoutes(ips []*current.IPConfig, routes []*types.Route) []*
 		out = append(out, &types.Route{Dst: dst, Scope: &scope})
 	}
 	return out
+}
+
+func hasIPv6(ips []*current.IPConfig) bool {
+	for _, ipc := range ips {
+		if ipc.Address.IP.To4() == nil {
+			return true
+		}
+	}
+	return false
 }
 
 func joinIPs(ips []*current.IPConfig) string {

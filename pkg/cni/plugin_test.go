@@ -31,7 +31,9 @@ var (
 	buildErr  error
 )
 
-func pluginBinaries(t *testing.T) string {
+func pluginBinaries(t *testing.T) string { return pluginBinariesTB(t) }
+
+func pluginBinariesTB(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
 		binDir, buildErr = os.MkdirTemp("", "tierflow-cni-bin-")
@@ -485,6 +487,14 @@ func TestAddErrors(t *testing.T) {
 	})
 	assertNothingAttached(t, env, br.Name, nsA, "m1", good.dataDir, 0)
 
+	t.Run("DEL without OVS", func(t *testing.T) {
+		// No database socket means no OVS, hence no port: DEL succeeds
+		// instead of blocking the runtime forever.
+		c := good
+		c.socket = filepath.Join(t.TempDir(), "gone.sock")
+		mustSucceed(t, run(t, invocation{command: "DEL", containerID: "never", netns: nsA, ifName: "eth0", stdin: c.json()}), "DEL without OVS")
+	})
+
 	t.Run("IPAM exhausted", func(t *testing.T) {
 		// A /30 has one usable address besides the gateway.
 		small := good
@@ -589,4 +599,30 @@ func TestStatus(t *testing.T) {
 	mustSucceed(t, st(conf), "STATUS")
 	conf.bridge = "tfnosuchbr"
 	mustFailWith(t, st(conf), types.ErrPluginNotAvailable, "does not exist")
+}
+
+// BenchmarkAddDel measures one pod attachment and detachment through the
+// real plugin binary (ADD then DEL), as a runtime drives it.
+func BenchmarkAddDel(b *testing.B) {
+	env := ovsenv.Start(b)
+	br := env.AddBridge("b")
+	conf := netConf{bridge: br.Name, socket: env.DBSocketPath(), dataDir: b.TempDir(), ranges: dualStackRanges()}
+	name := fmt.Sprintf("tfcni-%d-bench", os.Getpid())
+	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
+		b.Fatalf("%v: %s", err, out)
+	}
+	b.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
+	dir := pluginBinariesTB(b)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for _, cmd := range []string{"ADD", "DEL"} {
+			c := exec.Command(filepath.Join(dir, "tierflow-cni"))
+			c.Env = append(os.Environ(), "CNI_COMMAND="+cmd, "CNI_CONTAINERID=bench", "CNI_NETNS=/var/run/netns/"+name,
+				"CNI_IFNAME=eth0", "CNI_PATH="+dir, "CNI_ARGS="+podArgs("bench"))
+			c.Stdin = bytes.NewReader(conf.json())
+			if out, err := c.CombinedOutput(); err != nil {
+				b.Fatalf("%s: %v: %s", cmd, err, out)
+			}
+		}
+	}
 }
