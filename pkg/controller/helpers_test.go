@@ -18,7 +18,8 @@ import (
 	"github.com/tierflow/tierflow/test/kubeapi"
 )
 
-const waitTimeout = 30 * time.Second
+// waitTimeout is generous: the machine running the tests may be busy.
+const waitTimeout = 60 * time.Second
 
 // startController runs a controller against the cluster until the test
 // ends and waits for its caches.

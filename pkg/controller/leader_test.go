@@ -31,7 +31,7 @@ func startReplica(t *testing.T, c *kubeapi.Cluster, id string) *replica {
 	go func() {
 		r.done <- controller.RunWithLeaderElection(ctx, c.Kube, controller.LeaderElection{
 			Namespace: "kube-system", Name: "tierflow-controller", Identity: id,
-			LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond,
+			LeaseDuration: 8 * time.Second, RenewDeadline: 6 * time.Second, RetryPeriod: 500 * time.Millisecond,
 		}, func(ctx context.Context) {
 			ctl, err := controller.New(controller.Config{Kube: c.Kube, Policy: c.Policy, Identity: id, CRDPollInterval: 200 * time.Millisecond})
 			if err != nil {
