@@ -56,8 +56,10 @@ func (l *lineConn) read(timeout time.Duration) (string, error) {
 }
 
 // TestEstablishedConnectionCut: a long-lived TCP connection is cut at its
-// next packet when a Deny appears above the rule that allowed it (its
-// replies too), and works again — the same connection — when the Deny goes.
+// next packet when policy stops allowing it — a Deny appears above the rule
+// that allowed it, its peer leaves the rule's address group, or the rule is
+// deleted — its replies too, and the same connection works again when the
+// policy allows it again.
 func TestEstablishedConnectionCut(t *testing.T) {
 	env := ovsenv.Start(t)
 	n := newNode(t, env, "n1", 1)
@@ -67,63 +69,87 @@ func TestEstablishedConnectionCut(t *testing.T) {
 	t.Cleanup(srv.Close)
 	n.start(t)
 
+	// allowing: b is isolated for ingress and an NP rule allows a on 80.
 	allowing := func() *state {
 		s := newState()
 		s.add(np("allow-a", s.atg(b), []model.Direction{model.DirectionIn}, rule(model.DirectionIn, model.ActionAllow, peerGroups(s.ag(a)), tcp(80))))
 		return s
 	}
-	allowing().apply(t, n)
-	for _, v6 := range []bool{false, true} {
-		dst := b.IPv4()
-		if v6 {
-			dst = b.IPv6()
-		}
-		t.Run(fmt.Sprintf("v6=%v", v6), func(t *testing.T) {
-			allowing().apply(t, n)
-			c, err := dialFrom(t, a, netip.Addr{}, netip.AddrPortFrom(dst, 80), allowTimeout)
-			if err != nil {
-				t.Fatalf("connect while allowed: %v", err)
-			}
-			defer c.c.Close()
-			if err := c.send("one"); err != nil {
-				t.Fatal(err)
-			}
-			if got, err := c.read(allowTimeout); err != nil || got != "one" {
-				t.Fatalf("echo while allowed: %q, %v", got, err)
-			}
-
-			// An Admin Deny above the NetworkPolicy allow cuts the connection.
+	// The three ways policy stops allowing a connection.
+	cuts := []struct {
+		name string
+		cut  func() *state
+	}{
+		{"deny added above", func() *state {
 			s := allowing()
 			s.add(anp("cut", 1, s.atg(a), rule(model.DirectionOut, model.ActionDeny, peerGroups(s.ag(b)))))
-			s.apply(t, n)
-			if err := c.send("two"); err != nil {
-				t.Fatal(err)
+			return s
+		}},
+		{"peer removed from group", func() *state {
+			s := newState()
+			s.add(np("allow-a", s.atg(b), []model.Direction{model.DirectionIn}, rule(model.DirectionIn, model.ActionAllow, peerGroups(s.ag()), tcp(80))))
+			return s
+		}},
+		{"rule deleted", func() *state {
+			s := newState()
+			s.add(np("allow-a", s.atg(b), []model.Direction{model.DirectionIn}))
+			return s
+		}},
+	}
+	allowing().apply(t, n)
+	for i, tc := range cuts {
+		for _, v6 := range []bool{false, true} {
+			if v6 && i > 0 {
+				continue // IPv6 once is enough
 			}
-			if got, err := c.read(time.Second); err == nil {
-				t.Fatalf("echo %q arrived on a connection a Deny should have cut", got)
+			dst := b.IPv4()
+			if v6 {
+				dst = b.IPv6()
 			}
-			// The connection is marked blocked in conntrack.
-			out, err := env.Appctl("dpctl/dump-conntrack", "zone=1")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !strings.Contains(out, "mark=1") {
-				t.Fatalf("no connection marked blocked in zone 1:\n%s", out)
-			}
+			t.Run(fmt.Sprintf("%s/v6=%v", tc.name, v6), func(t *testing.T) {
+				allowing().apply(t, n)
+				c, err := dialFrom(t, a, netip.Addr{}, netip.AddrPortFrom(dst, 80), allowTimeout)
+				if err != nil {
+					t.Fatalf("connect while allowed: %v", err)
+				}
+				defer c.c.Close()
+				if err := c.send("one"); err != nil {
+					t.Fatal(err)
+				}
+				if got, err := c.read(allowTimeout); err != nil || got != "one" {
+					t.Fatalf("echo while allowed: %q, %v", got, err)
+				}
 
-			// Removing the Deny lets the same connection carry data again: the
-			// retransmitted "two" arrives, then a fresh "three".
-			allowing().apply(t, n)
-			if got, err := c.read(15 * time.Second); err != nil || got != "two" {
-				t.Fatalf("after re-allow, retransmitted echo: %q, %v", got, err)
-			}
-			if err := c.send("three"); err != nil {
-				t.Fatal(err)
-			}
-			if got, err := c.read(allowTimeout); err != nil || got != "three" {
-				t.Fatalf("after re-allow: %q, %v", got, err)
-			}
-		})
+				tc.cut().apply(t, n)
+				if err := c.send("two"); err != nil {
+					t.Fatal(err)
+				}
+				if got, err := c.read(time.Second); err == nil {
+					t.Fatalf("echo %q arrived on a connection policy no longer allows", got)
+				}
+				// The connection is marked blocked in conntrack.
+				out, err := env.Appctl("dpctl/dump-conntrack", "zone=1")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !strings.Contains(out, "mark=1") {
+					t.Fatalf("no connection marked blocked in zone 1:\n%s", out)
+				}
+
+				// Allowing again lets the same connection carry data: the
+				// retransmitted "two" arrives, then a fresh "three".
+				allowing().apply(t, n)
+				if got, err := c.read(15 * time.Second); err != nil || got != "two" {
+					t.Fatalf("after re-allow, retransmitted echo: %q, %v", got, err)
+				}
+				if err := c.send("three"); err != nil {
+					t.Fatal(err)
+				}
+				if got, err := c.read(allowTimeout); err != nil || got != "three" {
+					t.Fatalf("after re-allow: %q, %v", got, err)
+				}
+			})
+		}
 	}
 }
 
