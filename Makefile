@@ -152,3 +152,7 @@ bench: deps kube-binaries ## benchmark report into _output/bench (BENCH_QUICK=1:
 	@mkdir -p $(OUT)/bench
 	$(GO) build -o $(OUT)/bench/benchreport ./test/bench/cmd/benchreport
 	GO=$(GO) $(OUT)/bench/benchreport --out $(OUT)/bench
+
+.PHONY: test-controller
+test-controller: kube-binaries ## the kube-apiserver harness, the controller and its command, on real etcd + kube-apiserver
+	$(GO) test -count=1 ./test/kubeapi/... ./pkg/controller/... ./cmd/tierflow-controller/...
