@@ -126,11 +126,20 @@ func (c *Compiler) Compile(in Input) (Result, error) {
 		pods[p.Pod] = p
 	}
 	pols := append([]*model.Policy(nil), in.Policies...)
+	for _, p := range pols {
+		if p == nil {
+			return res, fmt.Errorf("nil policy in input")
+		}
+	}
 	sort.SliceStable(pols, func(i, j int) bool { return model.ComparePolicies(pols[i], pols[j]) < 0 })
 
 	// Place rules in tables, in evaluation order.
 	byTable := map[pipeline.Table][]placed{}
+	seenKeys := map[string]bool{}
 	for _, p := range pols {
+		if p == nil {
+			return res, fmt.Errorf("nil policy in input")
+		}
 		switch p.Tier {
 		case model.TierAdmin, model.TierNetworkPolicy, model.TierBaseline:
 		default:
@@ -150,9 +159,14 @@ func (c *Compiler) Compile(in Input) (Result, error) {
 				// policyTypes are ignored (networking/v1 API).
 				continue
 			}
+			k := ruleKey(p, r)
+			if seenKeys[k] {
+				return res, fmt.Errorf("policy %s: two %s rules with index %d (or two policies with ID %q)", p.Source, r.Direction, r.Index, p.ID)
+			}
+			seenKeys[k] = true
 			ts := tablesFor(r.Direction)
 			t := map[model.Tier]pipeline.Table{model.TierAdmin: ts.admin, model.TierNetworkPolicy: ts.np, model.TierBaseline: ts.baseline}[p.Tier]
-			byTable[t] = append(byTable[t], placed{p, r, ruleKey(p, r), t})
+			byTable[t] = append(byTable[t], placed{p, r, k, t})
 		}
 	}
 
@@ -391,7 +405,13 @@ func (c *Compiler) compileRule(b *builder, in Input, pods map[model.PodRef]pipel
 		}
 	}
 	for _, blk := range r.Peer.IPBlocks {
-		if !blk.CIDR.IsValid() {
+		ok := blk.CIDR.IsValid()
+		for _, x := range blk.Except {
+			ok = ok && x.IsValid()
+		}
+		if !ok {
+			// An unreadable except must not widen an allow: the whole
+			// block is invalid.
 			invalid = true
 			continue
 		}

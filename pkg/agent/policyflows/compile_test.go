@@ -364,3 +364,40 @@ func BenchmarkRecompileOneChange(b *testing.B) {
 		}
 	}
 }
+
+// TestMalformedInputNeverPanics feeds odd but possible inputs: errors or
+// warnings, never a panic, and never an allow widened by what could not be
+// read.
+func TestMalformedInputNeverPanics(t *testing.T) {
+	f := newFixture(2)
+	atg := f.atg("atg", nil, 1)
+	f.in.AppliedToGroups["empty"] = &model.AppliedToGroup{}
+	f.in.AddressGroups["nilmember"] = &model.AddressGroup{Members: []model.GroupMember{{}, {IPs: []netip.Addr{{}}}}}
+	inputs := []Input{
+		{Policies: []*model.Policy{nil}},
+		{Node: "n1", Pods: f.pods, AppliedToGroups: f.in.AppliedToGroups, AddressGroups: f.in.AddressGroups, Policies: []*model.Policy{
+			{Tier: model.TierAdmin, AppliedToGroups: []string{atg, "missing", "empty"}, Rules: []model.Rule{
+				{Direction: model.DirectionIn, Action: model.ActionAllow, Peer: model.Peer{AddressGroups: []string{"nilmember", "missing"},
+					IPBlocks: []model.IPBlock{{CIDR: netip.MustParsePrefix("10.0.0.0/8"), Except: []netip.Prefix{{}}}}}},
+				{Direction: model.DirectionOut, Action: "Bogus", Peer: model.Peer{}},
+				{Direction: model.DirectionOut, Index: 1, Action: model.ActionPass, Ports: []model.Port{{Protocol: model.ProtocolTCP, Port: 90, EndPort: 80}, {Name: "x", Protocol: "FOO"}}},
+			}},
+			{Tier: model.TierNetworkPolicy, AppliedToGroups: []string{atg}, Isolates: []model.Direction{"Sideways", model.DirectionIn},
+				Rules: []model.Rule{{Direction: model.DirectionIn, Action: model.ActionDeny}}},
+		}},
+		{Node: "n1", Pods: f.pods, Policies: []*model.Policy{{Tier: 7}}},
+		{Node: "n1", Pods: f.pods, Policies: []*model.Policy{{Tier: model.TierAdmin, Rules: []model.Rule{{Direction: "Up"}}}}},
+		{Node: "n1", Pods: f.pods, Policies: []*model.Policy{{Tier: model.TierAdmin, Rules: []model.Rule{{Direction: model.DirectionIn}, {Direction: model.DirectionIn}}}}},
+	}
+	for i, in := range inputs {
+		res, err := NewCompiler(1).Compile(in)
+		t.Logf("input %d: err=%v warnings=%q", i, err, res.Warnings)
+		for _, fl := range res.Flows {
+			// The only allow present must not come from the 10/8 block with
+			// an unreadable except.
+			if fl.Match.IPSrc.IsValid() && fl.Match.IPSrc.Bits() < 32 {
+				t.Errorf("input %d: a block with an invalid except was installed: %s", i, flowtext.Key(fl))
+			}
+		}
+	}
+}
