@@ -30,7 +30,7 @@ func TestSimulatedCluster(t *testing.T) {
 	var dir string
 	var netnsSeen, linksSeen []string
 	t.Run("cluster", func(t *testing.T) {
-		tb := testbed.Start(t, testbed.Options{Nodes: 3, NormalFlows: true})
+		tb := testbed.Start(t, testbed.Options{Nodes: 3, IPv6: true, NormalFlows: true})
 		dir = tb.Dir
 		linksSeen = append(linksSeen, tb.NodeInterface, tb.Fabric.Name)
 		for _, n := range tb.Nodes {
@@ -133,6 +133,15 @@ func exerciseCluster(t *testing.T, tb *testbed.Testbed) []corev1.Pod {
 				t.Errorf("client-0 (%s) → %s %s:%s/%s: exit %d, stdout %q, stderr %q",
 					client0.Spec.NodeName, w.Name, w.Spec.NodeName, probe.port, probe.proto, res.ExitCode, res.Stdout, res.Stderr)
 			}
+		}
+	}
+	for _, w := range webPods {
+		if len(w.Status.PodIPs) != 2 {
+			t.Fatalf("pod %s: podIPs %v, want IPv4 and IPv6", w.Name, w.Status.PodIPs)
+		}
+		v6 := net.JoinHostPort(w.Status.PodIPs[1].IP, "80")
+		if res := tb.Exec("x", "client-0", "/agnhost", "connect", v6, "--timeout=3s", "--protocol=tcp"); res.ExitCode != 0 || res.Stderr != "" {
+			t.Errorf("client-0 → %s %s: exit %d, stderr %q", w.Name, v6, res.ExitCode, res.Stderr)
 		}
 	}
 	if res := tb.Exec("x", "client-0", "/agnhost", "connect", client1.Status.PodIP+":8080", "--timeout=3s", "--protocol=tcp"); res.ExitCode != 0 {
