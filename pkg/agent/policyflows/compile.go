@@ -119,11 +119,26 @@ type placed struct {
 func (c *Compiler) Compile(in Input) (Result, error) {
 	res := Result{Rules: map[uint32]RuleInfo{}}
 	pods := map[model.PodRef]pipeline.LocalPod{}
+	ports := map[uint32]model.PodRef{}
+	ips := map[netip.Addr]model.PodRef{}
 	for _, p := range in.Pods {
 		if err := p.Validate(); err != nil {
 			return res, err
 		}
+		if _, dup := pods[p.Pod]; dup {
+			return res, fmt.Errorf("pod %s attached twice", p.Pod)
+		}
+		if other, dup := ports[p.OFPort]; dup {
+			return res, fmt.Errorf("pods %s and %s on the same OpenFlow port %d", other, p.Pod, p.OFPort)
+		}
+		for _, ip := range p.IPs {
+			if other, dup := ips[ip]; dup {
+				return res, fmt.Errorf("pods %s and %s share address %s", other, p.Pod, ip)
+			}
+			ips[ip] = p.Pod
+		}
 		pods[p.Pod] = p
+		ports[p.OFPort] = p.Pod
 	}
 	pols := append([]*model.Policy(nil), in.Policies...)
 	for _, p := range pols {

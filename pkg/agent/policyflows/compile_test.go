@@ -401,3 +401,19 @@ func TestMalformedInputNeverPanics(t *testing.T) {
 		}
 	}
 }
+
+func TestConflictingPodsAreErrors(t *testing.T) {
+	f := newFixture(2)
+	for name, mutate := range map[string]func(ps []pipeline.LocalPod){
+		"same port": func(ps []pipeline.LocalPod) { ps[1].OFPort = ps[0].OFPort },
+		"same IP":   func(ps []pipeline.LocalPod) { ps[1].IPs = ps[0].IPs },
+		"same pod":  func(ps []pipeline.LocalPod) { ps[1].Pod = ps[0].Pod },
+	} {
+		in := f.in
+		in.Pods = append([]pipeline.LocalPod(nil), f.pods...)
+		mutate(in.Pods)
+		if _, err := NewCompiler(1).Compile(in); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+}

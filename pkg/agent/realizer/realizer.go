@@ -76,6 +76,11 @@ func (r *Realizer) Update(ctx context.Context, in policyflows.Input) (flowsync.B
 	if !r.started {
 		return flowsync.Bundle{}, fmt.Errorf("realizer not started")
 	}
+	for _, p := range in.Pods {
+		if r.cfg.UplinkPort != 0 && p.OFPort == r.cfg.UplinkPort {
+			return flowsync.Bundle{}, fmt.Errorf("pod %s on the uplink port %d", p.Pod, p.OFPort)
+		}
+	}
 	res, err := r.comp.Compile(in)
 	if err != nil {
 		return flowsync.Bundle{}, err
