@@ -28,6 +28,10 @@ test-ovs: deps ## the OVS layer alone: test/ovsenv, pkg/ovs/openflow, pkg/ovs/ov
 test-pipeline: deps ## the agent's OpenFlow pipeline: compiler unit tests and real-OVS policy tests (root)
 	$(GO) test -count=1 ./pkg/agent/pipeline ./pkg/agent/policyflows ./pkg/agent/flowtext ./pkg/agent/flowsync ./pkg/agent/metrics ./pkg/agent/realizer
 
+.PHONY: test-agent
+test-agent: deps kube-binaries ## the agent process: cmd/tierflow-agent and pkg/agent/runtime (real OVS, real kube-apiserver, the controller binary)
+	$(GO) test -count=1 ./cmd/tierflow-agent ./pkg/agent/runtime/...
+
 # Kubernetes binaries for the real kube-apiserver test harness (test/kubeapi),
 # built from the separate module in build/kube. Cached: rebuilt only when
 # build/kube/go.mod or go.sum is newer than the binaries.
