@@ -134,11 +134,11 @@ func refOrNil(r Reference) *Reference {
 
 // e2eNotMeasured says why the end-to-end latency has no driver: it needs
 // the agent process wired to the controller and distribution in the test
-// bed.
+// bed, and test/testbed does not run one yet.
 func e2eNotMeasured() string {
-	agentMain := "cmd/tierflow-agent/main.go"
-	if _, err := os.Stat(agentMain); err != nil {
-		return "no agent process yet (" + agentMain + " is not on main), so the test bed (test/testbed) runs no agent, controller and distribution wired together; nothing to time"
+	if _, err := os.Stat("cmd/tierflow-agent/main.go"); err != nil {
+		return "no agent process on main (cmd/tierflow-agent/main.go missing), so nothing realizes a policy change in the test bed"
 	}
-	return "the agent process exists, but the test bed (test/testbed) does not yet run it with the controller and distribution; this driver is not written yet"
+	return "test/testbed runs pods with NORMAL flows (or none) and no tierflow-agent, controller or distribution server wired together, " +
+		"so there is no policy realization in the test bed to time; the driver waits for that wiring"
 }

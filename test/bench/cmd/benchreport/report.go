@@ -163,11 +163,11 @@ func (rep *Report) Markdown() string {
 		{SectionE2E, "", []string{"scenario", "scale", "p50", "p99"},
 			func(r *Run) []string { return []string{r.Scenario, r.Scale, "–", "–"} }},
 		{SectionDatapath,
-			"iperf3 (TCP) between two pods on one node bridge through the agent's full pipeline, first with no policy, then with 1000 rules realized (a quarter Admin-tier Deny rules against other peers, the rest NetworkPolicy-tier Allow rules; only the last one allows the client), one after the other in one run. A port no rule allows is checked closed. Userspace datapath on a shared 2-core machine: expect noise.",
-			[]string{"scale", "no policy", "1000 rules", "rules / no policy", "flows (no policy / rules)", "iperf3 duration"},
+			"iperf3 (TCP) between two pods on one node bridge through the agent's full pipeline, with no policy and with 1000 rules realized (a quarter Admin-tier Deny rules against other peers, the rest NetworkPolicy-tier Allow rules; only the last one allows the client), alternately in one run; medians over the rounds. A port no rule allows is checked closed each round. Userspace datapath on a shared 2-core machine: expect noise.",
+			[]string{"scale", "no policy", "1000 rules", "rules / no policy", "flows (no policy / rules)", "iperf3 duration × rounds"},
 			func(r *Run) []string {
 				return []string{r.Scale, gbps(r, "no-policy-Gbps"), gbps(r, "rules-Gbps"), ratio(r, "rules/no-policy"),
-					num(r, "no-policy-flows") + " / " + num(r, "rules-flows"), secs(r, "iperf-s")}
+					num(r, "no-policy-flows") + " / " + num(r, "rules-flows"), secs(r, "iperf-s") + " × " + num(r, "rounds") + " each"}
 			}},
 		{SectionFanout,
 			"pkg/controller on a real kube-apiserver, the distribution server (gRPC over TLS, static tokens) and datapath-less agents (pkg/agent/fake), all in one process. Initial: from the agents' start until each has exactly the policies spanning its node. Change: an AdminNetworkPolicy selecting every namespace created through the API, until every agent has it (median / maximum). Memory is the whole process (controller plus the agents' caches).",
