@@ -43,6 +43,7 @@ func newCommand() *cobra.Command {
 		"ovs: program the OVS bridge; none: no datapath, keep the rule cache and report policies realized (fan-out tests)")
 	querySocket := cmd.Flags().String("query-socket", query.DefaultSocket, "unix socket of the local query API (tierctl flows/trace); empty disables")
 	ctZone := cmd.Flags().Uint16("ct-zone", 0, "conntrack zone of this node's connections (agents whose bridges share one datapath need different zones)")
+	vswitchdCtl := cmd.Flags().String("vswitchd-ctl", "", "ovs-vswitchd's control socket, for traces; empty: found through its pidfile in the OVSDB socket's directory")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if *datapath != query.DatapathOVS && *datapath != query.DatapathNone {
 			return fmt.Errorf("invalid --datapath %q: want %s or %s", *datapath, query.DatapathOVS, query.DatapathNone)
@@ -53,7 +54,7 @@ func newCommand() *cobra.Command {
 		}
 		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: c.SlogLevel()}))
 		slog.SetDefault(log)
-		a, err := runtime.New(runtime.Options{Config: c, Datapath: *datapath, QuerySocket: *querySocket, CtZone: *ctZone, Logger: log})
+		a, err := runtime.New(runtime.Options{Config: c, Datapath: *datapath, QuerySocket: *querySocket, CtZone: *ctZone, VswitchdCtl: *vswitchdCtl, Logger: log})
 		if err != nil {
 			return err
 		}

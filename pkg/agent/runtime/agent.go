@@ -32,6 +32,9 @@ type Options struct {
 	// bridges share one datapath (tests with several bridges in one
 	// ovs-vswitchd) need different zones.
 	CtZone uint16
+	// VswitchdCtl is ovs-vswitchd's control socket, for traces; empty:
+	// found through its pidfile in the OVSDB socket's directory.
+	VswitchdCtl string
 	// RetryInterval between attempts after a failed realization (default
 	// 2s); CheckInterval between checks that the bridge still holds the
 	// flows (default 10s).

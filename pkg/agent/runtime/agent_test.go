@@ -126,6 +126,7 @@ func TestTwoNodes(t *testing.T) {
 	})
 
 	checkQueryAndMetrics(t, ag1, anpRef)
+	checkTraces(t, ag1, ag2, a, b, cc, anpRef, npRef)
 
 	// A pod attached while the agents run: its port appears on n1 (the
 	// agent classifies it), then its API object puts it in the ANP's peer
@@ -323,4 +324,43 @@ func scrape(t *testing.T, ag *agentProc) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// checkTraces asks both agents to trace connections: the source node's
+// trace names the ANP's deny, the destination node's the NP's allow.
+func checkTraces(t *testing.T, ag1, ag2 *agentProc, a, b, c *ovsenv.Pod, anpRef, npRef string) {
+	t.Helper()
+	ctx := context.Background()
+	hasRule := func(tr *query.Trace, policy string) bool {
+		for _, r := range tr.Rules {
+			if r.Policy.String() == policy {
+				return true
+			}
+		}
+		return false
+	}
+	for _, tc := range []struct {
+		ag      *agentProc
+		req     query.TraceRequest
+		dropped bool
+		rule    string
+	}{
+		{ag1, query.TraceRequest{Src: "default/a", Dst: c.IPv4().String(), Port: 80}, true, anpRef},
+		{ag1, query.TraceRequest{Src: "default/a", Dst: b.IPv4().String(), Port: 80}, false, ""},
+		{ag2, query.TraceRequest{Src: a.IPv4().String(), Dst: b.IPv4().String(), Port: 80}, false, npRef},
+		{ag2, query.TraceRequest{Src: a.IPv4().String(), Dst: b.IPv4().String(), Protocol: "TCP", Port: 8080}, true, ""},
+	} {
+		tr, err := tc.ag.q.Trace(ctx, tc.req)
+		if err != nil {
+			t.Errorf("trace %+v on %s: %v", tc.req, tc.ag.node, err)
+			continue
+		}
+		if tr.Dropped != tc.dropped || (tc.rule != "" && !hasRule(tr, tc.rule)) {
+			t.Errorf("trace %+v on %s: dropped %v (actions %q), rules %+v; want dropped %v by/through %q\n%s",
+				tc.req, tc.ag.node, tr.Dropped, tr.DatapathActions, tr.Rules, tc.dropped, tc.rule, tr.Output)
+		}
+	}
+	if _, err := ag1.q.Trace(ctx, query.TraceRequest{Src: "default/nobody", Dst: "10.0.0.2", Port: 80}); err == nil {
+		t.Errorf("trace from an unknown pod accepted")
+	}
 }

@@ -147,6 +147,26 @@ func (a *Agent) queryHandler() http.Handler {
 		}
 		writeJSON(w, out)
 	})
+	mux.HandleFunc("GET /v1/trace", func(w http.ResponseWriter, r *http.Request) {
+		if a.ovs == nil {
+			writeError(w, http.StatusNotFound, "no datapath (datapath none): nothing to trace")
+			return
+		}
+		q := r.URL.Query()
+		req := query.TraceRequest{Src: q.Get("src"), Dst: q.Get("dst"), Protocol: q.Get("protocol")}
+		port, err := strconv.Atoi(q.Get("port"))
+		if err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("port %q: want a number", q.Get("port")))
+			return
+		}
+		req.Port = port
+		out, err := a.ovs.trace(r.Context(), a.opts.VswitchdCtl, ovsRundir(a.cfg.OVSDBSocketPath()), req)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		writeJSON(w, out)
+	})
 	return mux
 }
 

@@ -65,6 +65,19 @@ func (c *Client) Flows(ctx context.Context, f FlowFilter) (*Flows, error) {
 	return &out, c.get(ctx, "/v1/flows", f.Values(), &out)
 }
 
+// Trace asks /v1/trace.
+func (c *Client) Trace(ctx context.Context, r TraceRequest) (*Trace, error) {
+	v := url.Values{}
+	v.Set("src", r.Src)
+	v.Set("dst", r.Dst)
+	if r.Protocol != "" {
+		v.Set("protocol", r.Protocol)
+	}
+	v.Set("port", strconv.Itoa(r.Port))
+	var out Trace
+	return &out, c.get(ctx, "/v1/trace", v, &out)
+}
+
 // Values encodes the filter as query parameters.
 func (f FlowFilter) Values() url.Values {
 	v := url.Values{}

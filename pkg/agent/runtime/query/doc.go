@@ -12,6 +12,8 @@
 //	                 ?policy=KIND/[NS/]NAME or policy ID, &direction=In|Out,
 //	                 &rule=INDEX, &table=NAME, &pod=NS/NAME
 //	/v1/pods         the local pods the agent maps to OpenFlow ports
+//	/v1/trace        ofproto/trace of a new connection's first packet, with
+//	                 the rules it met: ?src=NS/POD|IP&dst=IP&protocol=TCP&port=N
 //
 // The types below are the wire format; Client is the Go client tierctl uses.
 package query

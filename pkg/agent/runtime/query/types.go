@@ -151,3 +151,31 @@ type Pods struct {
 type Error struct {
 	Error string `json:"error"`
 }
+
+// TraceRequest asks how the bridge treats the first packet of a new
+// connection.
+type TraceRequest struct {
+	// Src is a local pod (NAMESPACE/NAME) or an IP address elsewhere (the
+	// packet then arrives from the uplink).
+	Src string
+	// Dst is the destination IP address.
+	Dst string
+	// Protocol is TCP (default), UDP or SCTP; Port the destination port.
+	Protocol string
+	Port     int
+}
+
+// Trace is /v1/trace: ovs-vswitchd's ofproto/trace of the packet, with
+// conntrack simulated as a new connection at each recirculation.
+type Trace struct {
+	// Flow is the traced packet in ovs-ofctl syntax.
+	Flow string `json:"flow"`
+	// Output is ofproto/trace's text.
+	Output string `json:"output"`
+	// Rules are the rules whose flows the packet went through, in order.
+	Rules []Rule `json:"rules"`
+	// DatapathActions is the final "Datapath actions" line; Dropped says
+	// whether the packet is dropped on this bridge.
+	DatapathActions string `json:"datapathActions"`
+	Dropped         bool   `json:"dropped"`
+}
