@@ -426,13 +426,19 @@ type ExecResult struct {
 	ExitCode int
 }
 
-// Exec runs `kubectl exec -n NAMESPACE POD -- CMD...`.
+// Exec runs `kubectl exec -n NAMESPACE POD -c FIRST-CONTAINER -- CMD...`
+// (naming the container keeps kubectl's "Defaulted container" notice out
+// of stderr; every container of a pod shares its network namespace).
 func (t *Testbed) Exec(namespace, pod string, cmd ...string) ExecResult {
-	args := append([]string{"--kubeconfig=" + t.Cluster.Kubeconfig, "exec", "-n", namespace, pod, "--"}, cmd...)
+	p, err := t.Cluster.Kube.CoreV1().Pods(namespace).Get(context.Background(), pod, metav1.GetOptions{})
+	if err != nil {
+		return ExecResult{ExitCode: -1, Stderr: err.Error()}
+	}
+	args := append([]string{"--kubeconfig=" + t.Cluster.Kubeconfig, "exec", "-n", namespace, pod, "-c", p.Spec.Containers[0].Name, "--"}, cmd...)
 	c := exec.Command(filepath.Join(t.Cluster.BinDir, "kubectl"), args...)
 	var stdout, stderr bytes.Buffer
 	c.Stdout, c.Stderr = &stdout, &stderr
-	err := c.Run()
+	err = c.Run()
 	res := ExecResult{Stdout: stdout.String(), Stderr: stderr.String()}
 	var ee *exec.ExitError
 	switch {

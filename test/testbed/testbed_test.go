@@ -101,6 +101,12 @@ func exerciseCluster(t *testing.T, tb *testbed.Testbed) []corev1.Pod {
 				Spec: corev1.PodSpec{Containers: []corev1.Container{
 					// A declared port no command serves still answers.
 					{Name: "main", Image: agnhostImage, Args: []string{"pause"}, Ports: []corev1.ContainerPort{{ContainerPort: 8080}}},
+					// As the network-policy-api conformance manifests write
+					// them: shell-wrapped agnhost, and an SCTP porter the test
+					// bed cannot serve (the pod must still become Ready).
+					{Name: "wrapped-8081", Image: agnhostImage, Command: []string{"/bin/bash", "-c", "/agnhost serve-hostname --tcp --http=false --port 8081"}},
+					{Name: "sctp-9003", Image: agnhostImage, Command: []string{"/bin/bash", "-c", "/agnhost porter"},
+						Env: []corev1.EnvVar{{Name: "SERVE_SCTP_PORT_9003", Value: "foo"}}},
 				}},
 			},
 		},
@@ -156,6 +162,9 @@ func exerciseCluster(t *testing.T, tb *testbed.Testbed) []corev1.Pod {
 	}
 	if got := readTCP(t, client0, client1.Status.PodIP+":8080"); got != "client-1" {
 		t.Errorf("declared port answered %q, want client-1", got)
+	}
+	if got := readTCP(t, client0, client1.Status.PodIP+":8081"); got != "client-1" {
+		t.Errorf("shell-wrapped serve-hostname answered %q, want client-1", got)
 	}
 	if got := httpGet(t, client0, w0.Status.PodIP+":8000"); got != "porter-8000" {
 		t.Errorf("porter answered %q, want porter-8000", got)

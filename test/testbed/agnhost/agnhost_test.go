@@ -120,24 +120,47 @@ func TestMainCommandLine(t *testing.T) {
 	}
 }
 
+func TestIsAgnhost(t *testing.T) {
+	for _, c := range []struct {
+		image         string
+		command, args []string
+		want          string
+		ok            bool
+	}{
+		{"agnhost:2.53", []string{"/agnhost", "serve-hostname"}, []string{"--tcp", "--http=false"}, "serve-hostname --tcp --http=false", true},
+		{"agnhost:2.53", nil, []string{"porter"}, "porter", true},
+		{"agnhost:2.53", nil, nil, "", true},
+		{"agnhost:2.45", []string{"/bin/bash", "-c", "/agnhost serve-hostname --tcp --http=false --port 80"}, nil, "serve-hostname --tcp --http=false --port 80", true},
+		{"agnhost:2.45", []string{"sh", "-c", "echo hi; exec /agnhost porter"}, nil, "porter", true},
+		{"busybox", []string{"sh", "-c", "sleep 3600"}, nil, "", false},
+		{"nginx", nil, nil, "", false},
+	} {
+		argv, ok := IsAgnhost(c.image, c.command, c.args)
+		if ok != c.ok || strings.Join(argv, " ") != c.want {
+			t.Errorf("IsAgnhost(%q, %q, %q) = %q, %v; want %q, %v", c.image, c.command, c.args, argv, ok, c.want, c.ok)
+		}
+	}
+}
+
 func TestServersAnswer(t *testing.T) {
 	logger := log.New(io.Discard, "", 0)
-	eps, err := Plan([]string{"porter", "--json-response=false"}, map[string]string{"SERVE_PORT_18080": "foo", "SERVE_UDP_PORT_18081": "bar", "SERVE_TLS_PORT_18443": "baz", "HOME": "/"}, "h")
-	if err != nil || len(eps) != 3 {
-		t.Fatalf("porter plan: %v %v", eps, err)
+	eps, warnings, err := Plan([]string{"porter", "--json-response=false"}, map[string]string{
+		"SERVE_PORT_18080": "foo", "SERVE_UDP_PORT_18081": "bar", "SERVE_TLS_PORT_18443": "baz", "SERVE_SCTP_PORT_9003": "x", "HOME": "/"}, "h")
+	if err != nil || len(eps) != 3 || len(warnings) != 1 || !strings.Contains(warnings[0], "SERVE_SCTP_PORT_9003") {
+		t.Fatalf("porter plan: %v %v %v", eps, warnings, err)
 	}
-	more, err := Plan([]string{"serve-hostname", "--tcp", "--http=false", "--port", "18082"}, nil, "pod-x")
+	more, _, err := Plan([]string{"serve-hostname", "--tcp", "--http=false", "--port", "18082"}, nil, "pod-x")
 	if err != nil || len(more) != 1 || more[0].Kind != KindRawTCP || more[0].Body != "pod-x" {
 		t.Fatalf("serve-hostname plan: %v %v", more, err)
 	}
-	netexec, err := Plan([]string{"netexec", "--http-port=18090", "--udp-port=18091", "--delay-shutdown=5"}, nil, "pod-x")
+	netexec, _, err := Plan([]string{"netexec", "--http-port=18090", "--udp-port=18091", "--delay-shutdown=5"}, nil, "pod-x")
 	if err != nil || len(netexec) != 2 {
 		t.Fatalf("netexec plan: %v %v", netexec, err)
 	}
-	if _, err := Plan([]string{"serve-hostname", "--tcp"}, nil, "h"); err == nil {
+	if _, _, err := Plan([]string{"serve-hostname", "--tcp"}, nil, "h"); err == nil {
 		t.Error("serve-hostname --tcp with --http (default true) must be refused, as agnhost does")
 	}
-	if _, err := Plan([]string{"porter"}, map[string]string{"SERVE_PORT_x": "v"}, "h"); err == nil {
+	if _, _, err := Plan([]string{"porter"}, map[string]string{"SERVE_PORT_x": "v"}, "h"); err == nil {
 		t.Error("porter with a non-numeric port must fail")
 	}
 	eps = append(append(eps, more...), netexec...)

@@ -88,11 +88,14 @@ func Main(ctx context.Context, args []string, hostname string, stdout, stderr io
 }
 
 func serveUntilDone(ctx context.Context, argv []string, hostname string, stderr io.Writer) error {
-	eps, err := Plan(argv, environ(), hostname)
+	eps, warnings, err := Plan(argv, environ(), hostname)
+	logger := log.New(stderr, "", log.LstdFlags)
+	for _, w := range warnings {
+		logger.Printf("warning: %s", w)
+	}
 	if err != nil {
 		return err
 	}
-	logger := log.New(stderr, "", log.LstdFlags)
 	s, err := Start(eps, hostname, logger)
 	if err != nil {
 		return err

@@ -59,7 +59,10 @@ func PodEndpoints(pod *corev1.Pod) ([]agnhost.Endpoint, []string, error) {
 			}
 			env[e.Name] = e.Value
 		}
-		planned, err := agnhost.Plan(argv, env, hostname)
+		planned, planWarnings, err := agnhost.Plan(argv, env, hostname)
+		for _, w := range planWarnings {
+			warnings = append(warnings, fmt.Sprintf("container %s: %s", c.Name, w))
+		}
 		if err != nil {
 			return nil, warnings, fmt.Errorf("container %s: %w", c.Name, err)
 		}
