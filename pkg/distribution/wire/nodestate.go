@@ -192,6 +192,9 @@ func (s *NodeState) FullDelta(version uint64) *Delta {
 // the update does not fit the state (a patch for a group the node does not
 // hold), and the stream must be resynced.
 func (s *NodeState) Apply(u *Update) (*Delta, error) {
+	if err := u.validate(); err != nil {
+		return nil, err
+	}
 	if u.Full {
 		if len(u.DeletedPolicies)+len(u.DeletedAppliedToGroups)+len(u.DeletedAddressGroups)+len(u.AddressGroupPatches) > 0 {
 			return nil, fmt.Errorf("full update %d carries deletes or patches", u.Version)
@@ -387,4 +390,30 @@ func diffMap[T any](kind string, want, got map[string]T, out []string) []string 
 	}
 	slices.Sort(out)
 	return out
+}
+
+// validate rejects updates no correct controller sends: missing objects
+// or IDs, members without a pod or node.
+func (u *Update) validate() error {
+	for _, p := range u.Policies {
+		if p == nil || p.ID == "" {
+			return fmt.Errorf("update %d: policy without ID", u.Version)
+		}
+	}
+	for _, g := range u.AppliedToGroups {
+		if g == nil || g.ID == "" {
+			return fmt.Errorf("update %d: applied-to group without ID", u.Version)
+		}
+	}
+	for _, g := range u.AddressGroups {
+		if g == nil || g.ID == "" {
+			return fmt.Errorf("update %d: address group without ID", u.Version)
+		}
+	}
+	for i := range u.AddressGroupPatches {
+		if u.AddressGroupPatches[i].ID == "" {
+			return fmt.Errorf("update %d: address group patch without ID", u.Version)
+		}
+	}
+	return nil
 }
