@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/tierflow/tierflow/pkg/agent/metrics"
 	"github.com/tierflow/tierflow/pkg/agent/pipeline"
@@ -76,22 +78,33 @@ func TestRuleMetrics(t *testing.T) {
 	}
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(metrics.NewCollector(n.r))
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
+	var mfs []*dto.MetricFamily
 	got := map[string]float64{}
-	for _, mf := range mfs {
-		if mf.GetName() != "tierflow_rule_packets_total" {
-			continue
+	// OVS credits datapath packets to OpenFlow rules when its revalidators
+	// run (about every 500ms), so counters catch up shortly after traffic.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n.settle(t)
+		var err error
+		if mfs, err = reg.Gather(); err != nil {
+			t.Fatal(err)
 		}
-		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
+		for _, mf := range mfs {
+			if mf.GetName() != "tierflow_rule_packets_total" {
+				continue
 			}
-			got[labels["policy_name"]+"/"+labels["rule_name"]+"/"+labels["action"]+"/"+labels["table"]] = m.GetCounter().GetValue()
+			for _, m := range mf.GetMetric() {
+				labels := map[string]string{}
+				for _, l := range m.GetLabel() {
+					labels[l.GetName()] = l.GetValue()
+				}
+				got[labels["policy_name"]+"/"+labels["rule_name"]+"/"+labels["action"]+"/"+labels["table"]] = m.GetCounter().GetValue()
+			}
 		}
+		if got["web/from-a/Allow/IngressAdmin"] >= 9 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 	// Three connections' original-direction packets (SYN, ACK, data,
 	// FIN...) went through the allow rule; c's SYN retransmissions through

@@ -34,7 +34,24 @@ func joinNodes(t *testing.T, env *ovsenv.Env, n1, n2 *node) {
 	}
 }
 
-func flowPackets(t *testing.T, n *node, table pipeline.Table, role pipeline.Role, policy string) uint64 {
+// flowPackets sums the packet counters of a node's flows. OVS credits
+// datapath packets to OpenFlow rules when its revalidators run, so it waits
+// for a revalidation first and, when want is set, polls until the count is
+// non-zero (or 10s passed).
+func flowPackets(t *testing.T, n *node, table pipeline.Table, role pipeline.Role, policy string, want bool) uint64 {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n.settle(t)
+		got := flowPacketsNow(t, n, table, role, policy)
+		if !want || got > 0 || time.Now().After(deadline) {
+			return got
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func flowPacketsNow(t *testing.T, n *node, table pipeline.Table, role pipeline.Role, policy string) uint64 {
 	t.Helper()
 	stats, err := n.r.Stats(context.Background())
 	if err != nil {
@@ -102,16 +119,16 @@ func TestCrossNode(t *testing.T) {
 	}
 	// Where each drop happened: a->c at the source node's egress Admin
 	// table, a->b:8080 at the destination node's ingress isolation.
-	if got := flowPackets(t, n1, pipeline.EgressAdmin, pipeline.RoleAction, "a-not-to-c"); got == 0 {
+	if got := flowPackets(t, n1, pipeline.EgressAdmin, pipeline.RoleAction, "a-not-to-c", true); got == 0 {
 		t.Errorf("no packet counted by the egress deny on n1")
 	}
-	if got := flowPackets(t, n2, pipeline.EgressAdmin, pipeline.RoleAction, "a-not-to-c"); got != 0 {
+	if got := flowPackets(t, n2, pipeline.EgressAdmin, pipeline.RoleAction, "a-not-to-c", false); got != 0 {
 		t.Errorf("the egress deny counted %d packets on n2 (the destination node)", got)
 	}
-	if got := flowPackets(t, n2, pipeline.IngressIsolation, pipeline.RoleIsolation, ""); got == 0 {
+	if got := flowPackets(t, n2, pipeline.IngressIsolation, pipeline.RoleIsolation, "", true); got == 0 {
 		t.Errorf("no packet counted by b's ingress isolation on n2")
 	}
-	if got := flowPackets(t, n1, pipeline.IngressIsolation, pipeline.RoleIsolation, ""); got != 0 {
+	if got := flowPackets(t, n1, pipeline.IngressIsolation, pipeline.RoleIsolation, "", false); got != 0 {
 		t.Errorf("isolation on n1 counted %d packets; b is on n2", got)
 	}
 }
