@@ -12,13 +12,14 @@
 //   - metricsAddress: /metrics (Prometheus), /healthz (the process is up),
 //     /readyz (this replica leads and its caches are synced: a Service
 //     routes agents to the leader only).
-//   - queryAddress: GET /snapshot, the computed model as JSON, for tierctl
-//     and debugging.
+//   - queryAddress: the query API for tierctl (pkg/queryapi): HTTPS with
+//     the agents' serving certificate, every request authenticated by its
+//     Kubernetes bearer token (TokenReview) and authorized by a
+//     SubjectAccessReview (get on tierflow.io/queries).
 package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -43,6 +44,7 @@ import (
 	"github.com/tierflow/tierflow/pkg/controller"
 	"github.com/tierflow/tierflow/pkg/distribution/server"
 	"github.com/tierflow/tierflow/pkg/distribution/statusbridge"
+	"github.com/tierflow/tierflow/pkg/queryapi"
 )
 
 func main() {
@@ -161,17 +163,32 @@ func run(ctx context.Context, c *config.Controller, log *slog.Logger) error {
 		servers = append(servers, s)
 	}
 	if c.QueryAddress != "" {
-		mux := http.NewServeMux()
-		mux.HandleFunc("GET /snapshot", func(w http.ResponseWriter, _ *http.Request) {
-			w.Header().Set("Content-Type", "application/json")
-			if err := json.NewEncoder(w).Encode(engine.Snapshot()); err != nil {
-				log.Debug("query: writing snapshot", "err", err)
-			}
-		})
-		s, err := serveHTTP(c.QueryAddress, mux, log)
+		// The query API (pkg/queryapi) shares the agents' serving
+		// certificate and checks every request's Kubernetes token with a
+		// TokenReview and a SubjectAccessReview: it exposes every pod
+		// address and policy of the cluster.
+		h := queryapi.NewHandler(queryapi.Source{
+			Snapshot: engine.Snapshot,
+			Realization: func(id string) (queryapi.Realization, bool) {
+				s, ok := srv.Summary(id)
+				if !ok {
+					return queryapi.Realization{}, false
+				}
+				return queryapi.Realization{SpanNodes: s.SpanNodes, Realized: s.Realized, Failed: s.Failed}, true
+			},
+			Pods:  ctl.Pods,
+			Ready: ready,
+		}, queryapi.NewAuthorizer(kube, 10*time.Second), log.With("component", "query"))
+		ln, err := net.Listen("tcp", c.QueryAddress)
 		if err != nil {
 			return fmt.Errorf("queryAddress: %w", err)
 		}
+		s := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, TLSConfig: agentTLS.Clone()}
+		go func() {
+			if err := s.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("query server stopped", "addr", c.QueryAddress, "err", err)
+			}
+		}()
 		servers = append(servers, s)
 	}
 	agentLis, err := net.Listen("tcp", c.AgentListenAddress)

@@ -1,0 +1,237 @@
+package queryapi
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/tierflow/tierflow/pkg/explain"
+	"github.com/tierflow/tierflow/pkg/explain/load"
+	"github.com/tierflow/tierflow/pkg/model"
+)
+
+// Source is what the handler reads from the controller.
+type Source struct {
+	// Snapshot returns the engine's current model.
+	Snapshot func() *model.Snapshot
+	// Realization returns a policy's realization summary, false when the
+	// distribution layer does not know the policy (yet).
+	Realization func(policyID string) (Realization, bool)
+	// Pods lists the pods of the controller's informer cache: explain's
+	// inventory.
+	Pods func() ([]*corev1.Pod, error)
+	// Ready reports whether the answers are meaningful (this replica leads
+	// and its caches are synced); nil means always.
+	Ready func() bool
+}
+
+// NewHandler serves the query API. auth may be nil only in tests of the
+// handler itself; the controller always passes one.
+func NewHandler(src Source, auth *Authorizer, log *slog.Logger) http.Handler {
+	if log == nil {
+		log = slog.Default()
+	}
+	h := &handler{src: src, auth: auth, log: log}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/snapshot", h.guard("snapshot", h.snapshot))
+	// The original unauthenticated path, now behind the same check.
+	mux.HandleFunc("GET /snapshot", h.guard("snapshot", h.snapshot))
+	mux.HandleFunc("GET /v1/policies", h.guard("policies", h.policies))
+	mux.HandleFunc("GET /v1/explain", h.guard("explain", h.explain))
+	mux.HandleFunc("GET /v1/matrix", h.guard("explain", h.matrix))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no such query endpoint %s %s", r.Method, r.URL.Path))
+	})
+	return mux
+}
+
+type handler struct {
+	src  Source
+	auth *Authorizer
+	log  *slog.Logger
+}
+
+// guard authenticates and authorizes before fn, and refuses while the
+// controller is not ready (a follower's empty model would look like "no
+// policies").
+func (h *handler) guard(endpoint string, fn func(http.ResponseWriter, *http.Request)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if h.auth != nil {
+			user, err := h.auth.Authorize(r, endpoint)
+			switch {
+			case errors.Is(err, errUnauthenticated):
+				writeError(w, http.StatusUnauthorized, err.Error())
+				return
+			case errors.Is(err, errForbidden):
+				writeError(w, http.StatusForbidden, err.Error())
+				return
+			case err != nil:
+				writeError(w, http.StatusServiceUnavailable, "cannot check the request's token: "+err.Error())
+				return
+			}
+			h.log.Debug("query", "user", user, "path", r.URL.Path)
+		}
+		if h.src.Ready != nil && !h.src.Ready() {
+			writeError(w, http.StatusServiceUnavailable, "controller not ready (not leading, or caches not synced yet)")
+			return
+		}
+		fn(w, r)
+	}
+}
+
+func (h *handler) snapshot(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, h.src.Snapshot())
+}
+
+func (h *handler) policies(w http.ResponseWriter, _ *http.Request) {
+	snap := h.src.Snapshot()
+	out := Policies{Policies: make([]PolicyStatus, 0, len(snap.Policies))}
+	for _, p := range snap.Policies {
+		st := PolicyStatus{Policy: p, Realization: Realization{SpanNodes: len(p.Span)}}
+		if h.src.Realization != nil {
+			if r, ok := h.src.Realization(p.ID); ok {
+				st.Realization = r
+			}
+		}
+		out.Policies = append(out.Policies, st)
+	}
+	sort.Slice(out.Policies, func(i, j int) bool {
+		return out.Policies[i].Source.String() < out.Policies[j].Source.String()
+	})
+	writeJSON(w, out)
+}
+
+// evaluator builds an explain evaluator over the current snapshot and
+// pods; excluded maps the pods that take no part in policy to why.
+func (h *handler) evaluator() (*explain.Evaluator, map[model.PodRef]string, error) {
+	pods, err := h.src.Pods()
+	if err != nil {
+		return nil, nil, fmt.Errorf("listing pods: %w", err)
+	}
+	excluded := map[model.PodRef]string{}
+	for _, p := range pods {
+		if why := load.Excluded(p); why != "" {
+			excluded[model.PodRef{Namespace: p.Namespace, Name: p.Name}] = why
+		}
+	}
+	inv, err := load.Inventory(&load.Objects{Pods: pods})
+	if err != nil {
+		return nil, nil, err
+	}
+	ev, err := explain.NewEvaluator(h.src.Snapshot(), inv)
+	if err != nil {
+		return nil, nil, err
+	}
+	return ev, excluded, nil
+}
+
+func (h *handler) explain(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	var query explain.Query
+	var err error
+	if query.Src, err = ParseEndpoint(q.Get("src")); err != nil {
+		writeError(w, http.StatusBadRequest, "src: "+err.Error())
+		return
+	}
+	if query.Dst, err = ParseEndpoint(q.Get("dst")); err != nil {
+		writeError(w, http.StatusBadRequest, "dst: "+err.Error())
+		return
+	}
+	port, err := explain.ParsePortSpec(q.Get("port"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	query.Protocol, query.Port = port.Protocol, port.Port
+	ev, excluded, err := h.evaluator()
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	for _, ep := range []explain.Endpoint{query.Src, query.Dst} {
+		if ep.Pod != nil && excluded[*ep.Pod] != "" {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("pod %s takes no part in network policy: %s", ep.Pod, excluded[*ep.Pod]))
+			return
+		}
+	}
+	res, err := ev.Explain(query)
+	if err != nil {
+		code := http.StatusBadRequest
+		if strings.Contains(err.Error(), "unknown pod") {
+			code = http.StatusNotFound
+		}
+		writeError(w, code, err.Error())
+		return
+	}
+	writeJSON(w, res)
+}
+
+// MatrixResult is /v1/matrix.
+type MatrixResult struct {
+	Cells []explain.Cell `json:"cells"`
+	// Skipped says which pods or pairs were left out, and why.
+	Skipped []string `json:"skipped,omitempty"`
+}
+
+func (h *handler) matrix(w http.ResponseWriter, r *http.Request) {
+	var ports []explain.PortSpec
+	for _, s := range r.URL.Query()["port"] {
+		p, err := explain.ParsePortSpec(s)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		ports = append(ports, p)
+	}
+	if len(ports) == 0 {
+		writeError(w, http.StatusBadRequest, "matrix: at least one port=PROTO/PORT is required")
+		return
+	}
+	ev, _, err := h.evaluator()
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	cells, skipped, err := ev.Matrix(ports)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if cells == nil {
+		cells = []explain.Cell{}
+	}
+	writeJSON(w, MatrixResult{Cells: cells, Skipped: skipped})
+}
+
+// ParseEndpoint reads NS/POD or an IP address.
+func ParseEndpoint(s string) (explain.Endpoint, error) {
+	if ns, name, ok := strings.Cut(s, "/"); ok {
+		if ns == "" || name == "" || strings.Contains(name, "/") {
+			return explain.Endpoint{}, fmt.Errorf("%q: want NS/POD or an IP address", s)
+		}
+		return explain.Endpoint{Pod: &model.PodRef{Namespace: ns, Name: name}}, nil
+	}
+	ip, err := netip.ParseAddr(s)
+	if err != nil {
+		return explain.Endpoint{}, fmt.Errorf("%q: want NS/POD or an IP address", s)
+	}
+	return explain.Endpoint{IP: ip}, nil
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(Error{Error: msg})
+}
