@@ -2,6 +2,7 @@ package compute
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/tierflow/tierflow/pkg/model"
 )
@@ -64,9 +65,14 @@ type Engine struct {
 	byPriority   map[prioKey]set[*policyState]
 	ignoredConds map[model.PolicyRef][]model.Condition // objects that produce no Policy
 
-	// pending collects the changes of the current call.
-	pending     map[pendingKey]int // index into pendingList
-	pendingList []pendingChange
+	// pendingList collects the changes of the current call; each object
+	// finds its entry through its pendSlot (no map lookup: one pod event
+	// can touch thousands of policies). Objects deleted in this call are
+	// also indexed by ID, so that one re-created under the same ID (a new
+	// Go object) merges with its deletion.
+	epoch          uint64
+	pendingList    []pendingChange
+	pendingDeleted map[pendingKey]int
 
 	// Deliveries: batches queue up in the order of the calls that made
 	// them; one goroutine at a time delivers them, without holding mu, so
@@ -75,7 +81,14 @@ type Engine struct {
 	queue       [][]Change
 	delivering  bool
 	subscribers map[int]func([]Change)
+	nsubs       atomic.Int32 // len(subscribers), readable under mu
 	nextSub     int
+}
+
+// pendSlot is an object's link to its entry in the current call's changes.
+type pendSlot struct {
+	epoch uint64
+	idx   int
 }
 
 type pendingChange struct {
@@ -106,7 +119,8 @@ func New() *Engine {
 		policyByID:       map[string]*policyState{},
 		byPriority:       map[prioKey]set[*policyState]{},
 		ignoredConds:     map[model.PolicyRef][]model.Condition{},
-		pending:          map[pendingKey]int{},
+		epoch:            1,
+		pendingDeleted:   map[pendingKey]int{},
 		subscribers:      map[int]func([]Change){},
 	}
 }
@@ -125,10 +139,12 @@ func (e *Engine) Subscribe(fn func([]Change)) (unsubscribe func()) {
 	id := e.nextSub
 	e.nextSub++
 	e.subscribers[id] = fn
+	e.nsubs.Store(int32(len(e.subscribers)))
 	return func() {
 		e.queueMu.Lock()
 		defer e.queueMu.Unlock()
 		delete(e.subscribers, id)
+		e.nsubs.Store(int32(len(e.subscribers)))
 	}
 }
 
@@ -184,32 +200,50 @@ func (e *Engine) takePending() []Change {
 	if len(e.pendingList) == 0 {
 		return nil
 	}
-	out := make([]Change, 0, len(e.pendingList))
-	for _, c := range e.pendingList {
-		if !c.dropped {
-			out = append(out, c.Change)
+	var out []Change
+	if e.nsubs.Load() > 0 {
+		out = make([]Change, 0, len(e.pendingList))
+		for _, c := range e.pendingList {
+			if !c.dropped {
+				out = append(out, c.Change)
+			}
 		}
 	}
-	clear(e.pending)
-	e.pendingList = e.pendingList[:0]
+	e.epoch++
+	if cap(e.pendingList) > 1<<16 {
+		e.pendingList = nil // do not hold on to a huge backing array
+	} else {
+		e.pendingList = e.pendingList[:0]
+	}
+	if len(e.pendingDeleted) > 0 {
+		e.pendingDeleted = map[pendingKey]int{}
+	}
 	return out
 }
 
 // record notes a change of one object and returns its new generation
 // (Added and Updated take a new generation once per call).
-func (e *Engine) record(kind ObjectKind, typ ChangeType, id string, gen int64) int64 {
-	k := pendingKey{kind, id}
-	i, ok := e.pending[k]
-	if !ok || e.pendingList[i].dropped {
+func (e *Engine) record(slot *pendSlot, kind ObjectKind, typ ChangeType, id string, gen int64) int64 {
+	var c *pendingChange
+	if slot.epoch == e.epoch && !e.pendingList[slot.idx].dropped {
+		c = &e.pendingList[slot.idx]
+	} else if typ == Added && len(e.pendingDeleted) > 0 {
+		if i, ok := e.pendingDeleted[pendingKey{kind, id}]; ok && !e.pendingList[i].dropped {
+			c, slot.epoch, slot.idx = &e.pendingList[i], e.epoch, i
+		}
+	}
+	if c == nil {
 		if typ != Deleted {
 			e.clock++
 			gen = e.clock
 		}
-		e.pending[k] = len(e.pendingList)
+		slot.epoch, slot.idx = e.epoch, len(e.pendingList)
 		e.pendingList = append(e.pendingList, pendingChange{Change: Change{Kind: kind, Type: typ, ID: id, Generation: gen}})
+		if typ == Deleted {
+			e.pendingDeleted[pendingKey{kind, id}] = slot.idx
+		}
 		return gen
 	}
-	c := &e.pendingList[i]
 	switch {
 	case typ == Deleted && c.Type == Added:
 		// Born and gone within one call: nobody needs to hear of it.
@@ -217,9 +251,11 @@ func (e *Engine) record(kind ObjectKind, typ ChangeType, id string, gen int64) i
 		return gen
 	case typ == Deleted:
 		c.Type, c.Generation = Deleted, gen
+		e.pendingDeleted[pendingKey{kind, id}] = slot.idx
 		return gen
 	case c.Type == Deleted:
 		// Gone and back within one call: to a subscriber, an update.
+		delete(e.pendingDeleted, pendingKey{kind, id})
 		e.clock++
 		c.Type, c.Generation = Updated, e.clock
 		return c.Generation

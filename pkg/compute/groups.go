@@ -71,6 +71,7 @@ type group struct {
 
 	// AppliedToGroup role.
 	atgID       string
+	atgSlot     pendSlot
 	atgRefs     int
 	atgGen      int64
 	atgCache    *model.AppliedToGroup
@@ -83,6 +84,7 @@ type group struct {
 
 	// AddressGroup role.
 	agID     string
+	agSlot   pendSlot
 	agRefs   int
 	agGen    int64
 	agCache  *model.AddressGroup
@@ -120,11 +122,11 @@ func (g *group) agSpan() []string {
 func (e *Engine) touchGroup(g *group) {
 	if g.atgRefs > 0 {
 		g.atgCache = nil
-		g.atgGen = e.record(KindAppliedToGroup, Updated, g.atgID, g.atgGen)
+		g.atgGen = e.record(&g.atgSlot, KindAppliedToGroup, Updated, g.atgID, g.atgGen)
 	}
 	if g.agRefs > 0 {
 		g.agCache = nil
-		g.agGen = e.record(KindAddressGroup, Updated, g.agID, g.agGen)
+		g.agGen = e.record(&g.agSlot, KindAddressGroup, Updated, g.agID, g.agGen)
 	}
 }
 
@@ -132,7 +134,7 @@ func (e *Engine) touchAddressGroup(g *group) {
 	g.agSpanCache = nil
 	if g.agRefs > 0 {
 		g.agCache = nil
-		g.agGen = e.record(KindAddressGroup, Updated, g.agID, g.agGen)
+		g.agGen = e.record(&g.agSlot, KindAddressGroup, Updated, g.agID, g.agGen)
 	}
 }
 

@@ -54,6 +54,7 @@ type prioKey struct {
 }
 
 type policyState struct {
+	slot      pendSlot
 	c         *compiledPolicy
 	atg       *group
 	ags       []*group
@@ -79,7 +80,7 @@ func policyID(r model.PolicyRef) string {
 
 func (e *Engine) touchPolicy(p *policyState) {
 	p.cache = nil
-	p.gen = e.record(KindPolicy, Updated, p.c.id, p.gen)
+	p.gen = e.record(&p.slot, KindPolicy, Updated, p.c.id, p.gen)
 }
 
 // setPolicy installs the compilation of one API object (nil: the object is
@@ -102,7 +103,7 @@ func (e *Engine) setPolicy(key model.PolicyRef, c *compiledPolicy, ignored []mod
 		p := &policyState{c: c}
 		e.policies[key] = p
 		e.policyByID[c.id] = p
-		p.gen = e.record(KindPolicy, Added, c.id, 0)
+		p.gen = e.record(&p.slot, KindPolicy, Added, c.id, 0)
 		e.acquireGroups(p)
 		e.prioAdd(p)
 		return
@@ -130,7 +131,7 @@ func (e *Engine) removePolicy(key model.PolicyRef, p *policyState) {
 	e.prioRemove(p, p.c)
 	delete(e.policies, key)
 	delete(e.policyByID, p.c.id)
-	e.record(KindPolicy, Deleted, p.c.id, p.gen)
+	e.record(&p.slot, KindPolicy, Deleted, p.c.id, p.gen)
 }
 
 func (e *Engine) acquireGroups(p *policyState) {
@@ -138,7 +139,7 @@ func (e *Engine) acquireGroups(p *policyState) {
 	atg.atgRefs++
 	if atg.atgRefs == 1 {
 		atg.atgCache = nil
-		atg.atgGen = e.record(KindAppliedToGroup, Added, atg.atgID, 0)
+		atg.atgGen = e.record(&atg.atgSlot, KindAppliedToGroup, Added, atg.atgID, 0)
 	}
 	if atg.atgPolicies == nil {
 		atg.atgPolicies = set[*policyState]{}
@@ -151,7 +152,7 @@ func (e *Engine) acquireGroups(p *policyState) {
 		if ag.agRefs == 1 {
 			ag.agCache = nil
 			ag.agSpanCache = nil
-			ag.agGen = e.record(KindAddressGroup, Added, ag.agID, 0)
+			ag.agGen = e.record(&ag.agSlot, KindAddressGroup, Added, ag.agID, 0)
 		}
 		e.link(atg, ag)
 		ags = append(ags, ag)
@@ -165,12 +166,12 @@ func (e *Engine) releaseGroups(p *policyState, atg *group, ags []*group) {
 		ag.agRefs--
 		if ag.agRefs == 0 {
 			ag.agCache = nil
-			e.record(KindAddressGroup, Deleted, ag.agID, ag.agGen)
+			e.record(&ag.agSlot, KindAddressGroup, Deleted, ag.agID, ag.agGen)
 		}
 	}
 	if atg.atgRefs--; atg.atgRefs == 0 {
 		atg.atgCache = nil
-		e.record(KindAppliedToGroup, Deleted, atg.atgID, atg.atgGen)
+		e.record(&atg.atgSlot, KindAppliedToGroup, Deleted, atg.atgID, atg.atgGen)
 	}
 	if p.atg != atg { // an update may keep the same subject group
 		delete(atg.atgPolicies, p)
