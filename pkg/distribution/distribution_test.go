@@ -157,6 +157,21 @@ func TestSpanAndDeltas(t *testing.T) {
 	if p := policyBySource(n2.Cache(), "web-allow"); p != nil {
 		t.Errorf("n2 still holds deleted web-allow")
 	}
+	// Reports catch up: every session connected, nothing pending, every
+	// version acknowledged.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		settled := true
+		infos := e.srv.Sessions()
+		for _, info := range infos {
+			settled = settled && info.Connected && info.PendingFull == "" && info.Acked == info.Version
+		}
+		if settled && len(infos) == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sessions never settled: %+v", infos)
+		}
+	}
 	for _, a := range []*fake.Runtime{n1, n2, n3} {
 		if st := a.Client.Stats(); st.FullUpdates != 1 || st.DeltaUpdates == 0 {
 			t.Errorf("agent %s: %d full and %d delta updates; want 1 full, the rest deltas", a.Node(), st.FullUpdates, st.DeltaUpdates)

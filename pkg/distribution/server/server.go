@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -223,6 +224,36 @@ func (s *Server) ConnectedNodes() []string {
 		}
 	}
 	slices.Sort(out)
+	return out
+}
+
+// SessionInfo describes one node's stream, for tooling.
+type SessionInfo struct {
+	Node      string `json:"node"`
+	Connected bool   `json:"connected"`
+	// Version is the last version queued, Sent the last handed to the
+	// stream, Acked the last the agent reported applied.
+	Version uint64 `json:"version"`
+	Sent    uint64 `json:"sent"`
+	Acked   uint64 `json:"acked"`
+	// PendingFull names why the next update will be a full one, if so.
+	PendingFull string `json:"pendingFull,omitempty"`
+	Policies    int    `json:"policies"`
+}
+
+// Sessions lists every node's stream, sorted by node.
+func (s *Server) Sessions() []SessionInfo {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]SessionInfo, 0, len(s.sessions))
+	for _, ss := range s.sessions {
+		info := SessionInfo{Node: ss.node, Connected: ss.conn != 0, Version: ss.version, Sent: ss.sent, Acked: ss.acked, Policies: len(ss.policies)}
+		if ss.needFull {
+			info.PendingFull = ss.fullReason
+		}
+		out = append(out, info)
+	}
+	slices.SortFunc(out, func(a, b SessionInfo) int { return strings.Compare(a.Node, b.Node) })
 	return out
 }
 
