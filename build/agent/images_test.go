@@ -1,7 +1,11 @@
 package agentimage
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -23,5 +27,29 @@ func TestMakeImagesNeedsAnEngine(t *testing.T) {
 		if !strings.Contains(string(out), tc.want) || strings.Contains(string(out), " build ") {
 			t.Errorf("DOCKER=%s: output lacks %q or went on building:\n%s", tc.docker, tc.want, out)
 		}
+	}
+}
+
+// TestDockerfileProgramsBuild compiles every program the two Dockerfiles
+// build (go build of several packages compiles them and discards the
+// result: no linking, and the machine's build cache serves the rest).
+func TestDockerfileProgramsBuild(t *testing.T) {
+	pkgRef := regexp.MustCompile(`(\./cmd/[a-z0-9-]+|github\.com/containernetworking/plugins/plugins/[a-z0-9/-]+)`)
+	var pkgs []string
+	for _, df := range []string{"Dockerfile", "../controller/Dockerfile"} {
+		data, err := os.ReadFile(df)
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := pkgRef.FindAllString(string(data), -1)
+		if len(found) == 0 {
+			t.Fatalf("%s builds nothing?", df)
+		}
+		pkgs = append(pkgs, found...)
+	}
+	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), append([]string{"build"}, pkgs...)...)
+	cmd.Dir = "../.."
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %v: %v\n%s", pkgs, err, b)
 	}
 }
