@@ -2,7 +2,7 @@
 # Installs the Debian packages tierflow's tests and demo need. Idempotent:
 # does nothing when everything is already there.
 set -euo pipefail
-pkgs=(openvswitch-switch etcd-server iproute2 ethtool iperf3 iptables)
+pkgs=(openvswitch-switch etcd-server iproute2 ethtool iperf3 iptables openssl)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
