@@ -18,7 +18,10 @@ import (
 	"github.com/tierflow/tierflow/pkg/model"
 )
 
-const explainLong = `Explain which policy rule decides a new connection, offline, from manifests.
+const explainLong = `Explain which policy rule decides a new connection, offline from manifests
+(-f) or live, against the controller's computed model and pod inventory
+(--controller, without -f; pod names without a namespace are in -n's). Both
+modes print the same output.
 
 FILE is multi-document YAML (or a List, as "kubectl get -o yaml" writes it)
 holding Namespaces, Pods (spec.nodeName, status.podIPs, container ports),
@@ -50,6 +53,7 @@ grid per port, rows sources, columns destinations.
 Exit status 0 with a decision, 1 with a one-line reason on bad input.`
 
 type explainOptions struct {
+	live   *liveOptions
 	files  []string
 	src    string
 	dst    string
@@ -58,15 +62,16 @@ type explainOptions struct {
 	output string
 }
 
-func newExplainCommand() *cobra.Command {
-	o := &explainOptions{}
+func newExplainCommand(live *liveOptions) *cobra.Command {
+	o := &explainOptions{live: live}
 	cmd := &cobra.Command{
-		Use:   "explain -f FILE --src NS/POD|IP --dst NS/POD|IP --port PROTO/PORT | -f FILE --matrix --port PROTO/PORT...",
+		Use:   "explain [-f FILE | --controller HOST:PORT] --src NS/POD|IP --dst NS/POD|IP --port PROTO/PORT | [-f FILE] --matrix --port PROTO/PORT...",
 		Short: "Explain which policy rule decides a connection",
 		Long:  explainLong,
 		Example: `  tierctl explain -f cluster.yaml --src prod/web --dst prod/db --port TCP/5432
   tierctl explain -f pods.yaml -f policies.yaml --src prod/web --dst 8.8.8.8 --port udp/53 -o table
-  tierctl explain -f cluster.yaml --matrix --port TCP/80 --port UDP/53 -o table`,
+  tierctl explain -f cluster.yaml --matrix --port TCP/80 --port UDP/53 -o table
+  tierctl explain --controller 127.0.0.1:10352 --controller-ca-file ca.crt --src prod/web --dst prod/db --port TCP/5432`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return o.run(cmd.OutOrStdout(), cmd.ErrOrStderr())
@@ -83,8 +88,8 @@ func newExplainCommand() *cobra.Command {
 }
 
 func (o *explainOptions) validate() error {
-	if len(o.files) == 0 {
-		return errors.New("explain: -f FILE is required")
+	if len(o.files) == 0 && (o.live == nil || o.live.controller == "") {
+		return errors.New("explain: -f FILE (offline) or --controller HOST:PORT (live) is required")
 	}
 	switch o.output {
 	case "json", "yaml", "table":
@@ -120,6 +125,9 @@ func (o *explainOptions) run(stdout, stderr io.Writer) (runErr error) {
 			return err
 		}
 		ports = append(ports, p)
+	}
+	if len(o.files) == 0 {
+		return o.runLive(stdout, stderr, ports)
 	}
 	var src, dst explain.Endpoint
 	if !o.matrix {
@@ -303,4 +311,46 @@ func writeMatrixTable(w io.Writer, ports []explain.PortSpec, cells []explain.Cel
 		}
 	}
 	return tw.Flush()
+}
+
+// runLive asks the controller, which runs the same evaluation over its own
+// snapshot and pods.
+func (o *explainOptions) runLive(stdout, stderr io.Writer, ports []explain.PortSpec) error {
+	c, err := o.live.controllerClient()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := o.live.ctx()
+	defer cancel()
+	if o.matrix {
+		var ps []string
+		for _, p := range ports {
+			ps = append(ps, p.String())
+		}
+		m, err := c.Matrix(ctx, ps)
+		if err != nil {
+			return err
+		}
+		if len(m.Skipped) > 0 {
+			fmt.Fprintf(stderr, "warning: left out of the matrix: %s\n", summarize(m.Skipped))
+		}
+		if o.output == "table" {
+			return writeMatrixTable(stdout, ports, m.Cells)
+		}
+		return write(stdout, o.output, m.Cells)
+	}
+	src, dst := o.live.endpoint(o.src), o.live.endpoint(o.dst)
+	for flag, ep := range map[string]string{"--src": src, "--dst": dst} {
+		if _, err := parseEndpoint(ep); err != nil {
+			return fmt.Errorf("%s: %w", flag, err)
+		}
+	}
+	res, err := c.Explain(ctx, src, dst, ports[0].String())
+	if err != nil {
+		return err
+	}
+	if o.output == "table" {
+		return writeTable(stdout, res, ports[0])
+	}
+	return write(stdout, o.output, res)
 }

@@ -18,6 +18,8 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newExplainCommand())
+	live := &liveOptions{}
+	live.addFlags(root.PersistentFlags())
+	root.AddCommand(newExplainCommand(live), newGetCommand(live), newFlowsCommand(live), newTraceCommand(live))
 	return root
 }

@@ -1,0 +1,421 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/netip"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tierflow/tierflow/pkg/agent/pipeline"
+	"github.com/tierflow/tierflow/pkg/agent/runtime/query"
+	"github.com/tierflow/tierflow/pkg/explain"
+	"github.com/tierflow/tierflow/pkg/model"
+)
+
+const traceLong = `Trace a new connection's first packet through the OVS pipeline with
+ovs-appctl ofproto/trace (conntrack answered as a new connection) on the
+source pod's node and, when the packet leaves that node for the
+destination pod's node, on the destination node from its uplink. Every
+flow the packet hits is printed with its table name and the rule its
+cookie names; the verdict is Allow when every trace ends with the
+connection committed and output, Deny when one drops it.
+
+The pods are found through the agents' query sockets (--agent-socket,
+NODE=PATH for several nodes): run it on the node, or give the sockets of
+both nodes. ovs-appctl runs locally (--vswitchd-ctl, --ovs-rundir).
+Traces see flows, not the kernel: what they show is what the flows
+decide.`
+
+type traceOptions struct {
+	live   *liveOptions
+	src    string
+	dst    string
+	port   string
+	output string
+}
+
+func newTraceCommand(live *liveOptions) *cobra.Command {
+	o := &traceOptions{live: live}
+	cmd := &cobra.Command{
+		Use:     "trace --src NS/POD --dst NS/POD|IP --port PROTO/PORT",
+		Short:   "Trace a connection through the OVS pipeline, annotated with tables and rules",
+		Long:    traceLong,
+		Example: `  tierctl trace --src default/a --dst default/b --port TCP/80 --agent-socket n1=/run/a.sock --agent-socket n2=/run/b.sock`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return o.run(cmd.OutOrStdout())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.src, "src", "", "source pod NS/POD")
+	f.StringVar(&o.dst, "dst", "", "destination pod NS/POD or an IP address")
+	f.StringVar(&o.port, "port", "", "destination PROTO/PORT (TCP, UDP or SCTP)")
+	f.StringVarP(&o.output, "output", "o", "table", "output format: table, json or yaml")
+	return cmd
+}
+
+// TraceResult is the output of trace.
+type TraceResult struct {
+	Verdict explain.Verdict `json:"verdict"`
+	Src     string          `json:"src"`
+	Dst     string          `json:"dst"`
+	SrcIP   netip.Addr      `json:"srcIP"`
+	DstIP   netip.Addr      `json:"dstIP"`
+	Port    string          `json:"port"`
+	// Decisions are the rules whose action flows the packet hit, in order,
+	// and isolation drops.
+	Decisions []TraceDecision `json:"decisions"`
+	Traces    []NodeTrace     `json:"traces"`
+}
+
+// TraceDecision is a rule (or an isolation drop) the packet hit.
+type TraceDecision struct {
+	Node   string `json:"node"`
+	Table  string `json:"table"`
+	Rule   string `json:"rule,omitempty"`
+	Action string `json:"action"`
+}
+
+// NodeTrace is one ofproto/trace run.
+type NodeTrace struct {
+	Node    string `json:"node"`
+	Bridge  string `json:"bridge"`
+	Flow    string `json:"flow"`
+	Verdict string `json:"verdict"`
+	// DatapathActions are the "Datapath actions" of each conntrack pass.
+	DatapathActions []string    `json:"datapathActions"`
+	Steps           []TraceStep `json:"steps"`
+	Raw             string      `json:"raw"`
+}
+
+// TraceStep is one flow the packet hit.
+type TraceStep struct {
+	Bridge   string `json:"bridge"`
+	Node     string `json:"node,omitempty"`
+	TableID  int    `json:"tableID"`
+	Table    string `json:"table"`
+	Priority int    `json:"priority"`
+	Cookie   string `json:"cookie,omitempty"`
+	Role     string `json:"role,omitempty"`
+	Rule     string `json:"rule,omitempty"`
+	Action   string `json:"action,omitempty"`
+	Match    string `json:"match"`
+}
+
+// agentView is one reachable agent with what trace needs of it.
+type agentView struct {
+	node   string
+	status *query.Status
+	pods   *query.Pods
+	rules  map[uint32]query.Rule
+}
+
+func (o *traceOptions) agents(ctx context.Context) ([]*agentView, error) {
+	sockets := o.live.agentSockets
+	if len(sockets) == 0 {
+		sockets = []string{query.DefaultSocket}
+	}
+	var out []*agentView
+	var errs []string
+	for _, s := range sockets {
+		path := s
+		if _, p, ok := strings.Cut(s, "="); ok {
+			path = p
+		}
+		c := query.NewClient(path)
+		st, err := c.Status(ctx)
+		if err != nil {
+			errs = append(errs, err.Error())
+			continue
+		}
+		pods, err := c.Pods(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("node %s: %w", st.Node, err)
+		}
+		rules, err := c.Rules(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("node %s: %w", st.Node, err)
+		}
+		av := &agentView{node: st.Node, status: st, pods: pods, rules: map[uint32]query.Rule{}}
+		for _, r := range rules.Rules {
+			av.rules[r.ID] = r
+		}
+		out = append(out, av)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no agent reachable: %s", strings.Join(errs, "; "))
+	}
+	return out, nil
+}
+
+func (o *traceOptions) run(w io.Writer) error {
+	if err := checkOutput(o.output); err != nil {
+		return err
+	}
+	if o.src == "" || o.dst == "" || o.port == "" {
+		return fmt.Errorf("trace: --src, --dst and --port are required")
+	}
+	port, err := explain.ParsePortSpec(o.port)
+	if err != nil {
+		return err
+	}
+	srcName, dstName := o.live.endpoint(o.src), o.live.endpoint(o.dst)
+	if !strings.Contains(srcName, "/") {
+		return fmt.Errorf("--src %q: want a pod, NS/POD", o.src)
+	}
+	ctx, cancel := o.live.ctx()
+	defer cancel()
+	agents, err := o.agents(ctx)
+	if err != nil {
+		return err
+	}
+	srcAgent, src := findPod(agents, srcName, netip.Addr{})
+	if src == nil {
+		return fmt.Errorf("unknown pod %s: attached on no node whose agent was reached (%s)", srcName, nodeList(agents))
+	}
+	var dstAgent *agentView
+	var dst *query.Pod
+	var dstIPs []netip.Addr
+	if ip, err := netip.ParseAddr(dstName); err == nil {
+		dstIPs = []netip.Addr{ip.Unmap()}
+		dstAgent, dst = findPod(agents, "", ip.Unmap())
+	} else {
+		if !strings.Contains(dstName, "/") {
+			return fmt.Errorf("--dst %q: want NS/POD or an IP address", o.dst)
+		}
+		dstAgent, dst = findPod(agents, dstName, netip.Addr{})
+		if dst == nil {
+			return fmt.Errorf("unknown pod %s: attached on no node whose agent was reached (%s)", dstName, nodeList(agents))
+		}
+		dstIPs = dst.IPs
+	}
+	srcIP, dstIP, ok := sameFamily(src.IPs, dstIPs)
+	if !ok {
+		return fmt.Errorf("%s to %s: source and destination share no address family", srcName, dstName)
+	}
+	dstMAC := "02:00:00:00:00:01" // Forwarding looks at addresses, not at this.
+	if dst != nil && dst.MAC != "" {
+		dstMAC = dst.MAC
+	}
+	res := &TraceResult{Src: srcName, Dst: dstName, SrcIP: srcIP, DstIP: dstIP, Port: port.String(), Decisions: []TraceDecision{}}
+	byBridge := map[string]*agentView{}
+	for _, a := range agents {
+		byBridge[a.status.Bridge] = a
+	}
+	first, err := o.trace(ctx, srcAgent, src.OFPort, src.MAC, dstMAC, srcIP, dstIP, port, byBridge)
+	if err != nil {
+		return err
+	}
+	res.Traces = append(res.Traces, *first)
+	// The destination node's ingress: traced from its uplink, unless the
+	// first trace already crossed into its bridge (nodes joined by patch
+	// ports) or the packet never left.
+	if dstAgent != nil && dstAgent != srcAgent && first.Verdict == "Allow" && !visited(first, dstAgent.status.Bridge) {
+		if dstAgent.pods.Uplink == 0 {
+			return fmt.Errorf("node %s has no uplink port: cannot trace the packet's arrival there", dstAgent.node)
+		}
+		second, err := o.trace(ctx, dstAgent, dstAgent.pods.Uplink, src.MAC, dstMAC, srcIP, dstIP, port, byBridge)
+		if err != nil {
+			return err
+		}
+		res.Traces = append(res.Traces, *second)
+	}
+	res.Verdict = explain.VerdictAllow
+	for _, t := range res.Traces {
+		if t.Verdict != "Allow" {
+			res.Verdict = explain.VerdictDeny
+		}
+		for _, s := range t.Steps {
+			if s.Role == pipeline.RoleAction.String() || s.Role == pipeline.RoleIsolation.String() {
+				res.Decisions = append(res.Decisions, TraceDecision{Node: s.Node, Table: s.Table, Rule: s.Rule, Action: s.Action})
+			}
+		}
+	}
+	if o.output == "table" {
+		return writeTrace(w, res)
+	}
+	return write(w, o.output, res)
+}
+
+func nodeList(agents []*agentView) string {
+	var ns []string
+	for _, a := range agents {
+		ns = append(ns, a.node)
+	}
+	return "nodes " + strings.Join(ns, ", ")
+}
+
+// findPod finds a local pod by NS/NAME, or by address.
+func findPod(agents []*agentView, name string, ip netip.Addr) (*agentView, *query.Pod) {
+	for _, a := range agents {
+		for i := range a.pods.Pods {
+			p := &a.pods.Pods[i]
+			if name != "" && p.Namespace+"/"+p.Name == name {
+				return a, p
+			}
+			if ip.IsValid() {
+				for _, pip := range p.IPs {
+					if pip.Unmap() == ip {
+						return a, p
+					}
+				}
+			}
+		}
+	}
+	return nil, nil
+}
+
+func sameFamily(srcs, dsts []netip.Addr) (netip.Addr, netip.Addr, bool) {
+	for _, d := range dsts {
+		for _, s := range srcs {
+			if s.Unmap().Is4() == d.Unmap().Is4() {
+				return s.Unmap(), d.Unmap(), true
+			}
+		}
+	}
+	return netip.Addr{}, netip.Addr{}, false
+}
+
+func visited(t *NodeTrace, bridge string) bool {
+	for _, s := range t.Steps {
+		if s.Bridge == bridge {
+			return true
+		}
+	}
+	return false
+}
+
+var protoNumber = map[model.Protocol]int{model.ProtocolTCP: 6, model.ProtocolUDP: 17, model.ProtocolSCTP: 132}
+
+func (o *traceOptions) trace(ctx context.Context, a *agentView, inPort uint32, srcMAC, dstMAC string, srcIP, dstIP netip.Addr,
+	port explain.PortSpec, byBridge map[string]*agentView) (*NodeTrace, error) {
+	l3, addr := "ip", fmt.Sprintf("nw_src=%s,nw_dst=%s", srcIP, dstIP)
+	if srcIP.Is6() {
+		l3, addr = "ipv6", fmt.Sprintf("ipv6_src=%s,ipv6_dst=%s", srcIP, dstIP)
+	}
+	if srcMAC == "" {
+		srcMAC = "02:00:00:00:00:02"
+	}
+	spec := fmt.Sprintf("in_port=%d,%s,dl_src=%s,dl_dst=%s,%s,nw_proto=%d,%s_dst=%d", inPort, l3, srcMAC, dstMAC, addr,
+		protoNumber[port.Protocol], strings.ToLower(string(port.Protocol)), port.Port)
+	var args []string
+	if o.live.vswitchdCtl != "" {
+		args = append(args, "-t", o.live.vswitchdCtl)
+	}
+	// Conntrack answers "new connection" at each of the (at most two:
+	// source and destination bridge) conntrack passes.
+	args = append(args, "ofproto/trace", a.status.Bridge, spec, "--ct-next", "trk,new", "--ct-next", "trk,new")
+	cmd := exec.CommandContext(ctx, "ovs-appctl", args...)
+	cmd.Env = o.live.ovsEnv()
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("node %s: ovs-appctl ofproto/trace %s: %v: %s", a.node, a.status.Bridge, err, strings.TrimSpace(stderr.String()))
+	}
+	t := parseTrace(stdout.String(), byBridge)
+	t.Node, t.Bridge, t.Flow = a.node, a.status.Bridge, spec
+	return t, nil
+}
+
+var (
+	traceBridge = regexp.MustCompile(`^bridge\("([^"]+)"\)`)
+	// " 3. ip,reg0=0x1, priority 200, cookie 0x300000000000005"
+	traceStep = regexp.MustCompile(`^\s*(\d+)\. (.*?), priority (\d+)(?:, cookie (0x[0-9a-fA-F]+))?\s*$`)
+)
+
+// parseTrace reads ofproto/trace output: the flows hit (with the bridge
+// they are on) and the datapath actions of each pass; the verdict is the
+// last pass's.
+func parseTrace(out string, byBridge map[string]*agentView) *NodeTrace {
+	t := &NodeTrace{Raw: out, Steps: []TraceStep{}}
+	bridge := ""
+	for _, line := range strings.Split(out, "\n") {
+		if m := traceBridge.FindStringSubmatch(strings.TrimSpace(line)); m != nil {
+			bridge = m[1]
+			continue
+		}
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "Datapath actions:"); ok {
+			t.DatapathActions = append(t.DatapathActions, strings.TrimSpace(rest))
+			continue
+		}
+		m := traceStep.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		id, _ := strconv.Atoi(m[1])
+		prio, _ := strconv.Atoi(m[3])
+		s := TraceStep{Bridge: bridge, TableID: id, Table: pipeline.Table(uint8(id)).String(), Priority: prio, Match: m[2]}
+		a := byBridge[bridge]
+		if a != nil {
+			s.Node = a.node
+		}
+		if m[4] != "" {
+			s.Cookie = m[4]
+			if c, err := strconv.ParseUint(strings.TrimPrefix(m[4], "0x"), 16, 64); err == nil {
+				_, role, rid := pipeline.DecodeCookie(c)
+				s.Role = role.String()
+				if a != nil && rid != 0 {
+					if r, ok := a.rules[rid]; ok {
+						s.Rule = ruleName(r.Policy, r.Direction, r.Index, r.Name)
+						s.Action = string(r.Action)
+					}
+				}
+				if role == pipeline.RoleIsolation {
+					s.Action = "Deny (isolation)"
+				}
+			}
+		}
+		t.Steps = append(t.Steps, s)
+	}
+	t.Verdict = "Unknown"
+	if n := len(t.DatapathActions); n > 0 {
+		last := t.DatapathActions[n-1]
+		switch {
+		case strings.Contains(last, "drop") || last == "":
+			t.Verdict = "Deny"
+		case strings.Contains(last, "ct(commit") && !strings.HasSuffix(last, ")"):
+			// Committed, then output: the connection passes.
+			t.Verdict = "Allow"
+		}
+	}
+	return t
+}
+
+func writeTrace(w io.Writer, r *TraceResult) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "VERDICT: %s\t(%s %s -> %s %s %s)\n", r.Verdict, r.Src, r.SrcIP, r.Dst, r.DstIP, r.Port)
+	for _, d := range r.Decisions {
+		rule := d.Rule
+		if rule == "" {
+			rule = "-"
+		}
+		fmt.Fprintf(tw, "decided on %s in %s: %s %s\n", d.Node, d.Table, d.Action, rule)
+	}
+	for _, t := range r.Traces {
+		fmt.Fprintf(tw, "\nnode %s, bridge %s: %s\nflow: %s\n", t.Node, t.Bridge, t.Verdict, t.Flow)
+		fmt.Fprintln(tw, "BRIDGE\tTABLE\tPRIORITY\tROLE\tRULE\tMATCH")
+		for _, s := range t.Steps {
+			rule := s.Rule
+			if rule == "" {
+				rule = "-"
+			}
+			role := s.Role
+			if role == "" {
+				role = "-"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", s.Bridge, s.Table, s.Priority, role, rule, s.Match)
+		}
+		for _, a := range t.DatapathActions {
+			fmt.Fprintf(tw, "datapath actions: %s\n", a)
+		}
+	}
+	return tw.Flush()
+}
