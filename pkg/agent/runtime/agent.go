@@ -206,8 +206,16 @@ func (r receiver) Apply(d *wire.Delta) error {
 		a.record(a.snapshot(), nil, err)
 		return err
 	}
-	return a.realize(context.Background(), "update")
+	// Bounded, so a wedged switch cannot stall the stream forever (the
+	// controller would resync this agent anyway); the loop retries.
+	ctx, cancel := context.WithTimeout(context.Background(), realizeTimeout)
+	defer cancel()
+	return a.realize(ctx, "update")
 }
+
+// realizeTimeout bounds one realization: compiling and one bundle, even
+// for a large state on a busy node, take far less.
+const realizeTimeout = 2 * time.Minute
 
 // requestRealize asks the loop to realize again (a port changed).
 func (a *Agent) requestRealize() {
@@ -229,13 +237,13 @@ func (a *Agent) loop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-a.kick:
-			_ = a.realize(ctx, "ports")
+			a.realizeBounded(ctx, "ports")
 		case <-retry.C:
 			a.mu.Lock()
 			failing := a.failing
 			a.mu.Unlock()
 			if failing {
-				_ = a.realize(ctx, "retry")
+				a.realizeBounded(ctx, "retry")
 			}
 		case <-check.C:
 			if a.ovs != nil && a.Ready() {
@@ -243,6 +251,12 @@ func (a *Agent) loop(ctx context.Context) {
 			}
 		}
 	}
+}
+
+func (a *Agent) realizeBounded(ctx context.Context, trigger string) {
+	ctx, cancel := context.WithTimeout(ctx, realizeTimeout)
+	defer cancel()
+	_ = a.realize(ctx, trigger)
 }
 
 // snapshot copies the state's maps (the objects are immutable).
