@@ -55,7 +55,7 @@ func benchFanOut(b *testing.B, nAgents int) {
 		agents[i] = e.startAgent(e.agentConfig(nd, "tok-"+nd, e.addr, ""))
 	}
 	e.waitConverged(agents...)
-	b.ReportMetric(float64(time.Since(start).Milliseconds()), "initial-sync-ms")
+	b.Logf("%d agents connected and holding their full state in %v", nAgents, time.Since(start))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
