@@ -78,11 +78,13 @@ func BenchmarkControllerCompute(b *testing.B) {
 		for b.Loop() {
 			var before, after runtime.MemStats
 			runtime.ReadMemStats(&before)
+			cpu0 := cpuTime(b)
 			start := time.Now()
 			e = compute.New()
 			feed(e, c)
 			snap := e.Snapshot()
 			elapsed := time.Since(start)
+			cpu := cpuTime(b) - cpu0
 			runtime.ReadMemStats(&after)
 			if len(snap.Policies) != wantPolicies {
 				b.Fatalf("computed %d policies, want %d", len(snap.Policies), wantPolicies)
@@ -91,6 +93,7 @@ func BenchmarkControllerCompute(b *testing.B) {
 				b.Fatalf("applied-to groups hold %d pods, want %d", got, wantPods)
 			}
 			b.ReportMetric(elapsed.Seconds(), "compute-s")
+			b.ReportMetric(cpu.Seconds(), "cpu-s")
 			b.ReportMetric(float64(after.TotalAlloc-before.TotalAlloc)/mib, "alloc-MiB")
 			b.ReportMetric(float64(after.Mallocs-before.Mallocs), "allocs")
 			b.ReportMetric(float64(len(snap.AppliedToGroups)), "appliedToGroups")
@@ -327,6 +330,7 @@ func BenchmarkControllerInformers(b *testing.B) {
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
+			cpu0 := cpuTime(b)
 			start := time.Now()
 			go func() { done <- ctl.Run(ctx) }()
 			var lastPolicies, lastPods int
@@ -351,6 +355,7 @@ func BenchmarkControllerInformers(b *testing.B) {
 				}
 			}
 			b.ReportMetric(time.Since(start).Seconds(), "informer-s")
+			b.ReportMetric((cpuTime(b) - cpu0).Seconds(), "cpu-s")
 			reportMemory(b)
 			cancel()
 			if err := <-done; err != nil {

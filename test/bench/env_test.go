@@ -3,6 +3,7 @@ package bench
 import (
 	"os"
 	"testing"
+	"time"
 
 	"github.com/tierflow/tierflow/test/bench/measure"
 )
@@ -37,4 +38,13 @@ func resetPeak(b *testing.B) {
 	if err := measure.ResetPeakRSS(); err != nil {
 		b.Fatal(err)
 	}
+}
+
+func cpuTime(b *testing.B) time.Duration {
+	b.Helper()
+	d, err := measure.CPUTime()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return d
 }

@@ -12,6 +12,8 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"syscall"
+	"time"
 )
 
 // ResetPeakRSS frees what the Go heap can return to the OS and resets the
@@ -110,4 +112,15 @@ func ReadMachine() (Machine, error) {
 		return m, fmt.Errorf("no MemTotal in /proc/meminfo")
 	}
 	return m, nil
+}
+
+// CPUTime is the CPU time (user and system) the process has used so far.
+// On a busy machine wall time includes waiting for a core; CPU time
+// does not, so both are reported.
+func CPUTime() (time.Duration, error) {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0, fmt.Errorf("getrusage: %w", err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), nil
 }

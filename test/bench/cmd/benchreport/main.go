@@ -19,6 +19,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -70,6 +71,11 @@ func run(out string, quick bool, only, goBin string) error {
 		Machine: machine,
 		Commit:  gitCommit(),
 	}
+	// An interrupted report kills the running driver (whose daemons die
+	// with it: the harnesses give them a parent-death signal) and still
+	// writes what was measured.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	started := time.Now()
 	logf("tierflow benchmarks, %s mode, on %d cores / %d MiB (%s)", rep.Mode, machine.Cores, machine.MemoryMiB, machine.CPU)
 
@@ -110,6 +116,9 @@ func run(out string, quick bool, only, goBin string) error {
 	for i, r := range runs {
 		prefix := fmt.Sprintf("[%d/%d] %s", i+1, len(runs), r.ID)
 		switch {
+		case ctx.Err() != nil:
+			r.Status, r.Reason = StatusFailed, "interrupted before it ran"
+			logf("%s: interrupted", prefix)
 		case r.Status != "":
 			logf("%s: %s", prefix, r.Status)
 		case r.NotMeasured != "":
@@ -117,7 +126,7 @@ func run(out string, quick bool, only, goBin string) error {
 			logf("%s: not measured: %s", prefix, r.NotMeasured)
 		default:
 			logf("%s (%s scale) ...", prefix, r.Scale)
-			execute(r, binaries[r.Package], filepath.Join(out, "logs"), prefix)
+			execute(ctx, r, binaries[r.Package], filepath.Join(out, "logs"), prefix)
 			if r.Status == StatusOK {
 				logf("%s: done in %.1fs", prefix, r.WallSeconds)
 			} else {
@@ -178,7 +187,7 @@ var benchLine = regexp.MustCompile(`^(Benchmark\S+?)(?:-\d+)?\s+(\d+)\s+(.*)$`)
 
 // execute runs one driver in a process of its own, streaming its output to
 // a log file and printing a heartbeat while it runs.
-func execute(r *Run, bin, logDir, prefix string) {
+func execute(parent context.Context, r *Run, bin, logDir, prefix string) {
 	r.Log = filepath.Join(logDir, r.ID+".log")
 	start := time.Now()
 	defer func() { r.WallSeconds = time.Since(start).Seconds() }()
@@ -189,7 +198,7 @@ func execute(r *Run, bin, logDir, prefix string) {
 	}
 	defer logFile.Close()
 
-	ctx, cancel := context.WithTimeout(context.Background(), r.Timeout+time.Minute)
+	ctx, cancel := context.WithTimeout(parent, r.Timeout+time.Minute)
 	defer cancel()
 	args := []string{"-test.run=^$", "-test.bench=" + r.Bench, "-test.benchtime=1x", "-test.timeout=" + r.Timeout.String()}
 	cmd := exec.CommandContext(ctx, bin, args...)
@@ -262,6 +271,8 @@ func execute(r *Run, bin, logDir, prefix string) {
 		}
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			reason = "timed out after " + r.Timeout.String()
+		} else if parent.Err() != nil {
+			reason = "interrupted"
 		}
 		if len(failLines) > 0 {
 			reason += ": " + strings.Join(lastN(failLines, 3), " | ")

@@ -103,6 +103,7 @@ func (rep *Report) Markdown() string {
 		fmt.Fprintf(&b, "- Commit: %s\n", rep.Commit)
 	}
 	b.WriteString("- References: Antrea's network-policy controller (commit fc70f2bb) on a machine of the project's kind (2 cores, 24 GiB), from /work/shared/BENCH-REFERENCES.md.\n")
+	b.WriteString("- Times are wall-clock on a machine shared with other work; CPU time (user + system of the driver process) is given beside them where it matters: when it is well below the wall time, the run waited for a core.\n")
 	b.WriteString("- Every scenario ran once in its own process (`go test -bench` drivers in test/bench, `-benchtime=1x`); logs are in _output/bench/logs. Numbers are reports, not pass/fail.\n")
 	if rep.AgentVsOfctlRatio != nil {
 		fmt.Fprintf(&b, "- **agent_vs_ofctl_ratio: %.2f** (agent time / `ovs-ofctl --bundle add-flows` time, largest flow count)\n", *rep.AgentVsOfctlRatio)
@@ -121,14 +122,14 @@ func (rep *Report) Markdown() string {
 	}{
 		{SectionCompute,
 			"The compute engine (pkg/compute) fed directly with every object, then a snapshot that builds every model object. Time, allocations (bytes and count) of that; heap in use after a full GC with the input objects dropped (the engine's state); peak RSS of the computation (reset after the input was built).",
-			[]string{"scenario", "scale", "pods", "policies", "time", "allocated", "allocations", "heap in use", "peak RSS", "groups (applied-to / address)", "Antrea time", "Antrea allocated"},
+			[]string{"scenario", "scale", "pods", "policies", "time", "CPU time", "allocated", "allocations", "heap in use", "peak RSS", "groups (applied-to / address)", "Antrea time", "Antrea allocated"},
 			func(r *Run) []string {
-				return []string{r.Scenario, r.Scale, num(r, "pods"), num(r, "policies"), secs(r, "compute-s"), mibs(r, "alloc-MiB"), count(r, "allocs"),
+				return []string{r.Scenario, r.Scale, num(r, "pods"), num(r, "policies"), secs(r, "compute-s"), secs(r, "cpu-s"), mibs(r, "alloc-MiB"), count(r, "allocs"),
 					mibs(r, "heap-MiB"), mibs(r, "peak-rss-MiB"), num(r, "appliedToGroups") + " / " + num(r, "addressGroups"), ref(r, "time"), ref(r, "alloc")}
 			}},
 		{SectionEngineBench,
 			"pkg/compute's own benchmarks (bench_test.go, fixed full-scale shapes), run the same way as a cross-check; full mode only. Process peak RSS includes building the input objects.",
-			[]string{"scenario", "benchmark", "time", "allocated", "allocations", "heap in use", "process peak RSS", "Antrea time", "Antrea allocated"},
+			[]string{"scenario", "benchmark", "time", "CPU time", "allocated", "allocations", "heap in use", "process peak RSS", "Antrea time", "Antrea allocated"},
 			func(r *Run) []string {
 				t := "–"
 				if v, ok := r.Metrics["ns/op"]; ok {
@@ -138,13 +139,13 @@ func (rep *Report) Markdown() string {
 				if v, ok := r.Metrics["B/op"]; ok {
 					a = fmt.Sprintf("%.0f MiB", v/(1<<20))
 				}
-				return []string{r.Scenario, r.Description, t, a, count(r, "allocs/op"), mibs(r, "heapMB"), fmt.Sprintf("%.0f MiB", r.ProcessMaxRSSMiB), ref(r, "time"), ref(r, "alloc")}
+				return []string{r.Scenario, r.Description, t, secs(r, "cpu-s/op"), a, count(r, "allocs/op"), mibs(r, "heapMB"), fmt.Sprintf("%.0f MiB", r.ProcessMaxRSSMiB), ref(r, "time"), ref(r, "alloc")}
 			}},
 		{SectionInformers,
 			"Every object is first created in a real kube-apiserver (test/kubeapi; pods created, then their status written). Then pkg/controller starts its informers; the clock stops when the engine holds every policy and every pod in its applied-to groups (polled every 100 ms). Heap in use includes the informer caches; peak RSS is the controller's run (reset after loading).",
-			[]string{"scenario", "scale", "pods", "policies", "time from informer start", "heap in use", "peak RSS", "API load time", "Antrea time", "Antrea memory"},
+			[]string{"scenario", "scale", "pods", "policies", "time from informer start", "CPU time", "heap in use", "peak RSS", "API load time", "Antrea time", "Antrea memory"},
 			func(r *Run) []string {
-				return []string{r.Scenario, r.Scale + noteMark(r), num(r, "pods"), num(r, "policies"), secs(r, "informer-s"), mibs(r, "heap-MiB"), mibs(r, "peak-rss-MiB"),
+				return []string{r.Scenario, r.Scale + noteMark(r), num(r, "pods"), num(r, "policies"), secs(r, "informer-s"), secs(r, "cpu-s"), mibs(r, "heap-MiB"), mibs(r, "peak-rss-MiB"),
 					secs(r, "load-s"), ref(r, "time"), ref(r, "memory")}
 			}},
 		{SectionIncremental,
