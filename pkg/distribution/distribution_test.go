@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -328,8 +329,27 @@ func TestNetworkCut(t *testing.T) {
 	e := newEnv(t, tokens, server.Options{})
 	populate(e)
 	proxy := disttest.NewProxy(t, e.addr)
-	agents := startAgents(e, proxy.Addr(), "n1", "n2", "n3")
+	reg := prometheus.NewRegistry()
+	cfg := e.agentConfig("n1", "tok-n1", proxy.Addr(), "")
+	cfg.Registerer = reg
+	agents := append([]*fake.Runtime{e.startAgent(cfg)}, startAgents(e, proxy.Addr(), "n2", "n3")...)
 	e.waitConverged(agents...)
+	gauge := func() float64 {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "tierflow_agent_distribution_connected" {
+				return mf.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		t.Fatal("agent metric tierflow_agent_distribution_connected missing")
+		return 0
+	}
+	if gauge() != 1 {
+		t.Error("agent metric says disconnected while connected")
+	}
 
 	proxy.Cut(true)
 	for i := 0; i < 20; i++ {
@@ -340,6 +360,9 @@ func TestNetworkCut(t *testing.T) {
 		if a.Client.Connected() {
 			t.Fatalf("agent %s still connected through a cut network", a.Node())
 		}
+	}
+	if gauge() != 0 {
+		t.Error("agent metric says connected through a cut network")
 	}
 	proxy.Restore()
 	e.waitConverged(agents...)

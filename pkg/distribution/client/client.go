@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
@@ -68,7 +69,9 @@ type Config struct {
 	// DialOptions are added to the connection's (tests: custom dialers,
 	// window sizes).
 	DialOptions []grpc.DialOption
-	Logger      *slog.Logger
+	// Registerer receives the client's metrics (nil: not registered).
+	Registerer prometheus.Registerer
+	Logger     *slog.Logger
 }
 
 // TokenFile returns a Token function reading a (projected, rotating)
@@ -97,6 +100,7 @@ type Client struct {
 	stats     Stats
 	changed   chan struct{} // closed and replaced on every applied update
 	saver     *saver
+	m         *metrics
 }
 
 // Stats counts what a client received.
@@ -129,6 +133,7 @@ func New(cfg Config) (*Client, error) {
 		results: map[string]wire.PolicyResult{},
 		changed: make(chan struct{}),
 		saver:   newSaver(cfg.Store, cfg.Logger),
+		m:       newMetrics(cfg.Registerer),
 	}, nil
 }
 
@@ -242,10 +247,12 @@ func (c *Client) session(ctx context.Context, conn *grpc.ClientConn) (progressed
 	c.connected = true
 	c.stats.Connections++
 	c.mu.Unlock()
+	c.m.connected.Set(1)
 	defer func() {
 		c.mu.Lock()
 		c.connected = false
 		c.mu.Unlock()
+		c.m.connected.Set(0)
 	}()
 
 	first := true
@@ -288,7 +295,15 @@ func (c *Client) apply(u *wire.Update, firstOfStream bool) (*wire.Report, error)
 		return nil, err
 	}
 	c.saver.offer(u.Epoch, u.Version, next)
+	start := time.Now()
 	applyErr := c.cfg.Receiver.Apply(d)
+	c.m.applyDuration.Observe(time.Since(start).Seconds())
+	kind := "delta"
+	if u.Full {
+		kind = "full"
+	}
+	c.m.updates.WithLabelValues(kind).Inc()
+	c.m.version.Set(float64(u.Version))
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
