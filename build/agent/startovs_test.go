@@ -112,9 +112,16 @@ func TestStartOVS(t *testing.T) {
 	}
 	// The bridge's OpenFlow management socket is where the agent expects
 	// it (pkg/config: BRIDGE.mgmt next to db.sock).
+	// ovs-vswitchd creates it asynchronously, after ovs-vsctl returns.
 	mgmt := filepath.Join(dir, "run", "br-test.mgmt")
-	if out, err := run(t, env, "ovs-ofctl", "-O", "OpenFlow13", "dump-flows", "unix:"+mgmt); err != nil {
-		t.Fatalf("dump-flows on %s: %v\n%s", mgmt, err, out)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		out, err := run(t, env, "ovs-ofctl", "-O", "OpenFlow13", "dump-flows", "unix:"+mgmt)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("dump-flows on %s: %v\n%s\n%s", mgmt, err, out, s.out)
+		}
 	}
 	stopOVS(t, s)
 	if out, err := run(t, env, "./start-ovs", "--check"); err == nil {
