@@ -1,6 +1,7 @@
 package server
 
 import (
+	"reflect"
 	"slices"
 	"time"
 
@@ -187,7 +188,7 @@ func (s *Server) queueDelta(ss *session, r *round, now time.Time) {
 		want := p != nil && wire.PolicyInSpan(p, ss.node)
 		had, ok := ss.policies[id]
 		switch {
-		case want && ok && had.gen == p.Generation:
+		case want && ok && samePolicy(had.src, p):
 			// Only its span changed: nothing the agent holds.
 		case want:
 			refs := newPolicyRefs(p)
@@ -332,7 +333,7 @@ func (s *Server) buildFull(ss *session) *wire.Update {
 
 // policyRefs is what a session remembers of a policy it sent.
 type policyRefs struct {
-	gen  int64
+	src  *model.Policy // as last sent (with span)
 	atgs []string
 	ags  []string
 }
@@ -340,7 +341,19 @@ type policyRefs struct {
 func newPolicyRefs(p *model.Policy) *policyRefs {
 	atgs := slices.Clone(p.AppliedToGroups)
 	slices.Sort(atgs)
-	return &policyRefs{gen: p.Generation, atgs: slices.Compact(atgs), ags: wire.AddressGroupRefs(p)}
+	return &policyRefs{src: p, atgs: slices.Compact(atgs), ags: wire.AddressGroupRefs(p)}
+}
+
+// samePolicy reports whether an agent holding a needs nothing to hold b.
+// The engine hands out the same object until a policy changes; a
+// different object with the same generation is compared in full, since a
+// policy deleted and recreated under the same ID can restart its
+// generation.
+func samePolicy(a, b *model.Policy) bool {
+	if a == b {
+		return true
+	}
+	return a.Generation == b.Generation && reflect.DeepEqual(wire.PolicyForNode(a), wire.PolicyForNode(b))
 }
 
 func sortedKeys[V any](m map[string]V) []string {

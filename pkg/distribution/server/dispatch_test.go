@@ -131,3 +131,41 @@ func TestGroupMovingBetweenPoliciesInOneRound(t *testing.T) {
 		t.Fatalf("node state differs:\n%s", strings.Join(d, "\n"))
 	}
 }
+
+// TestRecreatedPolicyWithSameGeneration: a policy deleted and recreated
+// under the same ID within one round may come back with the same
+// generation but other content; the node must get the new content. A new
+// object with identical content sends nothing.
+func TestRecreatedPolicyWithSameGeneration(t *testing.T) {
+	src := newMemSource()
+	src.snap.AppliedToGroups["atg"] = &model.AppliedToGroup{Meta: model.Meta{ID: "atg", Span: []string{"n1"}},
+		MembersByNode: map[string][]model.GroupMember{"n1": {member("a", "n1")}}}
+	pol := func(prio int32) *model.Policy {
+		return &model.Policy{Meta: model.Meta{ID: "p", Generation: 1, Span: []string{"n1"}}, Priority: prio, AppliedToGroups: []string{"atg"}}
+	}
+	src.setPolicy("p", pol(5))
+	s := New(src, StaticTokens{}, Options{})
+	s.dispatchRound()
+	ss := newSession("n1")
+	ss.conn = 1
+	s.mu.Lock()
+	s.sessions["n1"] = ss
+	full := s.buildFull(ss)
+	ss.needFull = false
+	s.enqueue(ss, full, time.Now())
+	s.mu.Unlock()
+
+	change := func(p *model.Policy) {
+		src.setPolicy("p", p)
+		src.fn([]compute.Change{{Kind: compute.KindPolicy, ID: "p"}})
+		s.dispatchRound()
+	}
+	change(pol(5)) // same content, new object
+	if ss.version != 1 {
+		t.Fatalf("identical policy queued an update (version %d)", ss.version)
+	}
+	change(pol(7)) // other content, same generation
+	if ss.version != 2 || len(ss.log[len(ss.log)-1].u.Policies) != 1 || ss.log[len(ss.log)-1].u.Policies[0].Priority != 7 {
+		t.Fatalf("changed policy with the same generation not sent: version %d", ss.version)
+	}
+}
