@@ -125,18 +125,6 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 
-	if a.opts.Datapath == query.DatapathOVS {
-		d, err := openOVS(ctx, &a.opts, a.log, a.m, a.requestRealize)
-		if err != nil {
-			return err
-		}
-		defer d.close()
-		a.ovs = d
-		a.m.reg.MustRegister(metrics.NewCollector(realizerSource{d}))
-	} else {
-		a.fake = fake.New(a.cfg.NodeName)
-	}
-
 	a.client, err = client.New(client.Config{
 		Address:  a.cfg.ControllerAddress,
 		TLS:      tlsConfig,
@@ -149,11 +137,29 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if a.opts.Datapath == query.DatapathNone {
+		a.fake = fake.New(a.cfg.NodeName)
+	}
+	// Serve health and queries at once: OVS may still be starting (its
+	// container starts with the agent's), and the liveness probe must not
+	// kill the agent for waiting.
 	servers, err := a.serve()
 	if err != nil {
 		return err
 	}
 	defer servers.close()
+	if a.opts.Datapath == query.DatapathOVS {
+		d, err := a.openOVSRetrying(ctx)
+		if err != nil || d == nil {
+			return err
+		}
+		defer d.close()
+		a.mu.Lock()
+		a.ovs = d
+		a.mu.Unlock()
+		a.m.reg.MustRegister(metrics.NewCollector(realizerSource{d}))
+	}
+
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -168,6 +174,33 @@ func (a *Agent) Run(ctx context.Context) error {
 	wg.Wait()
 	a.log.Info("agent stopped; flows stay installed")
 	return err
+}
+
+// openOVS connects to OVS, retrying with backoff until it succeeds or ctx
+// ends (nil, nil): ovs-vswitchd may be starting or restarting.
+func (a *Agent) openOVSRetrying(ctx context.Context) (*ovsDatapath, error) {
+	backoff := 500 * time.Millisecond
+	for {
+		d, err := openOVS(ctx, &a.opts, a.log, a.m, a.requestRealize)
+		if err == nil {
+			return d, nil
+		}
+		a.log.Warn("OVS not ready; retrying", "err", err, "in", backoff)
+		select {
+		case <-ctx.Done():
+			return nil, nil
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 10*time.Second)
+	}
+}
+
+// datapath is the OVS datapath once connected (nil before, and with
+// datapath none).
+func (a *Agent) datapath() *ovsDatapath {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.ovs
 }
 
 // controllerTLS verifies the controller with the configured CA bundle and
@@ -246,8 +279,8 @@ func (a *Agent) loop(ctx context.Context) {
 				a.realizeBounded(ctx, "retry")
 			}
 		case <-check.C:
-			if a.ovs != nil && a.Ready() {
-				a.ovs.check(ctx)
+			if d := a.datapath(); d != nil && a.Ready() {
+				d.check(ctx)
 			}
 		}
 	}
@@ -269,7 +302,8 @@ func (a *Agent) snapshot() *wire.NodeState {
 // realize makes the datapath enforce the current state. Before a complete
 // state is known nothing is realized: the pipeline passes no pod traffic.
 func (a *Agent) realize(ctx context.Context, trigger string) error {
-	if a.ovs == nil {
+	d := a.datapath()
+	if d == nil {
 		return nil
 	}
 	a.realizeMu.Lock()
@@ -282,7 +316,7 @@ func (a *Agent) realize(ctx context.Context, trigger string) error {
 	}
 	st := a.snapshot()
 	start := time.Now()
-	warnings, err := a.ovs.realize(ctx, st)
+	warnings, err := d.realize(ctx, st)
 	a.m.realizeTime.WithLabelValues(trigger).Observe(time.Since(start).Seconds())
 	if err != nil {
 		a.m.realizeErrs.WithLabelValues(trigger).Inc()

@@ -217,7 +217,7 @@ func (c *cluster) agentOptions(t *testing.T, env *ovsenv.Env, br *ovsenv.Bridge,
 	cfg.StateDir = filepath.Join(c.dir, node+"-state")
 	cfg.MetricsAddress = "127.0.0.1:0"
 	return runtime.Options{Config: &cfg, QuerySocket: filepath.Join(c.dir, node+".sock"), CtZone: zone,
-		VswitchdCtl: filepath.Join(env.Dir, "ovs-vswitchd.ctl"),
+		VswitchdCtl:   filepath.Join(env.Dir, "ovs-vswitchd.ctl"),
 		RetryInterval: 500 * time.Millisecond, CheckInterval: time.Second}
 }
 

@@ -202,3 +202,44 @@ func TestBadOptions(t *testing.T) {
 		t.Errorf("no node name: %v", err)
 	}
 }
+
+// TestWaitsForOVS: with OVS not (yet) running the agent keeps retrying
+// while it answers health and status probes (not ready), instead of
+// exiting; it stops cleanly.
+func TestWaitsForOVS(t *testing.T) {
+	e := newNoneEnv(t)
+	opts := e.options("n1")
+	opts.Datapath = query.DatapathOVS
+	opts.Config.OVSDBSocket = filepath.Join(e.dir, "no-ovs", "db.sock")
+	ag := startAgent(t, "n1", opts)
+	ctx := context.Background()
+	var st *query.Status
+	var err error
+	eventually(t, 10*time.Second, "agent answers", func() error {
+		st, err = ag.q.Status(ctx)
+		return err
+	})
+	if st.Ready || st.Bridge != opts.Config.BridgeName {
+		t.Errorf("status %+v", st)
+	}
+	if _, err := ag.q.Flows(ctx, query.FlowFilter{}); err == nil || !strings.Contains(err.Error(), "not connected to OVS") {
+		t.Errorf("flows before OVS: %v", err)
+	}
+	for path, want := range map[string]int{"/healthz": http.StatusOK, "/readyz": http.StatusServiceUnavailable} {
+		resp, err := http.Get("http://" + st.MetricsAddress + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("%s: %d, want %d", path, resp.StatusCode, want)
+		}
+	}
+	done := make(chan struct{})
+	go func() { ag.stop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		t.Fatal("agent waiting for OVS did not stop")
+	}
+}

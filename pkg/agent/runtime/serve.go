@@ -112,22 +112,18 @@ func (a *Agent) queryHandler() http.Handler {
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, a.status()) })
 	mux.HandleFunc("GET /v1/realization", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, a.realization()) })
 	mux.HandleFunc("GET /v1/rules", func(w http.ResponseWriter, _ *http.Request) {
-		if a.ovs == nil {
-			writeError(w, http.StatusNotFound, "no datapath (datapath none): no rules installed")
-			return
+		if d := a.needOVS(w); d != nil {
+			writeJSON(w, d.rulesInfo())
 		}
-		writeJSON(w, a.ovs.rulesInfo())
 	})
 	mux.HandleFunc("GET /v1/pods", func(w http.ResponseWriter, _ *http.Request) {
-		if a.ovs == nil {
-			writeError(w, http.StatusNotFound, "no datapath (datapath none): no ports")
-			return
+		if d := a.needOVS(w); d != nil {
+			writeJSON(w, d.podsInfo())
 		}
-		writeJSON(w, a.ovs.podsInfo())
 	})
 	mux.HandleFunc("GET /v1/flows", func(w http.ResponseWriter, r *http.Request) {
-		if a.ovs == nil {
-			writeError(w, http.StatusNotFound, "no datapath (datapath none): no flows installed")
+		d := a.needOVS(w)
+		if d == nil {
 			return
 		}
 		q := r.URL.Query()
@@ -140,7 +136,7 @@ func (a *Agent) queryHandler() http.Handler {
 			}
 			f.Rule = &n
 		}
-		out, err := a.ovs.flowsInfo(r.Context(), f)
+		out, err := d.flowsInfo(r.Context(), f)
 		if err != nil {
 			writeError(w, http.StatusBadRequest, err.Error())
 			return
@@ -148,8 +144,8 @@ func (a *Agent) queryHandler() http.Handler {
 		writeJSON(w, out)
 	})
 	mux.HandleFunc("GET /v1/trace", func(w http.ResponseWriter, r *http.Request) {
-		if a.ovs == nil {
-			writeError(w, http.StatusNotFound, "no datapath (datapath none): nothing to trace")
+		d := a.needOVS(w)
+		if d == nil {
 			return
 		}
 		q := r.URL.Query()
@@ -160,7 +156,7 @@ func (a *Agent) queryHandler() http.Handler {
 			return
 		}
 		req.Port = port
-		out, err := a.ovs.trace(r.Context(), a.opts.VswitchdCtl, ovsRundir(a.cfg.OVSDBSocketPath()), req)
+		out, err := d.trace(r.Context(), a.opts.VswitchdCtl, ovsRundir(a.cfg.OVSDBSocketPath()), req)
 		if err != nil {
 			writeError(w, http.StatusBadRequest, err.Error())
 			return
@@ -168,6 +164,19 @@ func (a *Agent) queryHandler() http.Handler {
 		writeJSON(w, out)
 	})
 	return mux
+}
+
+// needOVS returns the OVS datapath, or answers why there is none.
+func (a *Agent) needOVS(w http.ResponseWriter) *ovsDatapath {
+	if a.opts.Datapath == query.DatapathNone {
+		writeError(w, http.StatusNotFound, "no datapath (datapath none): no flows, rules or ports")
+		return nil
+	}
+	d := a.datapath()
+	if d == nil {
+		writeError(w, http.StatusServiceUnavailable, "not connected to OVS yet")
+	}
+	return d
 }
 
 func writeJSON(w http.ResponseWriter, v any) {
@@ -185,10 +194,12 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 
 func (a *Agent) status() query.Status {
 	st := query.Status{Node: a.cfg.NodeName, Datapath: a.opts.Datapath}
-	if a.ovs != nil {
+	if a.opts.Datapath == query.DatapathOVS {
 		st.Bridge = a.cfg.BridgeName
-		st.Round = a.ovs.current().Round()
-		if ports, _, err := a.ovs.ports(); err == nil {
+	}
+	if d := a.datapath(); d != nil {
+		st.Round = d.current().Round()
+		if ports, _, err := d.ports(); err == nil {
 			st.LocalPods = len(ports)
 		}
 	}
