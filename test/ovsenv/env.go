@@ -344,8 +344,11 @@ func (e *Env) cleanup() {
 // process dies).
 const HostLockPath = "/run/tierflow-ovsenv.lock"
 
-// hostLockWait bounds waiting for other test processes' Envs.
-const hostLockWait = 8 * time.Minute
+// hostLockWait bounds waiting for other test processes' Envs. `make test`
+// runs every package at once, so a package may wait for the whole of
+// another's real-OVS tests (the simulated-cluster and conformance suites
+// hold the lock for many minutes).
+const hostLockWait = 50 * time.Minute
 
 func acquireHostLock(t testing.TB) *os.File {
 	t.Helper()
