@@ -184,6 +184,8 @@ func TestTwoNodes(t *testing.T) {
 	// restarts meanwhile, so the bridges lose every flow: the new agent
 	// enforces the state it saved; n2's agent replays its flows.
 	ag1.stop()
+	// A stopped agent leaves its flows: n1 still enforces.
+	checkConnections(t, env, "agent n1 stopped", initial...)
 	if err := env.RestartVswitchd(); err != nil {
 		t.Fatal(err)
 	}
