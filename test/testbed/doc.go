@@ -8,8 +8,9 @@
 //     "fabric" bridge (NORMAL switching) joined to every node bridge by a
 //     patch port, the node's uplink; pods of all nodes share one flat L2
 //     network, and tierflow-cni gives them on-link default routes;
-//   - kwok (sigs.k8s.io/kwok v0.8.0, `go install`ed into _output/bin)
-//     keeping N Node objects Ready with the node-fast and
+//   - kwok (sigs.k8s.io/kwok v0.8.0, built from its module source into
+//     _output/bin with one patch: a TTY exec without stdin, as cyclonus
+//     probes, crashed the whole kwok process; see EnsureKwok) keeping N Node objects Ready with the node-fast and
 //     heartbeat-with-lease stages of its own kustomize/stage directory, and
 //     serving `kubectl exec` (--enable-crds=Exec) over TLS on each node's
 //     address (the fabric bridge's interface holds the node addresses);

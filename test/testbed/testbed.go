@@ -187,44 +187,102 @@ func buildBinaries(root, binDir string) error {
 // KwokVersion is the kwok release the test bed runs.
 const KwokVersion = "v0.8.0"
 
-// EnsureKwok returns the kwok binary (in _output/bin, installed with `go
-// install sigs.k8s.io/kwok/cmd/kwok@v0.8.0` when missing) and the kwok
-// module's source directory (for its CRDs and stages).
+// kwokTTYPatch fixes a crash of kwok v0.8.0: an exec with a TTY and without
+// stdin (how cyclonus probes: client-go exec, TTY true, Stdin false) makes
+// the server copy from a nil reader, and the panic kills the whole kwok
+// process. The patch gives such an exec an empty input stream.
+var kwokTTYPatch = struct{ file, old, new string }{
+	file: "pkg/kwok/server/debugging_exec_other.go",
+	old: `		stm := struct {
+			io.Reader
+			io.Writer
+		}{in, out}`,
+	new: `		// tierflow test bed patch: a TTY exec without stdin has no input.
+		if in == nil {
+			in = io.MultiReader()
+		}
+		stm := struct {
+			io.Reader
+			io.Writer
+		}{in, out}`,
+}
+
+// kwokBuildID names the source and patch of the kwok binary; a binary built
+// otherwise (e.g. a plain go install) is rebuilt.
+const kwokBuildID = "sigs.k8s.io/kwok@" + KwokVersion + "+tierflow-tty-stdin-patch-1"
+
+// EnsureKwok returns the kwok binary, _output/bin/kwok, and the kwok
+// module's source directory (for its CRDs and stages). The binary is built
+// once (cached, rebuilt when kwokBuildID changes) from the module source of
+// KwokVersion with kwokTTYPatch applied; the module comes from the Go
+// module proxy the first time.
 func EnsureKwok(root string) (bin, moduleDir string, err error) {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		goBin = "/usr/local/go/bin/go"
 	}
-	bin = filepath.Join(root, "_output", "bin", "kwok")
-	if _, err := os.Stat(bin); err != nil {
-		if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
-			return "", "", err
-		}
-		lock, err := os.OpenFile(filepath.Join(root, "_output", ".kwok.lock"), os.O_CREATE|os.O_RDWR, 0o644)
-		if err != nil {
-			return "", "", err
-		}
-		defer lock.Close()
-		if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-			return "", "", err
-		}
-		defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
-		if _, err := os.Stat(bin); err != nil {
-			cmd := exec.Command(goBin, "install", "sigs.k8s.io/kwok/cmd/kwok@"+KwokVersion)
-			cmd.Env = append(os.Environ(), "GOBIN="+filepath.Dir(bin))
-			if out, err := cmd.CombinedOutput(); err != nil {
-				return "", "", fmt.Errorf("go install sigs.k8s.io/kwok/cmd/kwok@%s (needs the Go module proxy the first time): %v\n%s", KwokVersion, err, out)
-			}
-		}
-	}
 	out, err := exec.Command(goBin, "mod", "download", "-json", "sigs.k8s.io/kwok@"+KwokVersion).Output()
 	if err != nil {
-		return "", "", fmt.Errorf("go mod download sigs.k8s.io/kwok@%s: %v", KwokVersion, err)
+		return "", "", fmt.Errorf("go mod download sigs.k8s.io/kwok@%s (needs the Go module proxy the first time): %v", KwokVersion, err)
 	}
 	var mod struct{ Dir string }
 	if err := json.Unmarshal(out, &mod); err != nil || mod.Dir == "" {
 		return "", "", fmt.Errorf("go mod download sigs.k8s.io/kwok@%s: no module directory in %s", KwokVersion, out)
 	}
+	bin = filepath.Join(root, "_output", "bin", "kwok")
+	stamp := bin + ".build-id"
+	fresh := func() bool {
+		id, err := os.ReadFile(stamp)
+		_, binErr := os.Stat(bin)
+		return err == nil && binErr == nil && string(id) == kwokBuildID
+	}
+	if fresh() {
+		return bin, mod.Dir, nil
+	}
+	if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
+		return "", "", err
+	}
+	lock, err := os.OpenFile(filepath.Join(root, "_output", ".kwok.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return "", "", err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return "", "", err
+	}
+	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+	if fresh() {
+		return bin, mod.Dir, nil
+	}
+	src := filepath.Join(root, "_output", "kwok-src")
+	_ = os.RemoveAll(src)
+	if err := run("cp", "-r", mod.Dir, src); err != nil {
+		return "", "", err
+	}
+	if err := run("chmod", "-R", "u+w", src); err != nil {
+		return "", "", err
+	}
+	target := filepath.Join(src, kwokTTYPatch.file)
+	code, err := os.ReadFile(target)
+	if err != nil {
+		return "", "", err
+	}
+	if !bytes.Contains(code, []byte(kwokTTYPatch.old)) {
+		return "", "", fmt.Errorf("kwok patch: %s does not contain the code to patch", kwokTTYPatch.file)
+	}
+	if err := os.WriteFile(target, bytes.Replace(code, []byte(kwokTTYPatch.old), []byte(kwokTTYPatch.new), 1), 0o644); err != nil {
+		return "", "", err
+	}
+	build := exec.Command(goBin, "build", "-o", bin, "./cmd/kwok")
+	build.Dir = src
+	build.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", "", fmt.Errorf("build kwok %s: %v\n%s", KwokVersion, err, out)
+	}
+	if err := os.WriteFile(stamp, []byte(kwokBuildID), 0o644); err != nil {
+		return "", "", err
+	}
+	_ = os.RemoveAll(src)
 	return bin, mod.Dir, nil
 }
 

@@ -1,6 +1,7 @@
 package testbed_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -18,6 +19,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/tierflow/tierflow/pkg/cni"
 	"github.com/tierflow/tierflow/test/testbed"
@@ -170,6 +173,14 @@ func exerciseCluster(t *testing.T, tb *testbed.Testbed) []corev1.Pod {
 		t.Errorf("porter answered %q, want porter-8000", got)
 	}
 
+	// The way cyclonus probes: client-go exec with a TTY.
+	if out, err := execTTY(tb, "x", "client-0", "main", "/agnhost", "connect", w0.Status.PodIP+":80", "--timeout=3s", "--protocol=tcp"); err != nil || out != "" {
+		t.Errorf("TTY exec connect: output %q, err %v", out, err)
+	}
+	if out, err := execTTY(tb, "x", "client-0", "main", "/agnhost", "connect", w0.Status.PodIP+":9999", "--timeout=3s", "--protocol=tcp"); err == nil || !strings.HasPrefix(out, "REFUSED") {
+		t.Errorf("TTY exec connect to closed port: output %q, err %v", out, err)
+	}
+
 	// REFUSED: nothing listens on the port.
 	res := tb.Exec("x", "client-0", "/agnhost", "connect", w0.Status.PodIP+":9999", "--timeout=3s", "--protocol=tcp")
 	if res.ExitCode != 1 || !strings.HasPrefix(res.Stderr, "REFUSED\n") || res.Stdout != "" {
@@ -268,6 +279,20 @@ func exerciseCluster(t *testing.T, tb *testbed.Testbed) []corev1.Pod {
 }
 
 func uidT(s string) types.UID { return types.UID(s) }
+
+// execTTY runs a command in a pod through client-go with a TTY, as
+// cyclonus does, and returns the terminal's output.
+func execTTY(tb *testbed.Testbed, namespace, pod, container string, cmd ...string) (string, error) {
+	req := tb.Cluster.Kube.CoreV1().RESTClient().Post().Namespace(namespace).Resource("pods").Name(pod).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{Container: container, Command: cmd, Stdout: true, Stderr: true, TTY: true}, scheme.ParameterCodec)
+	executor, err := remotecommand.NewSPDYExecutor(tb.Cluster.Config, "POST", req.URL())
+	if err != nil {
+		return "", err
+	}
+	var out bytes.Buffer
+	err = executor.StreamWithContext(context.Background(), remotecommand.StreamOptions{Stdout: &out, Tty: true})
+	return out.String(), err
+}
 
 func waitRunning(t *testing.T, tb *testbed.Testbed, namespace, selector string, n int) []corev1.Pod {
 	t.Helper()
