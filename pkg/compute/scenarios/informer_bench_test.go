@@ -1,4 +1,4 @@
-package compute
+package scenarios_test
 
 import (
 	"context"
@@ -13,25 +13,32 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/tierflow/tierflow/pkg/compute"
+	"github.com/tierflow/tierflow/pkg/compute/scenarios"
 )
+
+// Package scenarios_test holds the from-informer-start benchmarks, kept out
+// of package compute's tests so its fuzz builds need not instrument
+// client-go.
 
 // benchFromInformerStart times what an operator waits for when the
 // controller starts: from starting the informers (over a fake clientset
 // holding every object, as the reference figures were measured) until the
 // engine has computed every object. Informer handlers call the engine
 // concurrently, as the controller's would.
-func benchFromInformerStart(b *testing.B, c *cluster) {
-	objs := make([]runtime.Object, 0, len(c.namespaces)+len(c.nodes)+len(c.pods)+len(c.nps))
-	for _, o := range c.namespaces {
+func benchFromInformerStart(b *testing.B, c *scenarios.Cluster) {
+	objs := make([]runtime.Object, 0, c.Objects())
+	for _, o := range c.Namespaces {
 		objs = append(objs, o)
 	}
-	for _, o := range c.nodes {
+	for _, o := range c.Nodes {
 		objs = append(objs, o)
 	}
-	for _, o := range c.pods {
+	for _, o := range c.Pods {
 		objs = append(objs, o)
 	}
-	for _, o := range c.nps {
+	for _, o := range c.NetworkPolicies {
 		objs = append(objs, o)
 	}
 	total := int64(len(objs))
@@ -41,7 +48,7 @@ func benchFromInformerStart(b *testing.B, c *cluster) {
 		// The reference test builds its fake clientset the same way; the
 		// non-deprecated NewClientset adds field management it did not have.
 		client := fake.NewSimpleClientset(objs...) //nolint:staticcheck
-		e := New()
+		e := compute.New()
 		var seen atomic.Int64
 		factory := informers.NewSharedInformerFactory(client, 0)
 		handle := func(inf cache.SharedIndexInformer, upsert func(any)) {
@@ -67,8 +74,8 @@ func benchFromInformerStart(b *testing.B, c *cluster) {
 		b.StopTimer()
 		cancel()
 		factory.Shutdown()
-		if len(s.Policies) != len(c.nps) {
-			b.Fatalf("computed %d policies, want %d", len(s.Policies), len(c.nps))
+		if len(s.Policies) != len(c.NetworkPolicies) {
+			b.Fatalf("computed %d policies, want %d", len(s.Policies), len(c.NetworkPolicies))
 		}
 		b.StartTimer()
 	}
@@ -79,10 +86,14 @@ func benchFromInformerStart(b *testing.B, c *cluster) {
 }
 
 func BenchmarkFromInformerStartSmallNamespaces(b *testing.B) {
-	benchFromInformerStart(b, smallNamespaces())
+	benchFromInformerStart(b, scenarios.SmallNamespaces())
 }
 func BenchmarkFromInformerStartLargeNamespaces(b *testing.B) {
-	benchFromInformerStart(b, largeNamespaces())
+	benchFromInformerStart(b, scenarios.LargeNamespaces())
 }
-func BenchmarkFromInformerStartOneNamespace(b *testing.B) { benchFromInformerStart(b, oneNamespace()) }
-func BenchmarkFromInformerStartPolicyPerPod(b *testing.B) { benchFromInformerStart(b, policyPerPod()) }
+func BenchmarkFromInformerStartOneNamespace(b *testing.B) {
+	benchFromInformerStart(b, scenarios.OneNamespace())
+}
+func BenchmarkFromInformerStartPolicyPerPod(b *testing.B) {
+	benchFromInformerStart(b, scenarios.PolicyPerPod())
+}
