@@ -1,0 +1,300 @@
+package framework
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	authnv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	certutil "k8s.io/client-go/util/cert"
+
+	"github.com/tierflow/tierflow/pkg/agent/runtime/query"
+	"github.com/tierflow/tierflow/pkg/queryapi"
+	"github.com/tierflow/tierflow/test/kubeapi"
+	"github.com/tierflow/tierflow/test/testbed"
+)
+
+// The agents' identity, as in manifests/: a service account in kube-system
+// whose tokens, bound to the agent pod of a node, the controller accepts
+// for that node.
+const (
+	AgentNamespace = "kube-system"
+	AgentSA        = "tierflow-agent"
+	TokenAudience  = "tierflow"
+	// QueryUser is the service account (namespace default) whose token
+	// asks the controller's query API, as an operator's tierctl would.
+	QueryUser = "tierflow-operator"
+)
+
+// Tierflow is tierflow running on a test bed.
+type Tierflow struct {
+	Bed *testbed.Testbed
+	// Dir holds binaries, TLS files, tokens, agent state and logs.
+	Dir    string
+	BinDir string
+	// CAFile verifies the controller's certificate (for "localhost").
+	CAFile       string
+	AgentAddress string
+	QueryAddress string
+	// QueryToken is the bearer token of QueryUser; Query a client with it.
+	QueryToken string
+	Query      *queryapi.Client
+	// AgentSockets maps a node name to its agent's query socket.
+	AgentSockets map[string]string
+
+	procs []*process
+}
+
+// Start builds and runs the controller and one agent per node of bed; they
+// stop at tb's cleanup. It returns once every agent enforces a complete
+// policy state.
+func Start(tb testing.TB, bed *testbed.Testbed, dir string) *Tierflow {
+	tb.Helper()
+	if dir == "" {
+		dir = tb.TempDir()
+	}
+	tf := &Tierflow{Bed: bed, Dir: dir, BinDir: filepath.Join(dir, "bin"), AgentSockets: map[string]string{}}
+	if err := os.MkdirAll(tf.BinDir, 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	if err := tf.build(); err != nil {
+		tb.Fatal(err)
+	}
+	if err := tf.tls(); err != nil {
+		tb.Fatal(err)
+	}
+	var err error
+	if tf.AgentAddress, err = freeAddress(); err != nil {
+		tb.Fatal(err)
+	}
+	if tf.QueryAddress, err = freeAddress(); err != nil {
+		tb.Fatal(err)
+	}
+	kube := bed.Cluster.Kube
+	ctx := context.Background()
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: AgentNamespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		tb.Fatal(err)
+	}
+	if _, err := kube.CoreV1().ServiceAccounts(AgentNamespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: AgentSA}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		tb.Fatal(err)
+	}
+
+	ctrl, err := startProcess(dir, "tierflow-controller", filepath.Join(tf.BinDir, "tierflow-controller"),
+		"--kubeconfig="+bed.Cluster.Kubeconfig, "--id=testbed-controller", "--leader-elect=false",
+		"--metrics-address=", "--query-address="+tf.QueryAddress, "--agent-listen-address="+tf.AgentAddress,
+		"--tls-cert-file="+filepath.Join(dir, "tls.crt"), "--tls-key-file="+filepath.Join(dir, "tls.key"),
+		"--agent-token-audience="+TokenAudience, "--agent-service-account="+AgentNamespace+"/"+AgentSA)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tf.procs = append(tf.procs, ctrl)
+	tb.Cleanup(func() { ctrl.stop(20 * time.Second) })
+
+	for i, n := range bed.Nodes {
+		token, err := tf.agentToken(n.Name)
+		if err != nil {
+			tb.Fatalf("agent token for %s: %v", n.Name, err)
+		}
+		sock := filepath.Join(dir, n.Name+".sock")
+		tf.AgentSockets[n.Name] = sock
+		// Every node bridge shares the test bed's one ovs-vswitchd (and its
+		// conntrack), so each agent gets its own zone.
+		p, err := startProcess(dir, "tierflow-agent-"+n.Name, filepath.Join(tf.BinDir, "tierflow-agent"),
+			"--node-name="+n.Name, "--bridge-name="+n.Bridge.Name, "--datapath-type=netdev",
+			"--ovsdb-socket="+bed.OVS.DBSocketPath(), "--openflow-socket="+n.Bridge.MgmtSocketPath(),
+			"--controller-address="+tf.AgentAddress, "--controller-ca-file="+tf.CAFile, "--controller-server-name=localhost",
+			"--token-file="+token, "--state-dir="+filepath.Join(dir, n.Name+"-state"),
+			"--metrics-address=127.0.0.1:0", "--query-socket="+sock, fmt.Sprintf("--ct-zone=%d", 100+i))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tf.procs = append(tf.procs, p)
+		tb.Cleanup(func() { p.stop(20 * time.Second) })
+	}
+
+	if tf.QueryToken, err = tf.queryUser(); err != nil {
+		tb.Fatalf("query user: %v", err)
+	}
+	if tf.Query, err = queryapi.NewClient(queryapi.ClientConfig{Address: tf.QueryAddress, Token: tf.QueryToken, CAFile: tf.CAFile, ServerName: "localhost"}); err != nil {
+		tb.Fatal(err)
+	}
+	if err := tf.waitAgentsReady(2 * time.Minute); err != nil {
+		tb.Fatalf("%v\n%s", err, tf.Logs(20))
+	}
+	return tf
+}
+
+// Logs returns the tail of every tierflow process's log, for failures.
+func (tf *Tierflow) Logs(lines int) string {
+	var b strings.Builder
+	for _, p := range tf.procs {
+		fmt.Fprintf(&b, "--- %s (%s):\n%s\n", p.name, p.log, p.logTail(lines))
+	}
+	return b.String()
+}
+
+// Kubectl runs the test bed's kubectl with its kubeconfig.
+func (tf *Tierflow) Kubectl(stdin string, args ...string) (string, error) {
+	cmd := exec.Command(filepath.Join(tf.Bed.Cluster.BinDir, "kubectl"), append([]string{"--kubeconfig=" + tf.Bed.Cluster.Kubeconfig}, args...)...)
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		return out.String(), fmt.Errorf("kubectl %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(errOut.String()))
+	}
+	return out.String(), nil
+}
+
+// TierctlArgs are the flags that point tierctl at this controller and the
+// agents' sockets.
+func (tf *Tierflow) TierctlArgs() []string {
+	args := []string{"--kubeconfig=" + tf.Bed.Cluster.Kubeconfig, "--controller=" + tf.QueryAddress,
+		"--controller-ca-file=" + tf.CAFile, "--controller-server-name=localhost", "--token=" + tf.QueryToken,
+		"--ovs-rundir=" + tf.Bed.OVS.Dir}
+	for _, n := range tf.Bed.Nodes {
+		args = append(args, "--agent-socket="+n.Name+"="+tf.AgentSockets[n.Name])
+	}
+	return args
+}
+
+func (tf *Tierflow) build() error {
+	root, err := kubeapi.RepoRoot()
+	if err != nil {
+		return err
+	}
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		goBin = "/usr/local/go/bin/go"
+	}
+	cmd := exec.Command(goBin, "build", "-o", tf.BinDir+"/", "./cmd/tierflow-controller", "./cmd/tierflow-agent", "./cmd/tierctl")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build tierflow commands: %v\n%s", err, out)
+	}
+	return nil
+}
+
+// tls writes a self-signed serving certificate for "localhost" and
+// 127.0.0.1; being self-signed it is its own CA.
+func (tf *Tierflow) tls() error {
+	certPEM, keyPEM, err := certutil.GenerateSelfSignedCertKey("localhost", []net.IP{net.ParseIP("127.0.0.1")}, nil)
+	if err != nil {
+		return err
+	}
+	tf.CAFile = filepath.Join(tf.Dir, "ca.crt")
+	for f, b := range map[string][]byte{tf.CAFile: certPEM, filepath.Join(tf.Dir, "tls.crt"): certPEM, filepath.Join(tf.Dir, "tls.key"): keyPEM} {
+		if err := os.WriteFile(f, b, 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// agentToken creates the agent pod of node (host network, as the
+// DaemonSet's) and writes a token bound to it, what the kubelet projects.
+func (tf *Tierflow) agentToken(node string) (string, error) {
+	ctx := context.Background()
+	kube := tf.Bed.Cluster.Kube
+	pod, err := kube.CoreV1().Pods(AgentNamespace).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "tierflow-agent-" + node, Labels: map[string]string{"app": "tierflow-agent"}},
+		Spec: corev1.PodSpec{NodeName: node, ServiceAccountName: AgentSA, HostNetwork: true,
+			Containers: []corev1.Container{{Name: "agent", Image: "tierflow-agent", Command: []string{"/agnhost", "pause"}}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return "", err
+	}
+	exp := int64(24 * 3600)
+	tr, err := kube.CoreV1().ServiceAccounts(AgentNamespace).CreateToken(ctx, AgentSA, &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{
+		Audiences: []string{TokenAudience}, ExpirationSeconds: &exp,
+		BoundObjectRef: &authnv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID},
+	}}, metav1.CreateOptions{})
+	if err != nil {
+		return "", err
+	}
+	file := filepath.Join(tf.Dir, node+".token")
+	return file, os.WriteFile(file, []byte(tr.Status.Token+"\n"), 0o600)
+}
+
+// queryUser creates QueryUser, allowed to get the query API's resource,
+// and returns a token of it.
+func (tf *Tierflow) queryUser() (string, error) {
+	ctx := context.Background()
+	kube := tf.Bed.Cluster.Kube
+	if _, err := kube.CoreV1().ServiceAccounts("default").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: QueryUser}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return "", err
+	}
+	role := "tierflow-query-" + QueryUser
+	if _, err := kube.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: role},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{queryapi.AuthGroup}, Resources: []string{queryapi.AuthResource + "/*"}, Verbs: []string{"get"}}},
+	}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return "", err
+	}
+	if _, err := kube.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: role},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: "default", Name: QueryUser}},
+	}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return "", err
+	}
+	exp := int64(24 * 3600)
+	tr, err := kube.CoreV1().ServiceAccounts("default").CreateToken(ctx, QueryUser, &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{ExpirationSeconds: &exp}}, metav1.CreateOptions{})
+	if err != nil {
+		return "", err
+	}
+	return tr.Status.Token, nil
+}
+
+func (tf *Tierflow) waitAgentsReady(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		var notReady []string
+		for _, n := range tf.Bed.Nodes {
+			st, err := query.NewClient(tf.AgentSockets[n.Name]).Status(context.Background())
+			switch {
+			case err != nil:
+				notReady = append(notReady, fmt.Sprintf("%s: %v", n.Name, err))
+			case !st.Ready:
+				notReady = append(notReady, n.Name+": not ready")
+			}
+		}
+		if len(notReady) == 0 {
+			return nil
+		}
+		for _, p := range tf.procs {
+			if err := p.exitErr(); err != nil {
+				return fmt.Errorf("%s exited: %v", p.name, err)
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("agents not ready after %v: %s", timeout, strings.Join(notReady, "; "))
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+}
+
+func freeAddress() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// errExitedCleanly: a daemon ended with status 0 while it should run.
+var errExitedCleanly = errors.New("exited with status 0")
