@@ -18,6 +18,7 @@ import (
 	"github.com/tierflow/tierflow/pkg/agent/pipeline"
 	"github.com/tierflow/tierflow/pkg/agent/runtime/query"
 	"github.com/tierflow/tierflow/pkg/model"
+	"github.com/tierflow/tierflow/pkg/ovs/openflow"
 )
 
 const flowsLong = `Show the OpenFlow flows that realize a policy, a rule, a pod or a table on
@@ -36,7 +37,8 @@ and an egress rule of that index) or a rule name.
   - per rule, whether the bridge holds its action flows (a rule that can
     match nothing - no peer address, no local applied-to pod - needs none);
   - the bridge's flows (ovs-ofctl dump-flows) against the flows the agent
-    installed: flows missing from the bridge and extra flows in it.
+    installed: flows missing from the bridge and extra flows in it, and the
+    agent's sentinel flow (its absence means OVS lost the flows).
 It prints the report and exits 1 when it found a problem. It needs the
 controller (--controller) as well as the agent, and ovs-ofctl.`
 
@@ -227,7 +229,7 @@ type CheckReport struct {
 	OK       bool          `json:"ok"`
 	Policies []PolicyCheck `json:"policies"`
 	// FlowsInstalled is how many flows the agent installed, FlowsInBridge
-	// how many the bridge holds.
+	// how many the bridge holds (the sentinel aside).
 	FlowsInstalled int `json:"flowsInstalled"`
 	FlowsInBridge  int `json:"flowsInBridge"`
 	// MissingFlows are installed flows the bridge does not hold, ExtraFlows
@@ -235,6 +237,9 @@ type CheckReport struct {
 	// table and priority: what OpenFlow statistics identify a flow by).
 	MissingFlows []FlowID `json:"missingFlows"`
 	ExtraFlows   []FlowID `json:"extraFlows"`
+	// Sentinel: the bridge holds the agent's OpenFlow connection sentinel
+	// (pkg/ovs/openflow), whose absence tells the agent OVS lost its flows.
+	Sentinel bool `json:"sentinel"`
 }
 
 // PolicyCheck is one policy's audit.
@@ -339,6 +344,18 @@ func (o *flowsOptions) runCheck(ctx context.Context, w io.Writer) error {
 		want[flowKey{c, f.TableID, f.Priority}]++
 	}
 	rep.FlowsInstalled = len(installed.Flows)
+	// The OpenFlow client's sentinel flow is installed outside the
+	// pipeline's flows: expected, once, not "extra".
+	for k := range inBridge {
+		if k.cookie == openflow.SentinelCookie {
+			rep.Sentinel = true
+			inBridge[k]--
+			if inBridge[k] == 0 {
+				delete(inBridge, k)
+			}
+			break
+		}
+	}
 	rep.FlowsInBridge = 0
 	for _, n := range inBridge {
 		rep.FlowsInBridge += n
@@ -430,8 +447,11 @@ func (o *flowsOptions) runCheck(ctx context.Context, w io.Writer) error {
 		}
 	}
 	sort.Slice(rep.Policies, func(i, j int) bool { return rep.Policies[i].Policy < rep.Policies[j].Policy })
-	rep.OK = len(rep.MissingFlows) == 0 && len(rep.ExtraFlows) == 0
+	rep.OK = len(rep.MissingFlows) == 0 && len(rep.ExtraFlows) == 0 && rep.Sentinel
 	problems := len(rep.MissingFlows) + len(rep.ExtraFlows)
+	if !rep.Sentinel {
+		problems++
+	}
 	for _, p := range rep.Policies {
 		if p.Status != "ok" {
 			rep.OK = false
@@ -564,8 +584,8 @@ func writeCheck(w io.Writer, rep *CheckReport) error {
 		verdict = "PROBLEMS FOUND"
 	}
 	fmt.Fprintf(tw, "NODE %s (bridge %s, round %d): %s\n", rep.Node, rep.Bridge, rep.Round, verdict)
-	fmt.Fprintf(tw, "flows installed by the agent: %d, in the bridge: %d, missing: %d, extra: %d\n\n",
-		rep.FlowsInstalled, rep.FlowsInBridge, len(rep.MissingFlows), len(rep.ExtraFlows))
+	fmt.Fprintf(tw, "flows installed by the agent: %d, in the bridge: %d, missing: %d, extra: %d, sentinel present: %v\n\n",
+		rep.FlowsInstalled, rep.FlowsInBridge, len(rep.MissingFlows), len(rep.ExtraFlows), rep.Sentinel)
 	fmt.Fprintln(tw, "POLICY\tSTATUS\tGENERATION (CONTROLLER/AGENT/REALIZED)\tRULE\tRULE STATUS\tACTION FLOWS")
 	for _, p := range rep.Policies {
 		gen := fmt.Sprintf("%d/%d/%d", p.ControllerGeneration, p.AgentGeneration, p.RealizedGeneration)

@@ -142,7 +142,7 @@ func (o *liveOptions) agentFor(ctx context.Context, node string) (*query.Client,
 		candidates = []string{query.DefaultSocket}
 	}
 	if len(candidates) == 0 {
-		return nil, nil, fmt.Errorf("node %s: no --agent-socket given for it", node)
+		return nil, nil, fmt.Errorf("node %s unreachable: no --agent-socket given for it", node)
 	}
 	var seen []string
 	for _, path := range candidates {

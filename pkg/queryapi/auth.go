@@ -111,7 +111,7 @@ func (a *Authorizer) review(ctx context.Context, token, endpoint string) (string
 		Spec: authzv1.SubjectAccessReviewSpec{
 			User: u.Username, UID: u.UID, Groups: u.Groups, Extra: extra,
 			ResourceAttributes: &authzv1.ResourceAttributes{
-				Verb: "get", Group: AuthGroup, Resource: AuthResource, Subresource: endpoint,
+				Verb: "get", Group: AuthGroup, Resource: AuthResource, Name: endpoint,
 			},
 		},
 	}, metav1.CreateOptions{})

@@ -7,9 +7,14 @@
 // authentication: every request carries a Kubernetes token, which the
 // controller checks with a TokenReview and authorizes with a
 // SubjectAccessReview for verb "get" on resource "queries" of API group
-// "tierflow.io" (subresource: the endpoint name). A ClusterRole granting
-// that is all a user or service account needs; nothing else of the cluster
-// is exposed. Responses are JSON; failures carry {"error": "..."}.
+// "tierflow.io", resource name the endpoint: snapshot, policies or explain
+// (matrix included). A ClusterRole rule
+//
+//	apiGroups: ["tierflow.io"], resources: ["queries"], verbs: ["get"]
+//
+// is all a user or service account needs (resourceNames: ["explain"]
+// allows only explain); nothing else of the cluster is exposed. Decisions are
+// cached for 10 seconds. Responses are JSON; failures carry {"error": "..."}.
 //
 //	GET /v1/snapshot                          the whole model.Snapshot
 //	GET /v1/policies                          policies with realization (N/M nodes)
