@@ -160,3 +160,7 @@ bench: deps kube-binaries ## benchmark report into _output/bench (BENCH_QUICK=1:
 .PHONY: test-controller
 test-controller: kube-binaries ## the kube-apiserver harness, the controller and its command, on real etcd + kube-apiserver
 	$(GO) test -count=1 ./test/kubeapi/... ./pkg/controller/... ./cmd/tierflow-controller/...
+
+.PHONY: test-tierctl
+test-tierctl: deps kube-binaries ## tierctl: offline explain, and every live command against a real kube-apiserver, controller and agents on OVS (root)
+	$(GO) test -count=1 ./pkg/queryapi/... ./cmd/tierctl/...
