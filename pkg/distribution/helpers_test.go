@@ -152,9 +152,13 @@ func (e *env) waitConverged(agents ...*fake.Runtime) {
 // equal engine's snapshot filtered to its node.
 func waitConverged(t testing.TB, engine *compute.Engine, agents ...*fake.Runtime) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	// Generous: under -race on a loaded machine a multi-megabyte full
+	// update takes seconds to encode and decode.
+	deadline := time.Now().Add(60 * time.Second)
 	for _, a := range agents {
 		for {
+			changed := a.Client.Changed()
+			checkStart := time.Now()
 			want := wire.ForNode(engine.Snapshot(), a.Node())
 			_, _, st := a.Client.State()
 			d := wire.Diff(want, a.Cache())
@@ -165,9 +169,11 @@ func waitConverged(t testing.TB, engine *compute.Engine, agents ...*fake.Runtime
 			if time.Now().After(deadline) {
 				t.Fatalf("agent %s did not converge (client %+v, connected %v):\n%s", want.Node, a.Client.Stats(), a.Client.Connected(), strings.Join(d, "\n"))
 			}
+			// Comparing a large state is costly: do not starve the agent
+			// being waited for by checking more often than it takes.
 			select {
-			case <-a.Client.Changed():
-			case <-time.After(50 * time.Millisecond):
+			case <-changed:
+			case <-time.After(max(50*time.Millisecond, 2*time.Since(checkStart))):
 			}
 		}
 	}
