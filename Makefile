@@ -164,3 +164,15 @@ test-controller: kube-binaries ## the kube-apiserver harness, the controller and
 .PHONY: test-tierctl
 test-tierctl: deps kube-binaries ## tierctl: offline explain, and every live command against a real kube-apiserver, controller and agents on OVS (root)
 	$(GO) test -count=1 ./pkg/queryapi/... ./cmd/tierctl/...
+
+# make demo (test/demo): the simulated cluster with tierflow, the four
+# houses, policies of every tier, explain and flows. DEMO_KEEP=1 (default)
+# leaves it running (stop: make testbed-down); DEMO_KEEP=0 tears it down.
+DEMO_KEEP ?= 1
+DEMO_NODES ?= 2
+demo: ## walk through tierflow on the simulated cluster (DEMO_KEEP=0: tear down at the end; DEMO_NODES=n)
+	@GO=$(GO) DEMO_KEEP=$(DEMO_KEEP) DEMO_NODES=$(DEMO_NODES) test/demo/demo.sh
+
+.PHONY: test-e2e
+test-e2e: deps kube-binaries ## the end-to-end scenarios on the simulated cluster (test/e2e; root)
+	$(GO) test -count=1 -timeout 60m -v ./test/e2e/...
