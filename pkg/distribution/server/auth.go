@@ -189,6 +189,10 @@ func (s *Server) authenticate(ctx context.Context) (string, error) {
 	if token == "" {
 		return "", status.Error(codes.Unauthenticated, "no bearer token")
 	}
+	if s.auth == nil {
+		// Fail closed: a server built without an authenticator serves no one.
+		return "", status.Error(codes.Unauthenticated, "no authenticator configured")
+	}
 	node, err := s.auth.Authenticate(ctx, token)
 	if errors.Is(err, ErrNotBound) {
 		return "", status.Error(codes.PermissionDenied, err.Error())
