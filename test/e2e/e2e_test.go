@@ -96,17 +96,18 @@ func TestScenarios(t *testing.T) {
 
 func runScenario(t *testing.T, tf *framework.Tierflow, pods []framework.Pod, file string) {
 	if file != "" {
-		if out, err := tf.Kubectl("", "apply", "-f", file); err != nil {
-			t.Fatalf("%v\n%s", err, out)
-		}
+		// Registered first: a manifest applied only in part is removed too.
 		defer func() {
-			if out, err := tf.Kubectl("", "delete", "--wait", "-f", file); err != nil {
+			if out, err := tf.Kubectl("", "delete", "--wait", "--ignore-not-found", "-f", file); err != nil {
 				t.Errorf("%v\n%s", err, out)
 			}
 			if _, err := tf.WaitRealized(90 * time.Second); err != nil {
 				t.Errorf("after deleting %s: %v\n%s", file, err, tf.Logs(20))
 			}
 		}()
+		if out, err := tf.Kubectl("", "apply", "-f", file); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
 	}
 	start := time.Now()
 	built, err := tf.WaitRealized(90 * time.Second)

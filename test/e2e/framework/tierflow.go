@@ -240,7 +240,7 @@ func (tf *Tierflow) queryUser() (string, error) {
 	role := "tierflow-query-" + QueryUser
 	if _, err := kube.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: role},
-		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{queryapi.AuthGroup}, Resources: []string{queryapi.AuthResource + "/*"}, Verbs: []string{"get"}}},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{queryapi.AuthGroup}, Resources: []string{queryapi.AuthResource}, Verbs: []string{"get"}}},
 	}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return "", err
 	}
