@@ -86,6 +86,9 @@ func run(dir string, nodes int, keep bool) int {
 		return 1
 	}
 	runner := testbed.NewRunner(logger)
+	// The directory goes after everything in it has stopped, as with
+	// tierflow-testbed: a later demo or test bed starts clean.
+	defer os.RemoveAll(dir)
 	defer runner.Close()
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
