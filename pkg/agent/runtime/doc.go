@@ -6,6 +6,10 @@
 //
 // # Start-up order, and why
 //
+//  0. Serve /healthz, /readyz, /metrics and the query socket, and connect
+//     to OVS with backoff: ovs-vswitchd starts with the agent (another
+//     container of its pod), and waiting must not look like a dead agent.
+//     /readyz succeeds once a complete state is enforced.
 //  1. Ensure the bridge (create or adopt; fail_mode=secure, so a bridge
 //     without flows passes nothing) and start the port watcher, which maps
 //     pods to OpenFlow ports from the CNI plugin's interface external_ids.
@@ -36,6 +40,12 @@
 // without an OpenFlow number, with an interface error, with identity keys
 // that do not parse, or claiming a pod or an address another port claims is
 // not classified, so no traffic passes through it (fail closed).
+//
+// A realization that fails is reported to the controller with the update
+// that caused it; when a later retry (or a port change) succeeds, the
+// controller hears of it only with the next update, because the
+// distribution client reports on updates only. The query socket's
+// /v1/realization is always current.
 //
 // # Shutdown
 //
