@@ -1,0 +1,83 @@
+package conformance_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tierflow/tierflow/test/conformance"
+	"github.com/tierflow/tierflow/test/kubeapi"
+	"github.com/tierflow/tierflow/test/testbed"
+)
+
+// TestUpstreamConformance brings up the test bed with tierflow, runs both
+// upstream suites against it, and writes into _output/conformance each
+// suite's ConformanceReport (report-<version>.yaml), its go test -json
+// output (<version>.jsonl), the per-case results (results.txt) and the
+// one-line tally (summary.txt). It fails if any case other than an SCTP
+// one failed.
+func TestUpstreamConformance(t *testing.T) {
+	root, err := kubeapi.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(root, "_output", "conformance")
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Remove(filepath.Join(out, "summary.txt"))
+	// The suites must be fetchable before anything starts.
+	for _, s := range conformance.Suites {
+		if _, err := s.ModuleDir(context.Background()); err != nil {
+			t.Fatalf("suite source: %v", err)
+		}
+	}
+
+	bed := testbed.Start(t, testbed.Options{Nodes: 3})
+	conformance.StartTierflow(t, bed)
+
+	var all []conformance.Case
+	for _, s := range conformance.Suites {
+		started := time.Now()
+		res, err := s.Run(context.Background(), bed.Cluster.Kubeconfig, filepath.Join(bed.Dir, "suites"),
+			filepath.Join(out, "report-"+s.Version+".yaml"), filepath.Join(out, s.Version+".jsonl"))
+		if err != nil {
+			t.Errorf("suite %s: %v", s.Name(), err)
+			if res == nil {
+				continue
+			}
+		}
+		p, f, k := conformance.Tally(res.Cases)
+		t.Logf("suite %s: %d passed, %d failed, %d skipped in %v (go test: %v)", s.Name(), p, f, k, time.Since(started).Round(time.Second), res.ExitErr)
+		if len(res.Cases) == 0 {
+			t.Errorf("suite %s ran no test case; log %s", s.Name(), res.Log)
+		}
+		for _, c := range res.Cases {
+			if c.Outcome == conformance.Fail && !c.SCTP() {
+				t.Errorf("%s %s failed:\n%s", c.Suite, c.Name, lastLines(c.Output, 25))
+			}
+		}
+		all = append(all, res.Cases...)
+	}
+	p, f, k := conformance.Tally(all)
+	line := fmt.Sprintf("%d passed, %d failed, %d skipped", p, f, k)
+	if err := os.WriteFile(filepath.Join(out, "results.txt"), []byte(conformance.Summary(all)+line+"\n"), 0o644); err != nil {
+		t.Error(err)
+	}
+	if err := os.WriteFile(filepath.Join(out, "summary.txt"), []byte(line+"\n"), 0o644); err != nil {
+		t.Error(err)
+	}
+	t.Logf("per-case results:\n%s%s", conformance.Summary(all), line)
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

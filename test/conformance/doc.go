@@ -1,0 +1,29 @@
+// Package conformance runs the upstream network-policy-api conformance
+// suites, unmodified, against tierflow on the simulated cluster
+// (test/testbed):
+//
+//   - sigs.k8s.io/network-policy-api v0.1.7 conformance/, profiles
+//     AdminNetworkPolicy and BaselineAdminNetworkPolicy;
+//   - sigs.k8s.io/network-policy-api v0.2.0 conformance/, profile
+//     ClusterNetworkPolicy.
+//
+// Each suite runs from its own module source: the module is taken from the
+// Go module cache (`go mod download`), copied to a temporary directory
+// (the cache is read-only and the suite resolves its own go.sum with
+// GOFLAGS=-mod=mod) and run there with `go test -json` and the suite's own
+// flags (conformance/utils/flags), KUBECONFIG pointing at the test bed.
+// Nothing of the upstream code is copied into this repository or edited.
+//
+// StartTierflow puts tierflow on a test bed: the tierflow-controller
+// binary against the bed's kube-apiserver and one tierflow-agent binary
+// per node on that node's bridge (own conntrack zone, since all bridges
+// share one ovs-vswitchd), authenticated with a service account token
+// bound to a hostNetwork agent pod on the node, as the DaemonSet's
+// projected token would be.
+//
+// Results are counted per test case: a case is a leaf of the suite's test
+// tree (the "Should ..." subtests; a conformance test without subtests is
+// one case). SCTP cases cannot pass here (the kernel has no SCTP module,
+// the test bed serves no SCTP); they are listed apart, and their policies
+// are checked with ofproto/trace by this package's own tests.
+package conformance

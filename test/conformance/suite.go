@@ -1,0 +1,244 @@
+package conformance
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Suite is one upstream conformance suite and how tierflow runs it.
+type Suite struct {
+	// Module and Version name the network-policy-api release whose
+	// conformance/ directory is run.
+	Module, Version string
+	// Profiles are the conformance profiles (--conformance-profiles).
+	Profiles []string
+	// Features are the features tierflow claims (--supported-features).
+	// The suites enable only the features listed, so the profiles'
+	// standard features are listed too.
+	Features []string
+}
+
+// Suites are the suites tierflow runs. Egress node peers (experimental)
+// are not claimed: the test bed runs no servers in hostNetwork pods, so
+// the node-peer cases have nothing to reach.
+var Suites = []Suite{
+	{
+		Module: "sigs.k8s.io/network-policy-api", Version: "v0.1.7",
+		Profiles: []string{"AdminNetworkPolicy", "BaselineAdminNetworkPolicy"},
+		Features: []string{"AdminNetworkPolicy", "BaselineAdminNetworkPolicy",
+			"AdminNetworkPolicyNamedPorts", "BaselineAdminNetworkPolicyNamedPorts"},
+	},
+	{
+		Module: "sigs.k8s.io/network-policy-api", Version: "v0.2.0",
+		Profiles: []string{"ClusterNetworkPolicy"},
+		Features: []string{"ClusterNetworkPolicy", "ClusterNetworkPolicyNamedPorts"},
+	},
+}
+
+// Name is module@version.
+func (s Suite) Name() string { return s.Module + "@" + s.Version }
+
+// Outcome of a test case.
+type Outcome string
+
+const (
+	Pass Outcome = "pass"
+	Fail Outcome = "fail"
+	Skip Outcome = "skip"
+)
+
+// Case is one test case: a leaf of the suite's test tree.
+type Case struct {
+	Suite   string
+	Name    string // full go test name, e.g. TestConformanceProfiles/AdminNetworkPolicyEgressTCP/Should_...
+	Outcome Outcome
+	Elapsed time.Duration
+	// Output is the case's own output (its log lines, failure messages).
+	Output string
+}
+
+// SCTP reports whether the case exercises SCTP, which cannot pass here.
+func (c Case) SCTP() bool { return strings.Contains(strings.ToLower(c.Name), "sctp") }
+
+// Result of one suite run.
+type Result struct {
+	Suite Suite
+	Cases []Case
+	// Report is the suite's ConformanceReport YAML file, Log its go test
+	// -json output.
+	Report, Log string
+	// ExitErr is go test's failure, if any (failed cases or a broken run).
+	ExitErr error
+}
+
+// ModuleDir downloads (or finds in the module cache) the suite's module
+// and returns its read-only source directory.
+func (s Suite) ModuleDir(ctx context.Context) (string, error) {
+	out, err := exec.CommandContext(ctx, "go", "mod", "download", "-json", s.Name()).Output()
+	if err != nil {
+		var stderr string
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = string(ee.Stderr)
+		}
+		return "", fmt.Errorf("go mod download %s: %v %s %s", s.Name(), err, out, stderr)
+	}
+	var mod struct{ Dir, Error string }
+	if err := json.Unmarshal(out, &mod); err != nil {
+		return "", fmt.Errorf("go mod download %s: %v", s.Name(), err)
+	}
+	if mod.Error != "" || mod.Dir == "" {
+		return "", fmt.Errorf("go mod download %s: %s", s.Name(), mod.Error)
+	}
+	return mod.Dir, nil
+}
+
+// Run copies the suite's module to workDir and runs its conformance tests
+// with go test against the cluster of kubeconfig, writing the
+// ConformanceReport to reportFile and go test's JSON stream to logFile.
+func (s Suite) Run(ctx context.Context, kubeconfig, workDir, reportFile, logFile string) (*Result, error) {
+	dir, err := s.ModuleDir(ctx)
+	if err != nil {
+		return nil, err
+	}
+	src := filepath.Join(workDir, "network-policy-api@"+s.Version)
+	_ = os.RemoveAll(src)
+	if err := os.MkdirAll(workDir, 0o755); err != nil {
+		return nil, err
+	}
+	if out, err := exec.Command("cp", "-r", dir, src).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("copy %s: %v: %s", dir, err, out)
+	}
+	if out, err := exec.Command("chmod", "-R", "u+w", src).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("chmod %s: %v: %s", src, err, out)
+	}
+	_ = os.Remove(reportFile)
+	log, err := os.Create(logFile)
+	if err != nil {
+		return nil, err
+	}
+	defer log.Close()
+
+	cmd := exec.CommandContext(ctx, "go", "test", "-json", "-count=1", "-timeout=40m",
+		"-run", "^TestConformanceProfiles$", "./conformance/", "-args",
+		"-conformance-profiles="+strings.Join(s.Profiles, ","),
+		"-supported-features="+strings.Join(s.Features, ","),
+		"-organization=tierflow", "-project=tierflow",
+		"-url=https://github.com/tierflow/tierflow", "-version=dev",
+		"-contact=tierflow maintainers", "-additional-info=make conformance on the tierflow test bed",
+		"-report-output="+reportFile, "-cleanup-base-resources=true")
+	cmd.Dir = src
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "GOWORK=off", "GOFLAGS=-mod=mod")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stderr = log
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	cases, perr := parseTestJSON(s.Name(), io.TeeReader(stdout, log))
+	res := &Result{Suite: s, Cases: cases, Report: reportFile, Log: logFile, ExitErr: cmd.Wait()}
+	if perr != nil {
+		return res, perr
+	}
+	if _, err := os.Stat(reportFile); err != nil {
+		return res, fmt.Errorf("%s wrote no report (%v); go test: %v; log %s", s.Name(), err, res.ExitErr, logFile)
+	}
+	return res, nil
+}
+
+type testEvent struct {
+	Action  string
+	Test    string
+	Output  string
+	Elapsed float64
+}
+
+// parseTestJSON reads a go test -json stream and returns its leaf tests
+// in the order they started.
+func parseTestJSON(suite string, r io.Reader) ([]Case, error) {
+	byName := map[string]*Case{}
+	var order []string
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		var ev testEvent
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil || ev.Test == "" {
+			continue // build output and package-level events
+		}
+		c := byName[ev.Test]
+		if c == nil {
+			c = &Case{Suite: suite, Name: ev.Test}
+			byName[ev.Test] = c
+			order = append(order, ev.Test)
+		}
+		switch ev.Action {
+		case "output":
+			c.Output += ev.Output
+		case "pass", "fail", "skip":
+			c.Outcome = Outcome(ev.Action)
+			c.Elapsed = time.Duration(ev.Elapsed * float64(time.Second))
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	var cases []Case
+	for _, name := range order {
+		leaf := true
+		for _, other := range order {
+			if strings.HasPrefix(other, name+"/") {
+				leaf = false
+				break
+			}
+		}
+		if !leaf {
+			continue
+		}
+		c := *byName[name]
+		if c.Outcome == "" {
+			c.Outcome = Fail // never finished: the run broke or timed out
+		}
+		cases = append(cases, c)
+	}
+	return cases, nil
+}
+
+// Tally counts outcomes.
+func Tally(cases []Case) (passed, failed, skipped int) {
+	for _, c := range cases {
+		switch c.Outcome {
+		case Pass:
+			passed++
+		case Skip:
+			skipped++
+		default:
+			failed++
+		}
+	}
+	return
+}
+
+// Summary lists the cases, one a line, grouped by outcome.
+func Summary(cases []Case) string {
+	sorted := append([]Case(nil), cases...)
+	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Outcome < sorted[j].Outcome })
+	var b strings.Builder
+	for _, c := range sorted {
+		note := ""
+		if c.SCTP() {
+			note = " (SCTP)"
+		}
+		fmt.Fprintf(&b, "%-4s %s %s%s\n", strings.ToUpper(string(c.Outcome)), c.Suite, c.Name, note)
+	}
+	return b.String()
+}
