@@ -176,3 +176,16 @@ demo: ## walk through tierflow on the simulated cluster (DEMO_KEEP=0: tear down 
 .PHONY: test-e2e
 test-e2e: deps kube-binaries ## the end-to-end scenarios on the simulated cluster (test/e2e; root)
 	$(GO) test -count=1 -timeout 60m -v ./test/e2e/...
+
+# Upstream network-policy-api conformance (test/conformance): brings up its
+# own test bed with tierflow (stop a `make testbed-up` bed first: one
+# private OVS per host), runs the v0.1.7 (AdminNetworkPolicy,
+# BaselineAdminNetworkPolicy) and v0.2.0 (ClusterNetworkPolicy) suites,
+# writes their reports into _output/conformance and ends with the tally.
+# `make test` runs the same test (go test ./...).
+.PHONY: conformance
+conformance: deps kube-binaries ## upstream conformance suites against the test bed; reports in _output/conformance
+	@rc=0; $(GO) test -count=1 -v -timeout 80m -run '^TestUpstreamConformance$$' ./test/conformance/ || rc=$$?; \
+	if [ -s $(OUT)/conformance/results.txt ]; then cat $(OUT)/conformance/results.txt | head -n -1; fi; \
+	if [ -s $(OUT)/conformance/summary.txt ]; then cat $(OUT)/conformance/summary.txt; else echo "conformance: no results (see the go test output above)"; rc=1; fi; \
+	exit $$rc
