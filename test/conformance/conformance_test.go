@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tierflow/tierflow/test/conformance"
+	"github.com/tierflow/tierflow/test/e2e/framework"
 	"github.com/tierflow/tierflow/test/kubeapi"
 	"github.com/tierflow/tierflow/test/testbed"
 )
@@ -38,7 +39,12 @@ func TestUpstreamConformance(t *testing.T) {
 	}
 
 	bed := testbed.Start(t, testbed.Options{Nodes: 3})
-	conformance.StartTierflow(t, bed)
+	tf := framework.Start(t, bed, filepath.Join(bed.Dir, "tierflow"))
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("tierflow logs:\n%s", tf.Logs(40))
+		}
+	})
 
 	var all []conformance.Case
 	for _, s := range conformance.Suites {

@@ -14,12 +14,8 @@
 // flags (conformance/utils/flags), KUBECONFIG pointing at the test bed.
 // Nothing of the upstream code is copied into this repository or edited.
 //
-// StartTierflow puts tierflow on a test bed: the tierflow-controller
-// binary against the bed's kube-apiserver and one tierflow-agent binary
-// per node on that node's bridge (own conntrack zone, since all bridges
-// share one ovs-vswitchd), authenticated with a service account token
-// bound to a hostNetwork agent pod on the node, as the DaemonSet's
-// projected token would be.
+// Tierflow runs on the bed as in the end-to-end tests (test/e2e/framework):
+// the tierflow-controller binary and one tierflow-agent binary per node.
 //
 // Results are counted per test case: a case is a leaf of the suite's test
 // tree (the "Should ..." subtests; a conformance test without subtests is
