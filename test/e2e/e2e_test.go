@@ -58,7 +58,7 @@ var stated = map[string][]cell{
 	"np-default-deny-egress.yaml":        {{"x/a", "y/a", "TCP/80", deny}, {"y/a", "x/a", "TCP/80", allow}},
 	"np-allow-all-ingress.yaml":          {{"y/a", "x/a", "TCP/80", allow}, {"z/b", "x/b", "UDP/81", allow}},
 	"np-namespace-isolation.yaml":        {{"x/b", "x/a", "TCP/80", allow}, {"y/a", "x/a", "TCP/80", deny}, {"x/a", "z/a", "TCP/80", allow}},
-	"np-ipblock-except.yaml":             {{"x/a", "y/a", "TCP/80", deny}, {"x/a", "y/b", "TCP/80", allow}, {"z/b", "y/b", "TCP/80", allow}, {"z/a", "y/b", "TCP/80", deny}},
+	"np-ipblock-except.yaml":             {{"x/a", "y/a", "TCP/80", deny}, {"x/a", "y/b", "TCP/80", deny}, {"x/b", "y/b", "TCP/80", allow}, {"z/b", "y/b", "TCP/80", allow}, {"z/a", "y/b", "TCP/80", deny}},
 	"np-ports-endport.yaml":              {{"z/a", "y/a", "TCP/81", allow}, {"z/a", "y/a", "TCP/80", deny}, {"x/a", "y/a", "UDP/80", allow}, {"z/a", "y/a", "UDP/80", deny}},
 	"np-named-ports.yaml":                {{"y/a", "z/a", "UDP/81", allow}, {"y/a", "z/a", "UDP/80", deny}, {"x/a", "y/a", "TCP/80", allow}, {"x/a", "y/a", "TCP/81", deny}, {"x/b", "y/a", "TCP/81", allow}},
 	"np-pod-and-namespace-selector.yaml": {{"y/b", "x/a", "TCP/80", allow}, {"y/a", "x/a", "TCP/80", deny}, {"z/b", "x/a", "TCP/80", deny}, {"y/a", "x/b", "TCP/80", allow}},

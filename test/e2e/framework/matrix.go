@@ -150,11 +150,23 @@ func (tf *Tierflow) ProbeOne(src, dst Pod, port explain.PortSpec, mode ProbeMode
 	switch {
 	case code == 0:
 		return Outcome{Verdict: explain.VerdictAllow}
-	case strings.HasPrefix(stderr, "TIMEOUT"):
+	case timedOut(stderr):
 		return Outcome{Verdict: explain.VerdictDeny}
 	default:
 		return Outcome{Err: fmt.Sprintf("exit %d: %s", code, strings.TrimSpace(stdout+" "+stderr))}
 	}
+}
+
+// timedOut tells whether agnhost connect reported a timeout: a line of its
+// stderr starting with TIMEOUT (through kubectl exec, kubectl's own log
+// lines may come first).
+func timedOut(stderr string) bool {
+	for _, l := range strings.Split(stderr, "\n") {
+		if strings.HasPrefix(l, "TIMEOUT") {
+			return true
+		}
+	}
+	return false
 }
 
 // LiveObjects reads the cluster's objects the way an operator would hand
