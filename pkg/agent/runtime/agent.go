@@ -328,10 +328,23 @@ func (a *Agent) realize(ctx context.Context, trigger string) error {
 	return err
 }
 
-// record notes the outcome of realizing st.
+// record notes the outcome of realizing st and pushes the policies whose
+// outcome changed to the controller (client.Report): a retry or a port
+// change can fix or break a realization between two updates, and the
+// policy's status must not wait for the next update to show it.
+// Realizations are serialized (realizeMu), so the pushed outcomes arrive
+// in the order they happened.
 func (a *Agent) record(st *wire.NodeState, warnings []string, err error) {
+	changed := a.recordLocked(st, warnings, err)
+	if len(changed) > 0 && a.client != nil {
+		a.client.Report(changed)
+	}
+}
+
+func (a *Agent) recordLocked(st *wire.NodeState, warnings []string, err error) []wire.PolicyResult {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	before := a.resultsLocked(st)
 	var perPolicy client.PolicyErrors
 	errors.As(err, &perPolicy)
 	a.failing = err != nil
@@ -368,6 +381,30 @@ func (a *Agent) record(st *wire.NodeState, warnings []string, err error) {
 	if a.fake != nil && (err == nil || perPolicy != nil) {
 		a.ready = true
 	}
+	var changed []wire.PolicyResult
+	for id, r := range a.resultsLocked(st) {
+		if before[id] != r {
+			changed = append(changed, r)
+		}
+	}
+	return changed
+}
+
+// resultsLocked is the recorded outcome of every policy of st at its
+// generation in st: realized, or the error of its last attempt. A
+// policy whose generation was never attempted has no result. Called with
+// a.mu held.
+func (a *Agent) resultsLocked(st *wire.NodeState) map[string]wire.PolicyResult {
+	out := make(map[string]wire.PolicyResult, len(st.Policies))
+	for id, p := range st.Policies {
+		switch {
+		case a.errs[id] != "":
+			out[id] = wire.PolicyResult{PolicyID: id, Generation: p.Generation, Error: a.errs[id]}
+		case a.realized[id] == p.Generation:
+			out[id] = wire.PolicyResult{PolicyID: id, Generation: p.Generation}
+		}
+	}
+	return out
 }
 
 func equalStrings(a, b []string) bool {

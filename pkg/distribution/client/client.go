@@ -91,16 +91,21 @@ type Client struct {
 	cfg Config
 	log *slog.Logger
 
-	mu        sync.Mutex
-	epoch     string
-	version   uint64
-	state     *wire.NodeState
-	results   map[string]wire.PolicyResult
-	connected bool
-	stats     Stats
-	changed   chan struct{} // closed and replaced on every applied update
-	saver     *saver
-	m         *metrics
+	mu      sync.Mutex
+	epoch   string
+	version uint64
+	state   *wire.NodeState
+	results map[string]wire.PolicyResult
+	// pending holds results the agent pushed with Report, newest per
+	// policy, not yet merged into results; reportKick wakes the stream
+	// to send them.
+	pending    map[string]wire.PolicyResult
+	reportKick chan struct{}
+	connected  bool
+	stats      Stats
+	changed    chan struct{} // closed and replaced on every applied update
+	saver      *saver
+	m          *metrics
 }
 
 // Stats counts what a client received.
@@ -131,9 +136,13 @@ func New(cfg Config) (*Client, error) {
 		log:     cfg.Logger.With("component", "distribution-client", "node", cfg.Node),
 		state:   wire.NewNodeState(cfg.Node),
 		results: map[string]wire.PolicyResult{},
-		changed: make(chan struct{}),
-		saver:   newSaver(cfg.Store, cfg.Logger),
-		m:       newMetrics(cfg.Registerer),
+		pending: map[string]wire.PolicyResult{},
+		// Buffered: Report never blocks, and any number of calls between
+		// two sends coalesce into one report.
+		reportKick: make(chan struct{}, 1),
+		changed:    make(chan struct{}),
+		saver:      newSaver(cfg.Store, cfg.Logger),
+		m:          newMetrics(cfg.Registerer),
 	}, nil
 }
 
@@ -163,6 +172,57 @@ func (c *Client) Changed() <-chan struct{} {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.changed
+}
+
+// Report tells the controller the agent's current realization outcome for
+// the listed policies, at any time: a failed realization that a later
+// retry fixed, or a realization that failed after a port change. It never
+// blocks and may be called from any goroutine, also from within
+// Receiver.Apply. Results are coalesced (the newest per policy wins) and
+// sent on the open stream as one Report carrying only those that differ
+// from what the controller was last told; while disconnected they are
+// kept and included in the complete report of the next stream. A result
+// for a policy the client does not hold at that generation (a stale
+// outcome, or a deleted policy) is dropped.
+//
+// An agent reports from the same serialized sequence of realizations it
+// returns from Apply, so the newest result is always its latest outcome.
+func (c *Client) Report(results []wire.PolicyResult) {
+	if len(results) == 0 {
+		return
+	}
+	c.mu.Lock()
+	for _, r := range results {
+		c.pending[r.PolicyID] = r
+	}
+	c.mu.Unlock()
+	select {
+	case c.reportKick <- struct{}{}:
+	default:
+	}
+}
+
+// takePending merges the results pushed through Report into the results
+// the controller knows of and returns those that changed. Results for a
+// policy the state does not hold at that generation are dropped: the
+// state only moves with updates, and Apply (which moves the agent's state)
+// runs before the pending results of that update are taken. Called with
+// c.mu held.
+func (c *Client) takePending() []wire.PolicyResult {
+	var out []wire.PolicyResult
+	for id, r := range c.pending {
+		delete(c.pending, id)
+		p := c.state.Policies[id]
+		if p == nil || p.Generation != r.Generation {
+			continue
+		}
+		if prev, ok := c.results[id]; ok && prev == r {
+			continue
+		}
+		c.results[id] = r
+		out = append(out, r)
+	}
+	return out
 }
 
 // Run restores the saved state (if any), then keeps the stream open until
@@ -255,12 +315,60 @@ func (c *Client) session(ctx context.Context, conn *grpc.ClientConn) (progressed
 		c.m.connected.Set(0)
 	}()
 
+	// Sends happen on this goroutine only (gRPC allows one sender at a
+	// time); a second goroutine receives, so that reports pushed by the
+	// agent go out while no update arrives.
+	type received struct {
+		m   *wire.ServerMessage
+		err error
+	}
+	recv := make(chan received)
+	go func() {
+		for {
+			m, err := stream.Recv()
+			select {
+			case recv <- received{m, err}:
+			case <-sctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+
 	first := true
 	for {
-		m, err := stream.Recv()
-		if err != nil {
-			return progressed, err
+		var r received
+		select {
+		case <-sctx.Done():
+			return progressed, sctx.Err()
+		case <-c.reportKick:
+			if first {
+				// Nothing goes out before the first update is applied: our
+				// version may be another epoch's, and the first report is
+				// complete anyway (it takes the pending results).
+				continue
+			}
+			c.mu.Lock()
+			results := c.takePending()
+			rep := &wire.Report{AppliedVersion: c.version, Results: results}
+			c.mu.Unlock()
+			if len(results) == 0 {
+				continue
+			}
+			sortResults(rep.Results)
+			c.m.reports.Inc()
+			if err := stream.Send(&wire.ClientMessage{Report: rep}); err != nil {
+				return progressed, err
+			}
+			continue
+		case r = <-recv:
 		}
+		if r.err != nil {
+			return progressed, r.err
+		}
+		m := r.m
 		if m.Update == nil {
 			continue
 		}
@@ -278,6 +386,10 @@ func (c *Client) session(ctx context.Context, conn *grpc.ClientConn) (progressed
 			return progressed, err
 		}
 	}
+}
+
+func sortResults(rs []wire.PolicyResult) {
+	sort.Slice(rs, func(i, j int) bool { return rs[i].PolicyID < rs[j].PolicyID })
 }
 
 // apply applies one update and returns the report to send.
@@ -314,6 +426,21 @@ func (c *Client) apply(u *wire.Update, firstOfStream bool) (*wire.Report, error)
 		c.stats.DeltaUpdates++
 	}
 	results := c.recordResults(d, applyErr)
+	// Outcomes the agent pushed during (or before) Apply are newer than
+	// or equal to Apply's return value: they go in the same report.
+	if pushed := c.takePending(); len(pushed) > 0 {
+		byID := make(map[string]int, len(results))
+		for i, r := range results {
+			byID[r.PolicyID] = i
+		}
+		for _, r := range pushed {
+			if i, ok := byID[r.PolicyID]; ok {
+				results[i] = r
+			} else {
+				results = append(results, r)
+			}
+		}
+	}
 	close(c.changed)
 	c.changed = make(chan struct{})
 	rep := &wire.Report{AppliedVersion: u.Version, Results: results}
@@ -326,7 +453,7 @@ func (c *Client) apply(u *wire.Update, firstOfStream bool) (*wire.Report, error)
 			rep.Results = append(rep.Results, r)
 		}
 	}
-	sort.Slice(rep.Results, func(i, j int) bool { return rep.Results[i].PolicyID < rep.Results[j].PolicyID })
+	sortResults(rep.Results)
 	return rep, nil
 }
 

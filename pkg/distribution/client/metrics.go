@@ -7,6 +7,7 @@ type metrics struct {
 	updates       *prometheus.CounterVec
 	version       prometheus.Gauge
 	applyDuration prometheus.Histogram
+	reports       prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -28,9 +29,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Time the agent took to realize one update (Receiver.Apply).",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
 		}),
+		reports: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tierflow_agent_distribution_pushed_reports_total",
+			Help: "Reports sent between updates: realization outcomes that changed after a retry or a port change (Client.Report).",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.connected, m.updates, m.version, m.applyDuration)
+		reg.MustRegister(m.connected, m.updates, m.version, m.applyDuration, m.reports)
 	}
 	return m
 }
