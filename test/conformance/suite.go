@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -25,6 +26,10 @@ type Suite struct {
 	// The suites enable only the features listed, so the profiles'
 	// standard features are listed too.
 	Features []string
+	// KeepBaseResources leaves the suite's namespaces and pods in place
+	// after the run (--cleanup-base-resources=false), for the SCTP trace
+	// checks that follow.
+	KeepBaseResources bool
 }
 
 // Suites are the suites tierflow runs. Egress node peers (experimental)
@@ -39,8 +44,9 @@ var Suites = []Suite{
 	},
 	{
 		Module: "sigs.k8s.io/network-policy-api", Version: "v0.2.0",
-		Profiles: []string{"ClusterNetworkPolicy"},
-		Features: []string{"ClusterNetworkPolicy", "ClusterNetworkPolicyNamedPorts"},
+		Profiles:          []string{"ClusterNetworkPolicy"},
+		Features:          []string{"ClusterNetworkPolicy", "ClusterNetworkPolicyNamedPorts"},
+		KeepBaseResources: true,
 	},
 }
 
@@ -134,7 +140,7 @@ func (s Suite) Run(ctx context.Context, kubeconfig, workDir, reportFile, logFile
 		"-organization=tierflow", "-project=tierflow",
 		"-url=https://github.com/tierflow/tierflow", "-version=dev",
 		"-contact=tierflow maintainers", "-additional-info=make conformance on the tierflow test bed",
-		"-report-output="+reportFile, "-cleanup-base-resources=true")
+		"-report-output="+reportFile, "-cleanup-base-resources="+strconv.FormatBool(!s.KeepBaseResources))
 	cmd.Dir = src
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "GOWORK=off", "GOFLAGS=-mod=mod")
 	stdout, err := cmd.StdoutPipe()

@@ -1,0 +1,169 @@
+package conformance_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/tierflow/tierflow/pkg/agent/runtime/query"
+	"github.com/tierflow/tierflow/test/conformance"
+	"github.com/tierflow/tierflow/test/e2e/framework"
+)
+
+// sctpManifests are the upstream suites' SCTP policies, by suite version,
+// relative to the module's conformance/ directory.
+var sctpManifests = map[string][]struct {
+	file    string
+	ingress bool
+}{
+	"v0.1.7": {
+		{"base/admin_network_policy/standard-egress-sctp-rules.yaml", false},
+		{"base/admin_network_policy/standard-ingress-sctp-rules.yaml", true},
+		{"base/baseline_admin_network_policy/standard-egress-sctp-rules.yaml", false},
+		{"base/baseline_admin_network_policy/standard-ingress-sctp-rules.yaml", true},
+	},
+	"v0.2.0": {
+		{"base/admin_tier/standard-egress-sctp-rules.yaml", false},
+		{"base/admin_tier/standard-ingress-sctp-rules.yaml", true},
+		{"base/baseline_tier/standard-egress-sctp-rules.yaml", false},
+		{"base/baseline_tier/standard-ingress-sctp-rules.yaml", true},
+	},
+}
+
+// sctpProbe is one PokeServer of an upstream SCTP test: client pod, server
+// pod, port, whether the connection must succeed.
+type sctpProbe struct {
+	client, server string // NAMESPACE-SUFFIX/POD
+	port           int
+	allowed        bool
+}
+
+// The probes the upstream SCTP tests make against the policies as applied
+// (the subtests that run before any patch, plus "deny ... at the specified
+// port", whose rules the earlier patch of the first two rules leaves
+// alone). All eight SCTP tests of both suites make the same probes, egress
+// tests from ravenclaw, ingress tests into ravenclaw.
+var (
+	sctpEgressProbes = []sctpProbe{
+		{"ravenclaw/luna-lovegood-0", "gryffindor/harry-potter-0", 9003, true},
+		{"ravenclaw/luna-lovegood-1", "gryffindor/harry-potter-0", 9005, true},
+		{"ravenclaw/luna-lovegood-0", "hufflepuff/cedric-diggory-1", 9003, true},
+		{"ravenclaw/luna-lovegood-1", "hufflepuff/cedric-diggory-1", 9005, false},
+		{"ravenclaw/luna-lovegood-0", "slytherin/draco-malfoy-0", 9003, false},
+		{"ravenclaw/luna-lovegood-1", "slytherin/draco-malfoy-0", 9005, true},
+	}
+	sctpIngressProbes = []sctpProbe{
+		{"gryffindor/harry-potter-0", "ravenclaw/luna-lovegood-0", 9003, true},
+		{"gryffindor/harry-potter-1", "ravenclaw/luna-lovegood-0", 9005, true},
+		{"hufflepuff/cedric-diggory-0", "ravenclaw/luna-lovegood-1", 9003, true},
+		{"hufflepuff/cedric-diggory-1", "ravenclaw/luna-lovegood-1", 9005, false},
+		{"slytherin/draco-malfoy-0", "ravenclaw/luna-lovegood-0", 9003, false},
+		{"slytherin/draco-malfoy-1", "ravenclaw/luna-lovegood-0", 9005, true},
+	}
+)
+
+const housePrefix = "network-policy-conformance-"
+
+// checkSCTPByTrace applies each upstream SCTP manifest, unmodified, to the
+// houses the last suite left in place, waits until it is realized, and
+// checks every probe of the upstream tests with the agents' ofproto/trace
+// of the connection's first packet: dropped by the client node's bridge
+// (egress) or, when the server is elsewhere, by the server node's bridge
+// (ingress), or delivered. The kernel has no SCTP, so no real packet can
+// tell; the trace runs the very flows real packets would meet.
+func checkSCTPByTrace(t *testing.T, tf *framework.Tierflow) {
+	for _, s := range conformance.Suites {
+		dir, err := s.ModuleDir(context.Background())
+		if err != nil {
+			t.Errorf("SCTP trace: %v", err)
+			continue
+		}
+		for _, m := range sctpManifests[s.Version] {
+			name := s.Version + "/" + filepath.Base(filepath.Dir(m.file)) + "/" + filepath.Base(m.file)
+			path := filepath.Join(dir, "conformance", m.file)
+			if _, err := tf.Kubectl("", "apply", "-f", path); err != nil {
+				t.Errorf("SCTP trace %s: %v", name, err)
+				continue
+			}
+			probes := sctpEgressProbes
+			if m.ingress {
+				probes = sctpIngressProbes
+			}
+			if _, err := tf.WaitRealized(90 * time.Second); err != nil {
+				t.Errorf("SCTP trace %s: %v", name, err)
+			} else {
+				for _, p := range probes {
+					allowed, detail, err := traceSCTP(tf, p)
+					switch {
+					case err != nil:
+						t.Errorf("SCTP trace %s: %s -> %s:%d: %v", name, p.client, p.server, p.port, err)
+					case allowed != p.allowed:
+						t.Errorf("SCTP trace %s: %s -> %s:%d allowed=%v, upstream test wants %v\n%s", name, p.client, p.server, p.port, allowed, p.allowed, detail)
+					default:
+						t.Logf("SCTP trace %s: %s -> %s:%d allowed=%v as the upstream test wants", name, p.client, p.server, p.port, allowed)
+					}
+				}
+			}
+			if _, err := tf.Kubectl("", "delete", "-f", path, "--wait"); err != nil {
+				t.Errorf("SCTP trace %s: %v", name, err)
+			}
+			if _, err := tf.WaitRealized(90 * time.Second); err != nil {
+				t.Errorf("SCTP trace %s: after delete: %v", name, err)
+			}
+		}
+	}
+}
+
+// traceSCTP traces the first packet of an SCTP connection from client to
+// server:port through the client node's bridge and, if it leaves that
+// node, through the server node's bridge.
+func traceSCTP(tf *framework.Tierflow, p sctpProbe) (allowed bool, detail string, err error) {
+	client, err := housePod(tf, p.client)
+	if err != nil {
+		return false, "", err
+	}
+	server, err := housePod(tf, p.server)
+	if err != nil {
+		return false, "", err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	egress, err := agentClient(tf, client.Spec.NodeName).Trace(ctx, query.TraceRequest{
+		Src: client.Namespace + "/" + client.Name, Dst: server.Status.PodIP, Protocol: "SCTP", Port: p.port})
+	if err != nil {
+		return false, "", fmt.Errorf("trace on %s: %w", client.Spec.NodeName, err)
+	}
+	detail = fmt.Sprintf("%s: %s\n%s", client.Spec.NodeName, egress.Flow, egress.Output)
+	if egress.Dropped || client.Spec.NodeName == server.Spec.NodeName {
+		return !egress.Dropped, detail, nil
+	}
+	ingress, err := agentClient(tf, server.Spec.NodeName).Trace(ctx, query.TraceRequest{
+		Src: client.Status.PodIP, Dst: server.Status.PodIP, Protocol: "SCTP", Port: p.port})
+	if err != nil {
+		return false, detail, fmt.Errorf("trace on %s: %w", server.Spec.NodeName, err)
+	}
+	detail += fmt.Sprintf("\n%s: %s\n%s", server.Spec.NodeName, ingress.Flow, ingress.Output)
+	return !ingress.Dropped, detail, nil
+}
+
+func housePod(tf *framework.Tierflow, ref string) (*corev1.Pod, error) {
+	ns, name := filepath.Split(ref)
+	ns = housePrefix + filepath.Clean(ns)
+	pod, err := tf.Bed.Cluster.Kube.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	if pod.Spec.NodeName == "" || pod.Status.PodIP == "" {
+		return nil, fmt.Errorf("pod %s/%s not running (node %q, IP %q)", ns, name, pod.Spec.NodeName, pod.Status.PodIP)
+	}
+	return pod, nil
+}
+
+func agentClient(tf *framework.Tierflow, node string) *query.Client {
+	return query.NewClient(tf.AgentSockets[node])
+}
