@@ -26,7 +26,7 @@ test-ovs: deps ## the OVS layer alone: test/ovsenv, pkg/ovs/openflow, pkg/ovs/ov
 
 .PHONY: test-pipeline
 test-pipeline: deps ## the agent's OpenFlow pipeline: compiler unit tests and real-OVS policy tests (root)
-	$(GO) test -count=1 ./pkg/agent/pipeline ./pkg/agent/policyflows ./pkg/agent/flowtext ./pkg/agent/flowsync ./pkg/agent/metrics ./pkg/agent/realizer
+	$(GO) test -count=1 ./pkg/agent/pipeline ./pkg/agent/policyflows ./pkg/agent/flowsync ./pkg/agent/metrics ./pkg/agent/realizer
 
 .PHONY: test-agent
 test-agent: deps kube-binaries ## the agent process: cmd/tierflow-agent and pkg/agent/runtime (real OVS, real kube-apiserver, the controller binary)

@@ -6,7 +6,6 @@ import (
 	"reflect"
 	"sort"
 
-	"github.com/tierflow/tierflow/pkg/agent/flowtext"
 	"github.com/tierflow/tierflow/pkg/agent/pipeline"
 	"github.com/tierflow/tierflow/pkg/ovs/openflow"
 )
@@ -71,7 +70,7 @@ func (s *Syncer) Diff(desired []openflow.Flow) (Bundle, map[string]openflow.Flow
 	return s.DiffKeyed(desired, nil)
 }
 
-// DiffKeyed is Diff with each flow's flowtext.Key precomputed (keys[i] for
+// DiffKeyed is Diff with each flow's Flow.Key precomputed (keys[i] for
 // desired[i]; nil computes them).
 func (s *Syncer) DiffKeyed(desired []openflow.Flow, keys []string) (Bundle, map[string]openflow.Flow, error) {
 	if keys != nil && len(keys) != len(desired) {
@@ -87,7 +86,7 @@ func (s *Syncer) DiffKeyed(desired []openflow.Flow, keys []string) (Bundle, map[
 		if keys != nil {
 			k = keys[i]
 		} else {
-			k = flowtext.Key(f)
+			k = f.Key()
 		}
 		if _, dup := want[k]; dup {
 			return Bundle{}, nil, fmt.Errorf("two desired flows with the same table, priority and match: %s", k)

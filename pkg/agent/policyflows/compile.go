@@ -7,7 +7,6 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/tierflow/tierflow/pkg/agent/flowtext"
 	"github.com/tierflow/tierflow/pkg/agent/pipeline"
 	"github.com/tierflow/tierflow/pkg/model"
 	"github.com/tierflow/tierflow/pkg/ovs/openflow"
@@ -42,7 +41,7 @@ type RuleInfo struct {
 type Result struct {
 	// Flows are the policy tables' flows (rules, isolation, metrics).
 	Flows []openflow.Flow
-	// Keys are flowtext.Key of each flow (same index), computed once.
+	// Keys are Flow.Key of each flow (same index), computed once.
 	Keys []string
 	// Rules maps every rule ID present in Flows' cookies to its rule.
 	Rules map[uint32]RuleInfo
@@ -726,7 +725,7 @@ func newBuilder(round uint8) *builder {
 	return &builder{round: round, byKey: map[string]int{}}
 }
 
-func (b *builder) add(f openflow.Flow, k flowKind) { b.addKeyed(f, flowtext.Key(f), k) }
+func (b *builder) add(f openflow.Flow, k flowKind) { b.addKeyed(f, f.Key(), k) }
 
 func (b *builder) addKeyed(f openflow.Flow, key string, k flowKind) {
 	i, ok := b.byKey[key]

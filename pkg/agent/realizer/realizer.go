@@ -6,7 +6,6 @@ import (
 	"sync"
 
 	"github.com/tierflow/tierflow/pkg/agent/flowsync"
-	"github.com/tierflow/tierflow/pkg/agent/flowtext"
 	"github.com/tierflow/tierflow/pkg/agent/pipeline"
 	"github.com/tierflow/tierflow/pkg/agent/policyflows"
 	"github.com/tierflow/tierflow/pkg/ovs/openflow"
@@ -90,7 +89,7 @@ func (r *Realizer) Update(ctx context.Context, in policyflows.Input) (flowsync.B
 	desired = append(append(desired, static...), res.Flows...)
 	keys := make([]string, 0, len(desired))
 	for _, f := range static {
-		keys = append(keys, flowtext.Key(f))
+		keys = append(keys, f.Key())
 	}
 	keys = append(keys, res.Keys...)
 	var b flowsync.Bundle

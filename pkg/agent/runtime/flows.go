@@ -8,7 +8,6 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/tierflow/tierflow/pkg/agent/flowtext"
 	"github.com/tierflow/tierflow/pkg/agent/pipeline"
 	"github.com/tierflow/tierflow/pkg/agent/policyflows"
 	"github.com/tierflow/tierflow/pkg/agent/runtime/query"
@@ -69,7 +68,7 @@ func (d *ovsDatapath) flowsInfo(ctx context.Context, f query.FlowFilter) (query.
 		_, role, id := pipeline.DecodeCookie(fl.Cookie)
 		k := statKey{fl.Table, fl.Priority, fl.Cookie}
 		qf := query.Flow{Table: pipeline.Table(fl.Table).String(), TableID: fl.Table, Priority: fl.Priority,
-			Cookie: fmt.Sprintf("%#x", fl.Cookie), Role: role.String(), RuleID: id, Text: flowtext.Flow(fl),
+			Cookie: fmt.Sprintf("%#x", fl.Cookie), Role: role.String(), RuleID: id, Text: fl.String(),
 			Packets: counters[k].packets, Bytes: counters[k].bytes}
 		if n := sharing[k]; n > 1 {
 			qf.SharedCounters = n

@@ -10,7 +10,6 @@ import (
 	"sync"
 
 	"github.com/tierflow/tierflow/pkg/agent/flowsync"
-	"github.com/tierflow/tierflow/pkg/agent/flowtext"
 	"github.com/tierflow/tierflow/pkg/agent/pipeline"
 	"github.com/tierflow/tierflow/pkg/agent/policyflows"
 	"github.com/tierflow/tierflow/pkg/agent/realizer"
@@ -310,7 +309,7 @@ type recordingInstaller struct {
 	m     *agentMetrics
 
 	mu    sync.Mutex
-	flows map[string]openflow.Flow // by flowtext.Key
+	flows map[string]openflow.Flow // by Flow.Key
 }
 
 func (r *recordingInstaller) Apply(ctx context.Context, b flowsync.Bundle) error {
@@ -326,13 +325,13 @@ func (r *recordingInstaller) Apply(ctx context.Context, b flowsync.Bundle) error
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, f := range b.Add {
-		r.flows[flowtext.Key(f)] = f
+		r.flows[f.Key()] = f
 	}
 	for _, f := range b.Modify {
-		r.flows[flowtext.Key(f)] = f
+		r.flows[f.Key()] = f
 	}
 	for _, f := range b.Delete {
-		delete(r.flows, flowtext.Key(f))
+		delete(r.flows, f.Key())
 	}
 	for _, cm := range b.DeleteCookies {
 		for k, f := range r.flows {

@@ -1,9 +1,12 @@
 // Package openflow is tierflow's OpenFlow 1.3 layer over
 // github.com/contiv/libOpenflow: the Flow type the agent's pipeline
 // produces, its encoding to flow-mods (OXM and Nicira NXM fields,
-// conjunction, ct, register load/move, resubmit, goto_table), its rendering
-// in ovs-ofctl syntax (Flow.String), and a Client that installs flows on an
-// Open vSwitch bridge.
+// conjunction, ct, register load/move, resubmit, goto_table), its one
+// rendering in ovs-ofctl syntax (string.go: Flow.String, the text
+// `ovs-ofctl --bundle add-flows` accepts; Flow.Key, the table, priority and
+// match that identify a flow for strict modify/delete, which the agent
+// computes for every desired flow on every update, hence append-based), and
+// a Client that installs flows on an Open vSwitch bridge.
 //
 // Client:
 //
