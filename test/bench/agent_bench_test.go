@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/tierflow/tierflow/pkg/agent/flowsync"
-	"github.com/tierflow/tierflow/pkg/agent/flowtext"
 	"github.com/tierflow/tierflow/pkg/agent/pipeline"
 	"github.com/tierflow/tierflow/pkg/agent/policyflows"
 	"github.com/tierflow/tierflow/pkg/agent/realizer"
@@ -153,7 +152,7 @@ func BenchmarkAgentInstall(b *testing.B) {
 				n := 0
 				for _, fs := range [][]openflow.Flow{bundle.Add, bundle.Modify} {
 					for _, f := range fs {
-						sb.WriteString(flowtext.Flow(f))
+						sb.WriteString(f.String())
 						sb.WriteByte('\n')
 						n++
 					}

@@ -155,7 +155,7 @@ func (rep *Report) Markdown() string {
 				return []string{r.Scenario, r.Scale, num(r, "pods"), num(r, "policies"), incr(r, "pod-relabel"), incr(r, "ns-relabel"), incr(r, "policy-add")}
 			}},
 		{SectionAgent,
-			"The agent's realizer (pkg/agent/realizer: compile, diff, one atomic OpenFlow bundle over its pkg/ovs/openflow connection) realizing the policies on a fresh bridge of a private ovs-vswitchd (test/ovsenv, userspace datapath), against `ovs-ofctl -O OpenFlow13 --bundle add-flows` of the very same flows (the realizer's bundle rendered by pkg/agent/flowtext) into another fresh bridge in the same run.",
+			"The agent's realizer (pkg/agent/realizer: compile, diff, one atomic OpenFlow bundle over its pkg/ovs/openflow connection) realizing the policies on a fresh bridge of a private ovs-vswitchd (test/ovsenv, userspace datapath), against `ovs-ofctl -O OpenFlow13 --bundle add-flows` of the very same flows (the realizer's bundle rendered by pkg/ovs/openflow's Flow.String) into another fresh bridge in the same run.",
 			[]string{"scenario", "scale", "policies", "flows installed", "agent", "ovs-ofctl (floor)", "agent / ofctl", "flows on bridge (agent / ofctl)"},
 			func(r *Run) []string {
 				return []string{r.Scenario, r.Scale, num(r, "policies"), num(r, "bundle-flows"), secs(r, "agent-s"), secs(r, "ofctl-s"), ratio(r, "agent/ofctl"),
