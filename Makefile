@@ -189,3 +189,11 @@ conformance: deps kube-binaries ## upstream conformance suites against the test 
 	if [ -s $(OUT)/conformance/results.txt ]; then cat $(OUT)/conformance/results.txt | head -n -1; fi; \
 	if [ -s $(OUT)/conformance/summary.txt ]; then cat $(OUT)/conformance/summary.txt; else echo "conformance: no results (see the go test output above)"; rc=1; fi; \
 	exit $$rc
+
+.PHONY: test-compute fuzz-compute
+test-compute: ## the policy computation engine (pkg/compute): table, incremental, fuzz-seed and race tests
+	$(GO) test -race -count=1 ./pkg/compute/...
+
+fuzz-compute: ## fuzz pkg/compute, 30 s per target (new inputs land in the Go fuzz cache)
+	$(GO) test -run '^$$' -fuzz '^FuzzPolicyObjects$$' -fuzztime 30s ./pkg/compute/
+	$(GO) test -run '^$$' -fuzz '^FuzzIncremental$$' -fuzztime 30s ./pkg/compute/
