@@ -2,7 +2,11 @@
 // it diffs each new desired set against what it installed and applies the
 // whole difference (adds, strict modifies, strict deletes) as one atomic
 // OpenFlow bundle, so a packet sees either the old policy or the new one,
-// never a mix. It also runs the agent's start-up protocol (a new cookie
-// round: install everything, then delete stale rounds in the same bundle)
-// and replays everything when the bridge lost its flows.
+// never a mix. Flows are identified the way OpenFlow's strict commands
+// identify them, by openflow's Flow.Key (table, priority and match): a flow
+// whose key is installed with other actions is modified, one with another
+// cookie is added again (replacing it). It also runs the agent's start-up
+// protocol (a new cookie round: install everything, then delete stale
+// rounds in the same bundle) and replays everything when the bridge lost
+// its flows.
 package flowsync
