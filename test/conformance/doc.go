@@ -19,7 +19,9 @@
 //
 // Results are counted per test case: a case is a leaf of the suite's test
 // tree (the "Should ..." subtests; a conformance test without subtests is
-// one case). SCTP cases cannot pass here (the kernel has no SCTP module,
-// the test bed serves no SCTP); they are listed apart, and their policies
-// are checked with ofproto/trace by this package's own tests.
+// one case). SCTP probes cannot succeed here (the kernel has no SCTP
+// module, the test bed serves no SCTP): a case whose only failed
+// assertions are SCTP probes is marked as such and does not fail
+// TestUpstreamConformance; the SCTP tests' policies are checked with the
+// agents' ofproto/trace instead (sctp_test.go).
 package conformance

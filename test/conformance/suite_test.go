@@ -1,0 +1,68 @@
+package conformance
+
+import (
+	"strings"
+	"testing"
+)
+
+// The go test -json lines of a suite run: a case failing on an SCTP probe
+// alone, one failing on TCP too, one passing, one skipped, and a parent.
+const sampleJSON = `{"Action":"run","Test":"TestConformanceProfiles"}
+{"Action":"run","Test":"TestConformanceProfiles/X"}
+{"Action":"run","Test":"TestConformanceProfiles/X/sctp_only"}
+{"Action":"output","Test":"TestConformanceProfiles/X/sctp_only","Output":"    x.go:70: FAILED Command was [/agnhost connect --timeout=3s --protocol=sctp 10.244.3.3:9003]\n"}
+{"Action":"output","Test":"TestConformanceProfiles/X/sctp_only","Output":"        \tError Trace:\tx.go:72\n"}
+{"Action":"fail","Test":"TestConformanceProfiles/X/sctp_only","Elapsed":1.5}
+{"Action":"run","Test":"TestConformanceProfiles/X/tcp_too"}
+{"Action":"output","Test":"TestConformanceProfiles/X/tcp_too","Output":"    x.go:70: FAILED Command was [/agnhost connect --timeout=3s --protocol=sctp 10.244.3.3:9003]\n"}
+{"Action":"output","Test":"TestConformanceProfiles/X/tcp_too","Output":"        \tError Trace:\tx.go:72\n"}
+{"Action":"output","Test":"TestConformanceProfiles/X/tcp_too","Output":"    x.go:80: FAILED Command was [/agnhost connect --timeout=3s --protocol=tcp 10.244.3.3:80]\n"}
+{"Action":"output","Test":"TestConformanceProfiles/X/tcp_too","Output":"        \tError Trace:\tx.go:82\n"}
+{"Action":"fail","Test":"TestConformanceProfiles/X/tcp_too","Elapsed":1}
+{"Action":"run","Test":"TestConformanceProfiles/X/setup_error"}
+{"Action":"output","Test":"TestConformanceProfiles/X/setup_error","Output":"    x.go:70: FAILED Command was [/agnhost connect --timeout=3s --protocol=sctp 10.244.3.3:9003]\n"}
+{"Action":"output","Test":"TestConformanceProfiles/X/setup_error","Output":"        \tError Trace:\tx.go:72\n        \tError Trace:\tx.go:90\n"}
+{"Action":"fail","Test":"TestConformanceProfiles/X/setup_error","Elapsed":1}
+{"Action":"run","Test":"TestConformanceProfiles/X/ok"}
+{"Action":"pass","Test":"TestConformanceProfiles/X/ok","Elapsed":0.2}
+{"Action":"fail","Test":"TestConformanceProfiles/X","Elapsed":4}
+{"Action":"run","Test":"TestConformanceProfiles/Y"}
+{"Action":"skip","Test":"TestConformanceProfiles/Y","Elapsed":0}
+{"Action":"run","Test":"TestConformanceProfiles/Z/never_finished"}
+not json: build output
+{"Action":"fail","Test":"TestConformanceProfiles","Elapsed":5}
+`
+
+func TestParseAndClassify(t *testing.T) {
+	cases, err := parseTestJSON("s", strings.NewReader(sampleJSON))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]struct {
+		outcome  Outcome
+		sctpOnly bool
+	}{
+		"TestConformanceProfiles/X/sctp_only":      {Fail, true},
+		"TestConformanceProfiles/X/tcp_too":        {Fail, false},
+		"TestConformanceProfiles/X/setup_error":    {Fail, false},
+		"TestConformanceProfiles/X/ok":             {Pass, false},
+		"TestConformanceProfiles/Y":                {Skip, false},
+		"TestConformanceProfiles/Z/never_finished": {Fail, false},
+	}
+	if len(cases) != len(want) {
+		t.Fatalf("got %d leaf cases, want %d: %+v", len(cases), len(want), cases)
+	}
+	for _, c := range cases {
+		w, ok := want[c.Name]
+		if !ok {
+			t.Errorf("unexpected case %s", c.Name)
+			continue
+		}
+		if c.Outcome != w.outcome || c.FailedOnSCTPOnly() != w.sctpOnly {
+			t.Errorf("%s: outcome %s, SCTP only %v; want %s, %v", c.Name, c.Outcome, c.FailedOnSCTPOnly(), w.outcome, w.sctpOnly)
+		}
+	}
+	if p, f, k := Tally(cases); p != 1 || f != 4 || k != 1 {
+		t.Errorf("tally %d passed, %d failed, %d skipped; want 1, 4, 1", p, f, k)
+	}
+}
