@@ -67,7 +67,7 @@ type Node struct {
 	// runtime uses; StateDir its per-pod state and IPAM data.
 	CNIConfig string
 	StateDir  string
-	runtime   *process
+	runtime   *supervisor
 }
 
 // Testbed is a running simulated cluster.
@@ -85,7 +85,7 @@ type Testbed struct {
 	// NodeInterface holds the node addresses (the fabric bridge's port).
 	NodeInterface string
 
-	kwok *process
+	kwok *supervisor
 	tb   testing.TB
 }
 
@@ -344,7 +344,7 @@ func (t *Testbed) startKwok(bin, moduleDir string, nodeIPs []string) error {
 		return err
 	}
 	t.KwokPort = port
-	p, err := startProcess(dir, "kwok", bin,
+	p, err := startSupervised(dir, "kwok", bin,
 		"--kubeconfig="+t.Cluster.Kubeconfig,
 		"--config="+stageFile,
 		"--manage-nodes-with-label-selector="+NodeLabel+"=true",
@@ -360,7 +360,7 @@ func (t *Testbed) startKwok(bin, moduleDir string, nodeIPs []string) error {
 		return err
 	}
 	t.kwok = p
-	t.tb.Cleanup(func() { p.stop(10 * time.Second) })
+	t.tb.Cleanup(func() { p.Stop(10 * time.Second) })
 	return nil
 }
 
@@ -427,7 +427,7 @@ func (t *Testbed) addNode(i int, ip string, opts Options) (*Node, error) {
 		return nil, fmt.Errorf("create Node: %w", err)
 	}
 
-	p, err := startProcess(n.StateDir, "noderuntime", filepath.Join(t.BinDir, "tierflow-podrunner"), "node",
+	p, err := startSupervised(n.StateDir, "noderuntime", filepath.Join(t.BinDir, "tierflow-podrunner"), "node",
 		"--kubeconfig="+t.Cluster.Kubeconfig,
 		"--node="+name,
 		"--node-ip="+ip,
@@ -441,7 +441,7 @@ func (t *Testbed) addNode(i int, ip string, opts Options) (*Node, error) {
 	n.runtime = p
 	// Runtimes stop before OVS and the API server (cleanups run in reverse
 	// order), so their teardown can still run CNI DEL.
-	t.tb.Cleanup(func() { p.stop(60 * time.Second) })
+	t.tb.Cleanup(func() { p.Stop(60 * time.Second) })
 	return n, nil
 }
 
@@ -475,6 +475,13 @@ func (n *Node) RuntimeLog(lines int) string { return n.runtime.logTail(lines) }
 
 // KwokLog returns the tail of kwok's log.
 func (t *Testbed) KwokLog(lines int) string { return t.kwok.logTail(lines) }
+
+// KwokPID is the process ID of the running kwok; kwok and the node
+// runtimes are restarted when they exit on their own.
+func (t *Testbed) KwokPID() int { return t.kwok.PID() }
+
+// KwokRestarts is how often kwok was restarted.
+func (t *Testbed) KwokRestarts() int { return t.kwok.Restarts() }
 
 // ExecResult is the outcome of a command run with kubectl exec.
 type ExecResult struct {

@@ -223,6 +223,12 @@ func exerciseCluster(t *testing.T, tb *testbed.Testbed) []corev1.Pod {
 		return res.ExitCode == 0
 	}, func() string { return runtimeLogs(tb) })
 
+	// kwok is restarted if it dies, and exec works again.
+	_ = exec.Command("kill", "-9", fmt.Sprint(tb.KwokPID())).Run()
+	waitFor(t, 60*time.Second, "kwok restarted and serving exec", func() bool {
+		return tb.KwokRestarts() == 1 && tb.Exec("x", "client-0", "/agnhost", "connect", w0.Status.PodIP+":80", "--timeout=1s").ExitCode == 0
+	}, func() string { return runtimeLogs(tb) })
+
 	// A hostNetwork pod runs with the node's address; exec runs on the node.
 	hostPod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "host", Namespace: "x"},
