@@ -150,7 +150,8 @@ bench-distribution: ## fan-out to 100 and 200 datapath-less agents: time until e
 # Benchmark report (test/bench): every scenario in its own process, progress
 # on stdout, results in _output/bench/report.md and report.json. Numbers are
 # reports, never pass/fail. BENCH_QUICK=1: reduced scales, same code paths,
-# a few minutes. BENCH_ONLY=REGEXP: only the runs whose ID matches.
+# a few minutes. BENCH_ONLY=REGEXP: only the runs whose ID matches;
+# BENCH_MERGE=1: keep the last report's other runs.
 .PHONY: bench
 bench: deps kube-binaries ## benchmark report into _output/bench (BENCH_QUICK=1: quick mode; BENCH_ONLY=regexp)
 	@mkdir -p $(OUT)/bench

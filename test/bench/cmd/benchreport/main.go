@@ -22,6 +22,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,8 +37,9 @@ func main() {
 	quick := flag.Bool("quick", os.Getenv("BENCH_QUICK") == "1", "quick mode: smaller scales (default from BENCH_QUICK=1)")
 	only := flag.String("only", os.Getenv("BENCH_ONLY"), "run only the runs whose ID matches this regular expression (default from BENCH_ONLY)")
 	goBin := flag.String("go", envOr("GO", "go"), "the go command")
+	merge := flag.Bool("merge", os.Getenv("BENCH_MERGE") == "1", "keep the runs of the existing report.json (same mode) that this invocation does not run again (default from BENCH_MERGE=1)")
 	flag.Parse()
-	if err := run(*out, *quick, *only, *goBin); err != nil {
+	if err := run(*out, *quick, *only, *goBin, *merge); err != nil {
 		fmt.Fprintln(os.Stderr, "benchreport:", err)
 		os.Exit(1)
 	}
@@ -50,7 +52,7 @@ func envOr(k, def string) string {
 	return def
 }
 
-func run(out string, quick bool, only, goBin string) error {
+func run(out string, quick bool, only, goBin string, merge bool) error {
 	var filter *regexp.Regexp
 	if only != "" {
 		var err error
@@ -79,7 +81,18 @@ func run(out string, quick bool, only, goBin string) error {
 	started := time.Now()
 	logf("tierflow benchmarks, %s mode, on %d cores / %d MiB (%s)", rep.Mode, machine.Cores, machine.MemoryMiB, machine.CPU)
 
+	var previous map[string]*Run
+	if merge {
+		var err error
+		if previous, err = loadPrevious(filepath.Join(out, "report.json"), rep.Mode); err != nil {
+			return err
+		}
+	}
 	runs := plan(quick)
+	order := map[string]int{}
+	for i, r := range runs {
+		order[r.ID] = i
+	}
 	if filter != nil {
 		var kept []*Run
 		for _, r := range runs {
@@ -125,6 +138,7 @@ func run(out string, quick bool, only, goBin string) error {
 			r.Status, r.Reason = StatusNotMeasured, r.NotMeasured
 			logf("%s: not measured: %s", prefix, r.NotMeasured)
 		default:
+			r.Date = time.Now().UTC().Format(time.RFC3339)
 			logf("%s (%s scale) ...", prefix, r.Scale)
 			execute(ctx, r, binaries[r.Package], filepath.Join(out, "logs"), prefix)
 			if r.Status == StatusOK {
@@ -136,6 +150,9 @@ func run(out string, quick bool, only, goBin string) error {
 		rep.Runs = append(rep.Runs, r)
 	}
 	rep.WallSeconds = time.Since(started).Seconds()
+	if merge {
+		rep.Runs = mergeRuns(previous, rep.Runs, order)
+	}
 	rep.summarize()
 
 	if err := writeJSON(filepath.Join(out, "report.json"), rep); err != nil {
@@ -318,4 +335,60 @@ func writeJSON(path string, v any) error {
 		return err
 	}
 	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// loadPrevious reads an earlier report's runs by ID; a missing report is
+// an empty one, a report of the other mode an error.
+func loadPrevious(path, mode string) (map[string]*Run, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var prev Report
+	if err := json.Unmarshal(b, &prev); err != nil {
+		return nil, fmt.Errorf("reading %s to merge: %w", path, err)
+	}
+	if prev.Mode != mode {
+		return nil, fmt.Errorf("cannot merge: %s is a %s-mode report, this run is %s mode", path, prev.Mode, mode)
+	}
+	out := map[string]*Run{}
+	for _, r := range prev.Runs {
+		if r.Date == "" {
+			r.Date = prev.Date
+		}
+		out[r.ID] = r
+	}
+	return out, nil
+}
+
+// mergeRuns keeps the previous runs that were not run again, in plan
+// order (runs no longer planned go last).
+func mergeRuns(previous map[string]*Run, fresh []*Run, order map[string]int) []*Run {
+	byID := map[string]*Run{}
+	for id, r := range previous {
+		byID[id] = r
+	}
+	for _, r := range fresh {
+		byID[r.ID] = r
+	}
+	out := make([]*Run, 0, len(byID))
+	for _, r := range byID {
+		out = append(out, r)
+	}
+	rank := func(r *Run) int {
+		if i, ok := order[r.ID]; ok {
+			return i
+		}
+		return len(order)
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if rank(out[i]) != rank(out[j]) {
+			return rank(out[i]) < rank(out[j])
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out
 }

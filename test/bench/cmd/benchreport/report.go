@@ -32,6 +32,8 @@ type Run struct {
 	Timeout     time.Duration `json:"-"`
 	NotMeasured string        `json:"-"`
 
+	// Date is when the run started (RFC 3339, UTC).
+	Date   string `json:"date,omitempty"`
 	Status string `json:"status"`
 	// Reason says why a run failed or was not measured.
 	Reason string `json:"reason,omitempty"`
@@ -92,7 +94,19 @@ func (rep *Report) Markdown() string {
 	var b strings.Builder
 	m := rep.Machine
 	fmt.Fprintf(&b, "# tierflow benchmark report\n\n")
-	fmt.Fprintf(&b, "- Date: %s (run took %s)\n", rep.Date, (time.Duration(rep.WallSeconds) * time.Second).String())
+	fmt.Fprintf(&b, "- Date: %s (this invocation took %s)\n", rep.Date, (time.Duration(rep.WallSeconds) * time.Second).String())
+	first, last := rep.Date, rep.Date
+	for _, r := range rep.Runs {
+		if r.Date != "" && r.Date < first {
+			first = r.Date
+		}
+		if r.Date > last {
+			last = r.Date
+		}
+	}
+	if first != last {
+		fmt.Fprintf(&b, "- Runs measured from %s to %s (some runs merged from an earlier invocation; each run's date is in report.json)\n", first, last)
+	}
 	fmt.Fprintf(&b, "- Mode: **%s**", rep.Mode)
 	if rep.Mode == "quick" {
 		b.WriteString(" (reduced scales, same code paths: the reference values are for the full shapes and do not compare)")

@@ -84,3 +84,19 @@ func TestReportWithoutAgentRunsHasNullRatio(t *testing.T) {
 		t.Errorf("without a measurement the ratio must be null, not a number: %s", b)
 	}
 }
+
+func TestMergeKeepsRunsNotRunAgain(t *testing.T) {
+	previous := map[string]*Run{
+		"compute-one-namespace": {ID: "compute-one-namespace", Status: StatusOK, Date: "2026-11-22T01:00:00Z"},
+		"agent-install-10000":   {ID: "agent-install-10000", Status: StatusFailed, Date: "2026-11-22T01:10:00Z"},
+	}
+	fresh := []*Run{{ID: "agent-install-10000", Status: StatusOK, Date: "2026-11-22T01:40:00Z"}}
+	order := map[string]int{"compute-one-namespace": 0, "agent-install-10000": 1}
+	got := mergeRuns(previous, fresh, order)
+	if len(got) != 2 || got[0].ID != "compute-one-namespace" || got[1].ID != "agent-install-10000" {
+		t.Fatalf("merged runs out of plan order: %+v", got)
+	}
+	if got[1].Status != StatusOK || got[1].Date != "2026-11-22T01:40:00Z" {
+		t.Errorf("the fresh run must replace the failed one: %+v", got[1])
+	}
+}
