@@ -41,11 +41,13 @@
 // that do not parse, or claiming a pod or an address another port claims is
 // not classified, so no traffic passes through it (fail closed).
 //
-// A realization that fails is reported to the controller with the update
-// that caused it; when a later retry (or a port change) succeeds, the
-// controller hears of it only with the next update, because the
-// distribution client reports on updates only. The query socket's
-// /v1/realization is always current.
+// Every realization's per-policy outcome is compared with the previous
+// one, and the policies whose outcome changed are pushed to the controller
+// at once (client.Report): a failure fixed by a retry, or a realization
+// broken by a port change, shows in the policy's Realized status without
+// waiting for the next update. A failure of the whole realization counts
+// for every policy the node holds. The query socket's /v1/realization
+// shows the same outcomes.
 //
 // # Shutdown
 //

@@ -14,6 +14,11 @@
 // it runs the client reads nothing more from the controller (the
 // controller copes: a slow agent is resynced, never waited for).
 //
+// When a policy's realization changes between updates (an agent's retry
+// succeeds, a port change breaks it), the agent calls Client.Report; the
+// client sends the changed results on the open stream, coalesced, or with
+// the next stream's complete report.
+//
 // # Start and loss of the controller
 //
 // With a Store, Run first loads the saved state and applies it as a Full
