@@ -26,7 +26,9 @@ source pod's node and, when the packet leaves that node for the
 destination pod's node, on the destination node from its uplink. Every
 flow the packet hits is printed with its table name and the rule its
 cookie names; the verdict is Allow when every trace ends with the
-connection committed and output, Deny when one drops it.
+connection committed and output, Deny when one drops it after a Deny rule
+or an isolation drop, Dropped when it is dropped otherwise (e.g. no route
+to an address that is no pod).
 
 The pods are found through the agents' query sockets (--agent-socket,
 NODE=PATH for several nodes): run it on the node, or give the sockets of
@@ -64,12 +66,15 @@ func newTraceCommand(live *liveOptions) *cobra.Command {
 
 // TraceResult is the output of trace.
 type TraceResult struct {
-	Verdict explain.Verdict `json:"verdict"`
-	Src     string          `json:"src"`
-	Dst     string          `json:"dst"`
-	SrcIP   netip.Addr      `json:"srcIP"`
-	DstIP   netip.Addr      `json:"dstIP"`
-	Port    string          `json:"port"`
+	// Verdict is Allow or Deny as explain has it, or Dropped when the
+	// packet was dropped outside the policy tables (no route: e.g. an
+	// address that is no pod arriving at a node from its uplink).
+	Verdict string     `json:"verdict"`
+	Src     string     `json:"src"`
+	Dst     string     `json:"dst"`
+	SrcIP   netip.Addr `json:"srcIP"`
+	DstIP   netip.Addr `json:"dstIP"`
+	Port    string     `json:"port"`
 	// Decisions are the rules whose action flows the packet hit, in order,
 	// and isolation drops.
 	Decisions []TraceDecision `json:"decisions"`
@@ -90,6 +95,9 @@ type NodeTrace struct {
 	Bridge  string `json:"bridge"`
 	Flow    string `json:"flow"`
 	Verdict string `json:"verdict"`
+	// DroppedIn is the table of the last flow hit when the packet was
+	// dropped.
+	DroppedIn string `json:"droppedIn,omitempty"`
 	// DatapathActions are the "Datapath actions" of each conntrack pass.
 	DatapathActions []string    `json:"datapathActions"`
 	Steps           []TraceStep `json:"steps"`
@@ -228,10 +236,13 @@ func (o *traceOptions) run(w io.Writer) error {
 		}
 		res.Traces = append(res.Traces, *second)
 	}
-	res.Verdict = explain.VerdictAllow
+	res.Verdict = string(explain.VerdictAllow)
 	for _, t := range res.Traces {
-		if t.Verdict != "Allow" {
-			res.Verdict = explain.VerdictDeny
+		switch {
+		case t.Verdict == "Deny" || t.Verdict == "Unknown":
+			res.Verdict = t.Verdict
+		case t.Verdict == "Dropped" && res.Verdict == string(explain.VerdictAllow):
+			res.Verdict = t.Verdict
 		}
 		for _, s := range t.Steps {
 			if s.Role == pipeline.RoleAction.String() || s.Role == pipeline.RoleIsolation.String() {
@@ -337,12 +348,24 @@ var (
 func parseTrace(out string, byBridge map[string]*agentView) *NodeTrace {
 	t := &NodeTrace{Raw: out, Steps: []TraceStep{}}
 	bridge := ""
+	resuming := false
 	for _, line := range strings.Split(out, "\n") {
-		if m := traceBridge.FindStringSubmatch(strings.TrimSpace(line)); m != nil {
-			bridge = m[1]
+		trimmed := strings.TrimSpace(line)
+		if strings.Contains(trimmed, "- resume conntrack") {
+			// A conntrack pass resumes where the packet recirculated, the
+			// last bridge seen; ofproto/trace prints the bridge the trace
+			// started on instead (patch ports share one datapath).
+			resuming = true
 			continue
 		}
-		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "Datapath actions:"); ok {
+		if m := traceBridge.FindStringSubmatch(trimmed); m != nil {
+			if !resuming || bridge == "" {
+				bridge = m[1]
+			}
+			resuming = false
+			continue
+		}
+		if rest, ok := strings.CutPrefix(trimmed, "Datapath actions:"); ok {
 			t.DatapathActions = append(t.DatapathActions, strings.TrimSpace(rest))
 			continue
 		}
@@ -380,7 +403,18 @@ func parseTrace(out string, byBridge map[string]*agentView) *NodeTrace {
 		last := t.DatapathActions[n-1]
 		switch {
 		case strings.Contains(last, "drop") || last == "":
-			t.Verdict = "Deny"
+			// A drop is policy's when the packet hit a Deny rule or an
+			// isolation drop (they mark the packet; the drop itself may
+			// come in a later table).
+			t.Verdict = "Dropped"
+			if n := len(t.Steps); n > 0 {
+				t.DroppedIn = t.Steps[n-1].Table
+			}
+			for _, st := range t.Steps {
+				if st.Role == pipeline.RoleIsolation.String() || (st.Role == pipeline.RoleAction.String() && st.Action == string(model.ActionDeny)) {
+					t.Verdict = "Deny"
+				}
+			}
 		case strings.Contains(last, "ct(commit") && !strings.HasSuffix(last, ")"):
 			// Committed, then output: the connection passes.
 			t.Verdict = "Allow"
@@ -400,7 +434,11 @@ func writeTrace(w io.Writer, r *TraceResult) error {
 		fmt.Fprintf(tw, "decided on %s in %s: %s %s\n", d.Node, d.Table, d.Action, rule)
 	}
 	for _, t := range r.Traces {
-		fmt.Fprintf(tw, "\nnode %s, bridge %s: %s\nflow: %s\n", t.Node, t.Bridge, t.Verdict, t.Flow)
+		v := t.Verdict
+		if t.DroppedIn != "" {
+			v += " (dropped in " + t.DroppedIn + ")"
+		}
+		fmt.Fprintf(tw, "\nnode %s, bridge %s: %s\nflow: %s\n", t.Node, t.Bridge, v, t.Flow)
 		fmt.Fprintln(tw, "BRIDGE\tTABLE\tPRIORITY\tROLE\tRULE\tMATCH")
 		for _, s := range t.Steps {
 			rule := s.Rule
