@@ -124,6 +124,9 @@ func runScenario(t *testing.T, tf *framework.Tierflow, pods []framework.Pod, fil
 		t.Fatalf("explain: %v", err)
 	}
 	probed := tf.Probe(pods, ports, framework.ProbeNetns)
+	for _, c := range tf.Recheck(pods, probed, expected, framework.ProbeNetns) {
+		t.Logf("rechecked: %s", c)
+	}
 	diffs := framework.Compare(probed, expected)
 
 	// The operator's path for one row: kubectl exec from x/a.
@@ -141,6 +144,13 @@ func runScenario(t *testing.T, tf *framework.Tierflow, pods []framework.Pod, fil
 			}
 			k := framework.Key{Src: src.String(), Dst: dst.String(), Port: port.String()}
 			o := tf.ProbeOne(src, dst, port, framework.ProbeExec)
+			if c, ok := expected[k]; ok && c.Verdict == explain.VerdictAllow && o.Verdict != explain.VerdictAllow {
+				one := map[framework.Key]framework.Outcome{k: o}
+				for _, note := range tf.Recheck(pods, one, expected, framework.ProbeExec) {
+					t.Logf("rechecked: %s", note)
+				}
+				o = one[k]
+			}
 			execCells++
 			switch c := expected[k]; {
 			case o.Err != "":

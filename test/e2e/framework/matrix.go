@@ -125,7 +125,47 @@ func (tf *Tierflow) Probe(pods []Pod, ports []explain.PortSpec, mode ProbeMode) 
 
 // ProbeOne makes one connection attempt from src to dst's address.
 func (tf *Tierflow) ProbeOne(src, dst Pod, port explain.PortSpec, mode ProbeMode) Outcome {
-	args := []string{"connect", fmt.Sprintf("%s:%d", dst.IP, port.Port), "--timeout=" + ProbeTimeout.String(), "--protocol=" + strings.ToLower(string(port.Protocol))}
+	return tf.probe(src, dst, port, mode, ProbeTimeout)
+}
+
+// RecheckTimeout bounds the second attempt of Recheck.
+const RecheckTimeout = 4 * time.Second
+
+// Recheck probes again, one at a time and with RecheckTimeout, the cells
+// where a probe saw Deny (or failed) and explain says Allow, and records
+// the new outcome. On a loaded machine an allowed connection's answer can
+// come after ProbeTimeout; a connection the datapath drops never succeeds,
+// so a recheck cannot hide a wrong Allow, and the cells it changed are
+// returned for the log. Cells probed Allow against an explain Deny are
+// never rechecked.
+func (tf *Tierflow) Recheck(pods []Pod, probed map[Key]Outcome, expected map[Key]explain.Cell, mode ProbeMode) (changed []string) {
+	byName := map[string]Pod{}
+	for _, p := range pods {
+		byName[p.String()] = p
+	}
+	var keys []Key
+	for k, o := range probed {
+		if c, ok := expected[k]; ok && c.Verdict == explain.VerdictAllow && o.Verdict != explain.VerdictAllow {
+			keys = append(keys, k)
+		}
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
+	for _, k := range keys {
+		port, err := explain.ParsePortSpec(k.Port)
+		if err != nil {
+			continue
+		}
+		o := tf.probe(byName[k.Src], byName[k.Dst], port, mode, RecheckTimeout)
+		if o != probed[k] {
+			changed = append(changed, fmt.Sprintf("%s: %s%s at first, %s%s on recheck", k, probed[k].Verdict, probed[k].Err, o.Verdict, o.Err))
+			probed[k] = o
+		}
+	}
+	return changed
+}
+
+func (tf *Tierflow) probe(src, dst Pod, port explain.PortSpec, mode ProbeMode, timeout time.Duration) Outcome {
+	args := []string{"connect", fmt.Sprintf("%s:%d", dst.IP, port.Port), "--timeout=" + timeout.String(), "--protocol=" + strings.ToLower(string(port.Protocol))}
 	var stdout, stderr string
 	var code int
 	switch mode {
