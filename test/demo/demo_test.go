@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/tierflow/tierflow/test/kubeapi"
@@ -33,6 +34,9 @@ func TestDemo(t *testing.T) {
 	dir := t.TempDir()
 	cmd := exec.Command(bin, "--dir", filepath.Join(dir, "bed"), "--keep=false")
 	cmd.Dir = root
+	// If this test dies (a timeout), the demo gets SIGTERM and tears
+	// down what it started.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err = cmd.Run()
