@@ -227,7 +227,8 @@ func appendHex(b []byte, v uint64) []byte {
 	return strconv.AppendUint(b, v, 16)
 }
 
-// appendHex16 appends v as %#06x does (0x0800).
+// appendHex16 appends v as 0x and four hex digits (0x0800, as OVS prints
+// an Ethernet type).
 func appendHex16(b []byte, v uint16) []byte {
 	return append(b, '0', 'x', hexDigits[v>>12], hexDigits[v>>8&0xf], hexDigits[v>>4&0xf], hexDigits[v&0xf])
 }
