@@ -11,7 +11,7 @@ const sampleJSON = `{"Action":"run","Test":"TestConformanceProfiles"}
 {"Action":"run","Test":"TestConformanceProfiles/X"}
 {"Action":"run","Test":"TestConformanceProfiles/X/sctp_only"}
 {"Action":"output","Test":"TestConformanceProfiles/X/sctp_only","Output":"    x.go:70: FAILED Command was [/agnhost connect --timeout=3s --protocol=sctp 10.244.3.3:9003]\n"}
-{"Action":"output","Test":"TestConformanceProfiles/X/sctp_only","Output":"        \tError Trace:\tx.go:72\n"}
+{"Action":"output","Test":"TestConformanceProfiles/X/sctp_only","Output":"        \tError Trace:\tx.go:72\n        \tError:      \tShould be true\n"}
 {"Action":"fail","Test":"TestConformanceProfiles/X/sctp_only","Elapsed":1.5}
 {"Action":"run","Test":"TestConformanceProfiles/X/tcp_too"}
 {"Action":"output","Test":"TestConformanceProfiles/X/tcp_too","Output":"    x.go:70: FAILED Command was [/agnhost connect --timeout=3s --protocol=sctp 10.244.3.3:9003]\n"}
@@ -23,6 +23,15 @@ const sampleJSON = `{"Action":"run","Test":"TestConformanceProfiles"}
 {"Action":"output","Test":"TestConformanceProfiles/X/setup_error","Output":"    x.go:70: FAILED Command was [/agnhost connect --timeout=3s --protocol=sctp 10.244.3.3:9003]\n"}
 {"Action":"output","Test":"TestConformanceProfiles/X/setup_error","Output":"        \tError Trace:\tx.go:72\n        \tError Trace:\tx.go:90\n"}
 {"Action":"fail","Test":"TestConformanceProfiles/X/setup_error","Elapsed":1}
+{"Action":"run","Test":"TestConformanceProfiles/X/polled_sctp"}
+{"Action":"output","Test":"TestConformanceProfiles/X/polled_sctp","Output":"    helper.go:98: FAILED Command was [/agnhost connect --timeout=3s --protocol=sctp 10.244.3.3:9003]\n"}
+{"Action":"output","Test":"TestConformanceProfiles/X/polled_sctp","Output":"    helper.go:98: FAILED Command was [/agnhost connect --timeout=3s --protocol=sctp 10.244.3.3:9003]\n"}
+{"Action":"output","Test":"TestConformanceProfiles/X/polled_sctp","Output":"        \tError Trace:\thelper.go:70\n        \tError:      \tCondition never satisfied\n"}
+{"Action":"fail","Test":"TestConformanceProfiles/X/polled_sctp","Elapsed":1}
+{"Action":"run","Test":"TestConformanceProfiles/X/patch_error"}
+{"Action":"output","Test":"TestConformanceProfiles/X/patch_error","Output":"    helper.go:98: FAILED Command was [/agnhost connect --timeout=3s --protocol=sctp 10.244.3.3:9003]\n"}
+{"Action":"output","Test":"TestConformanceProfiles/X/patch_error","Output":"        \tError Trace:\tx.go:70\n        \tError:      \tReceived unexpected error:\n"}
+{"Action":"fail","Test":"TestConformanceProfiles/X/patch_error","Elapsed":1}
 {"Action":"run","Test":"TestConformanceProfiles/X/ok"}
 {"Action":"pass","Test":"TestConformanceProfiles/X/ok","Elapsed":0.2}
 {"Action":"fail","Test":"TestConformanceProfiles/X","Elapsed":4}
@@ -45,6 +54,8 @@ func TestParseAndClassify(t *testing.T) {
 		"TestConformanceProfiles/X/sctp_only":      {Fail, true},
 		"TestConformanceProfiles/X/tcp_too":        {Fail, false},
 		"TestConformanceProfiles/X/setup_error":    {Fail, false},
+		"TestConformanceProfiles/X/polled_sctp":    {Fail, true},
+		"TestConformanceProfiles/X/patch_error":    {Fail, false},
 		"TestConformanceProfiles/X/ok":             {Pass, false},
 		"TestConformanceProfiles/Y":                {Skip, false},
 		"TestConformanceProfiles/Z/never_finished": {Fail, false},
@@ -62,7 +73,7 @@ func TestParseAndClassify(t *testing.T) {
 			t.Errorf("%s: outcome %s, SCTP only %v; want %s, %v", c.Name, c.Outcome, c.FailedOnSCTPOnly(), w.outcome, w.sctpOnly)
 		}
 	}
-	if p, f, k := Tally(cases); p != 1 || f != 4 || k != 1 {
-		t.Errorf("tally %d passed, %d failed, %d skipped; want 1, 4, 1", p, f, k)
+	if p, f, k := Tally(cases); p != 1 || f != 6 || k != 1 {
+		t.Errorf("tally %d passed, %d failed, %d skipped; want 1, 6, 1", p, f, k)
 	}
 }
