@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tierflow/tierflow/test/ovsenv"
 )
 
 // ovsEnv points start-ovs and the OVS tools at private directories and
@@ -21,6 +23,9 @@ func ovsEnv(t *testing.T, dir string) []string {
 			t.Fatalf("%s not found: install openvswitch-switch (test/tools/install-deps.sh)", bin)
 		}
 	}
+	// Only one userspace-datapath ovs-vswitchd can run per host; registered
+	// before the daemons' cleanup, the lock is released after they stop.
+	ovsenv.LockHost(t)
 	return append(os.Environ(),
 		"OVS_RUNDIR="+filepath.Join(dir, "run"),
 		"OVS_DBDIR="+filepath.Join(dir, "db"),

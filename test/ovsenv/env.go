@@ -350,6 +350,19 @@ const HostLockPath = "/run/tierflow-ovsenv.lock"
 // hold the lock for many minutes).
 const hostLockWait = 50 * time.Minute
 
+// LockHost takes the host-wide OVS lock for a test that runs its own
+// ovs-vswitchd outside an Env (e.g. a container entry point under test),
+// and releases it at the test's cleanup. Never call it in a test that also
+// starts an Env: the Env would wait for the test itself.
+func LockHost(t testing.TB) {
+	t.Helper()
+	lock := acquireHostLock(t)
+	t.Cleanup(func() {
+		_ = unix.Flock(int(lock.Fd()), unix.LOCK_UN)
+		_ = lock.Close()
+	})
+}
+
 func acquireHostLock(t testing.TB) *os.File {
 	t.Helper()
 	f, err := os.OpenFile(HostLockPath, os.O_CREATE|os.O_RDWR, 0o600)
