@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	anpv1 "sigs.k8s.io/network-policy-api/apis/v1alpha1"
 
+	"github.com/tierflow/tierflow/pkg/agent/pipeline"
 	"github.com/tierflow/tierflow/pkg/agent/runtime/query"
 	"github.com/tierflow/tierflow/pkg/controller"
 	"github.com/tierflow/tierflow/test/ovsenv"
@@ -131,10 +132,53 @@ func TestTwoNodes(t *testing.T) {
 	// A pod attached while the agents run: its port appears on n1 (the
 	// agent classifies it), then its API object puts it in the ANP's peer
 	// group (the controller's update reaches n1).
+	//
+	// First, n1's classifier table gets a flow limit at its current size
+	// (OVS then refuses more flows, as a switch out of room would), so
+	// d's port breaks n1's realization: the port change alone, with no
+	// update from the controller, must turn the ANP's Realized condition
+	// False. Lifting the limit lets the agent's own retry succeed, and the
+	// condition must turn True again, still without any update.
+	before, err := ag1.q.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	classifier, err := br1.DumpFlows(int(pipeline.Classifier))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Vsctl("--", "--id=@ft", "create", "Flow_Table", fmt.Sprintf("flow_limit=%d", len(classifier)), "overflow_policy=refuse",
+		"--", "set", "Bridge", br1.Name, fmt.Sprintf("flow_tables:%d=@ft", pipeline.Classifier.ID())); err != nil {
+		t.Fatal(err)
+	}
 	d := br1.AddPod("d", mac(4), pfx(4))
 	for _, port := range []uint16{80, 8080} {
 		srv := d.ListenTCP(port)
 		t.Cleanup(srv.Close)
+	}
+	anpRealized := func(want metav1.ConditionStatus, reason, msg string) func() error {
+		return func() error {
+			got, err := c.kube.Policy.PolicyV1alpha1().AdminNetworkPolicies().Get(ctx, anp.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			cond := meta.FindStatusCondition(got.Status.Conditions, controller.ConditionRealized)
+			if cond == nil || cond.Status != want || cond.Reason != reason || !strings.Contains(cond.Message, msg) {
+				return fmt.Errorf("conditions %+v", got.Status.Conditions)
+			}
+			return nil
+		}
+	}
+	eventually(t, 60*time.Second, "ANP Realized=False on n1 after d's port broke realization", anpRealized(metav1.ConditionFalse, "Failed", "n1"))
+	if st, err := ag1.q.Status(ctx); err != nil || st.LastError == "" {
+		t.Fatalf("n1's status %+v, %v: want the realization failing", st, err)
+	}
+	if _, err := env.Vsctl("clear", "Bridge", br1.Name, "flow_tables"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, "ANP Realized=True after n1's retry succeeded", anpRealized(metav1.ConditionTrue, "Realized", "1/1 nodes realized"))
+	if st, err := ag1.q.Status(ctx); err != nil || st.Epoch != before.Epoch || st.Version != before.Version || !st.ControllerConnected {
+		t.Fatalf("n1's stream moved from %s/%d to %+v (%v): both flips must come without an update", before.Epoch, before.Version, st, err)
 	}
 	c.addPod(t, d, "n1", map[string]string{"app": "c"})
 	eventually(t, 60*time.Second, "n1 adds d to the ANP's peers", func() error {
