@@ -15,6 +15,7 @@ import (
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -277,6 +278,7 @@ func testRBAC(t *testing.T, ctx context.Context, c *kubeapi.Cluster, checked *Ch
 			{"watch", "apiextensions.k8s.io", "customresourcedefinitions", "", "", "", true},
 			{"create", "", "events", "", "team-a", "", true},
 			{"create", "authentication.k8s.io", "tokenreviews", "", "", "", true},
+			{"create", "authorization.k8s.io", "subjectaccessreviews", "", "", "", true},
 			{"create", "coordination.k8s.io", "leases", "", lease.LeaseNamespace, "", true},
 			{"update", "coordination.k8s.io", "leases", "", lease.LeaseNamespace, lease.LeaseName, true},
 			{"get", "coordination.k8s.io", "leases", "", lease.LeaseNamespace, lease.LeaseName, true},
@@ -313,6 +315,57 @@ func testRBAC(t *testing.T, ctx context.Context, c *kubeapi.Cluster, checked *Ch
 			if res.Status.Allowed != ch.allowed {
 				t.Errorf("%s %s %s.%s/%s ns=%q name=%q: allowed=%v, want %v", sa, ch.verb, ch.resource, ch.group, ch.sub, ch.ns, ch.name, res.Status.Allowed, ch.allowed)
 			}
+		}
+	}
+
+	// tierflow-query is bound to no one; bound to a user, it grants get on
+	// the query API's endpoints and nothing else.
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "test-tierflow-query"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "tierflow-query"},
+		Subjects:   []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: "tierctl-user"}},
+	}
+	if _, err := c.Kube.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = c.Kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), binding.Name, metav1.DeleteOptions{})
+	})
+	allowed := func(verb, group, resource, name string) (bool, error) {
+		res, err := c.Kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: "tierctl-user", Groups: []string{"system:authenticated"},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: verb, Group: group, Resource: resource, Name: name},
+		}}, metav1.CreateOptions{})
+		if err != nil {
+			return false, err
+		}
+		return res.Status.Allowed, nil
+	}
+	// RBAC sees a new binding within moments.
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return allowed("get", "tierflow.io", "queries", "snapshot")
+	}); err != nil {
+		t.Fatalf("tierflow-query does not grant get queries/snapshot: %v", err)
+	}
+	for _, ch := range []struct {
+		verb, group, resource, name string
+		want                        bool
+	}{
+		{"get", "tierflow.io", "queries", "policies", true},
+		{"get", "tierflow.io", "queries", "explain", true},
+		{"get", "tierflow.io", "queries", "flows", true},
+		{"get", "tierflow.io", "queries", "trace", true},
+		{"get", "tierflow.io", "queries", "other", false},
+		{"create", "tierflow.io", "queries", "flows", false},
+		{"get", "", "pods", "x", false},
+		{"get", "", "secrets", TLSSecretName, false},
+	} {
+		got, err := allowed(ch.verb, ch.group, ch.resource, ch.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != ch.want {
+			t.Errorf("tierflow-query: %s %s.%s %q allowed=%v, want %v", ch.verb, ch.resource, ch.group, ch.name, got, ch.want)
 		}
 	}
 }

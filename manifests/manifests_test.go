@@ -61,7 +61,9 @@ func TestRenderedConfigurationIsAccepted(t *testing.T) {
 	if agent.NodeName != checkNodeName || agent.DatapathType != config.DatapathSystem || agent.ControllerAddress != checkClusterIP+":10349" || agent.StateDir != "/var/lib/tierflow/agent" {
 		t.Errorf("agent configuration %+v", agent)
 	}
-	if len(checked.Objects) != 3+8+1+2+1 {
+	// CRDs, RBAC (with the unbound tierflow-query ClusterRole), ConfigMap,
+	// controller Service and Deployment, agent DaemonSet.
+	if len(checked.Objects) != 3+9+1+2+1 {
 		t.Errorf("%d objects", len(checked.Objects))
 	}
 

@@ -176,8 +176,10 @@ func run(ctx context.Context, c *config.Controller, log *slog.Logger) error {
 				}
 				return queryapi.Realization{SpanNodes: s.SpanNodes, Realized: s.Realized, Failed: s.Failed}, true
 			},
-			Pods:  ctl.Pods,
-			Ready: ready,
+			Pods:           ctl.Pods,
+			Ready:          ready,
+			AgentQuery:     srv.AgentQuery,
+			ConnectedNodes: srv.ConnectedNodes,
 		}, queryapi.NewAuthorizer(kube, 10*time.Second), log.With("component", "query"))
 		ln, err := net.Listen("tcp", c.QueryAddress)
 		if err != nil {

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tierflow/tierflow/pkg/agent/runtime/query"
 	"github.com/tierflow/tierflow/pkg/explain"
 	"github.com/tierflow/tierflow/pkg/model"
 )
@@ -78,6 +79,36 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		Transport: &http.Transport{TLSClientConfig: tc, Proxy: http.ProxyFromEnvironment},
 		Timeout:   cfg.Timeout,
 	}}, nil
+}
+
+// Agent returns a client of node's agent query API, reached through the
+// controller (/v1/nodes/NODE/agent/...), which forwards each request over
+// the agent's distribution stream.
+func (c *Client) Agent(node string) *query.Client {
+	u := *c.base
+	u.Path = strings.TrimSuffix(u.Path, "/") + "/v1/nodes/" + url.PathEscape(node) + "/agent"
+	hc := *c.hc
+	hc.Transport = bearer{token: c.token, next: c.hc.Transport}
+	return query.NewForwardedClient(u.String(), &hc)
+}
+
+// bearer adds the caller's token to every request.
+type bearer struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.next.RoundTrip(r)
+}
+
+// Nodes asks /v1/nodes: the connected nodes, or those hosting pods
+// (NS/NAME) and addresses.
+func (c *Client) Nodes(ctx context.Context, pods, ips []string) ([]string, error) {
+	var out Nodes
+	return out.Nodes, c.get(ctx, "/v1/nodes", url.Values{"pod": pods, "ip": ips}, &out)
 }
 
 // Snapshot asks /v1/snapshot.

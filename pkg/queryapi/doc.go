@@ -7,8 +7,9 @@
 // authentication: every request carries a Kubernetes token, which the
 // controller checks with a TokenReview and authorizes with a
 // SubjectAccessReview for verb "get" on resource "queries" of API group
-// "tierflow.io", resource name the endpoint: snapshot, policies or explain
-// (matrix included). A ClusterRole rule
+// "tierflow.io", resource name the endpoint: snapshot, policies, explain
+// (matrix included), flows (an agent's status, realization, rules, pods,
+// flows and bridge dump) or trace (an agent's ofproto/trace). A ClusterRole rule
 //
 //	apiGroups: ["tierflow.io"], resources: ["queries"], verbs: ["get"]
 //
@@ -20,6 +21,16 @@
 //	GET /v1/policies                          policies with realization (N/M nodes)
 //	GET /v1/explain?src=&dst=&port=PROTO/PORT explain.Result (same JSON as offline explain)
 //	GET /v1/matrix?port=PROTO/PORT[&port=...] []explain.Cell
+//	GET /v1/nodes[?pod=NS/NAME&ip=ADDR]       connected nodes (hosting those pods/addresses)
+//	GET /v1/nodes/{node}/agent/v1/{endpoint}  node's agent query API (pkg/agent/runtime/query):
+//	                                          status, realization, rules, pods, flows,
+//	                                          bridge-flows, trace, ofproto-trace
+//
+// The /v1/nodes/ requests are forwarded to the node's agent over its
+// distribution stream (pkg/distribution/wire.AgentQuery) and the agent's
+// answer is passed on unchanged; an agent not connected to this controller
+// is 502 "node NODE unreachable", no answer within 20 s is 504. No
+// listener is opened on nodes.
 //
 // Client is the Go client tierctl uses.
 package queryapi

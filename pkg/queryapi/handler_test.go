@@ -1,12 +1,15 @@
 package queryapi
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -116,5 +119,73 @@ func TestHandler(t *testing.T) {
 	var e Error
 	if code := get(t, s, "/v1/policies", nil, &e); code != http.StatusServiceUnavailable || !strings.Contains(e.Error, "not ready") {
 		t.Errorf("not ready: %d %q", code, e.Error)
+	}
+}
+
+// The /v1/nodes endpoints map the forwarding's outcomes to HTTP: the
+// agent's answer unchanged, an unreachable node 502, no answer 504.
+// cmd/tierctl's TestLive forwards through a real controller and agents.
+func TestAgentForwarding(t *testing.T) {
+	var asked []string
+	src := Source{
+		Snapshot: func() *model.Snapshot { return &model.Snapshot{} },
+		Pods: func() ([]*corev1.Pod, error) {
+			p := &corev1.Pod{}
+			p.Namespace, p.Name, p.Spec.NodeName = "ns", "a", "n1"
+			p.Status.PodIPs = []corev1.PodIP{{IP: "10.0.0.1"}}
+			return []*corev1.Pod{p}, nil
+		},
+		ConnectedNodes: func() []string { return []string{"n1", "n2"} },
+		AgentQuery: func(ctx context.Context, node, path, rawQuery string) (int, []byte, error) {
+			asked = append(asked, node+" "+path+"?"+rawQuery)
+			switch node {
+			case "n1":
+				return 200, []byte(`{"node":"n1"}`), nil
+			case "n2":
+				<-ctx.Done()
+				return 0, nil, fmt.Errorf("node n2: its agent did not answer in time: %w", ctx.Err())
+			}
+			return 0, nil, fmt.Errorf("node %s unreachable: no agent of that node is connected to the controller", node)
+		},
+	}
+	s := httptest.NewServer(NewHandler(src, nil, nil))
+	defer s.Close()
+
+	var m map[string]string
+	if code := get(t, s, "/v1/nodes/n1/agent/v1/flows", url.Values{"policy": {"K/ns/p"}}, &m); code != 200 || m["node"] != "n1" {
+		t.Errorf("forwarded flows: %d %v", code, m)
+	}
+	if len(asked) != 1 || asked[0] != "n1 /v1/flows?policy=K%2Fns%2Fp" {
+		t.Errorf("forwarded %q", asked)
+	}
+	var e Error
+	if code := get(t, s, "/v1/nodes/n7/agent/v1/status", nil, &e); code != http.StatusBadGateway || !strings.Contains(e.Error, "node n7 unreachable") {
+		t.Errorf("unreachable: %d %q", code, e.Error)
+	}
+	if code := get(t, s, "/v1/nodes/n1/agent/v1/metrics", nil, &e); code != 404 {
+		t.Errorf("an endpoint the agent does not forward: %d %q, want 404", code, e.Error)
+	}
+	var ns Nodes
+	if code := get(t, s, "/v1/nodes", nil, &ns); code != 200 || strings.Join(ns.Nodes, ",") != "n1,n2" {
+		t.Errorf("/v1/nodes: %d %v", code, ns)
+	}
+	if get(t, s, "/v1/nodes", url.Values{"pod": {"ns/a"}}, &ns); strings.Join(ns.Nodes, ",") != "n1" {
+		t.Errorf("/v1/nodes?pod=ns/a: %v", ns)
+	}
+	if get(t, s, "/v1/nodes", url.Values{"pod": {"ns/a"}, "ip": {"10.0.0.1"}}, &ns); strings.Join(ns.Nodes, ",") != "n1" {
+		t.Errorf("/v1/nodes?pod=ns/a&ip=10.0.0.1: %v", ns)
+	}
+	if get(t, s, "/v1/nodes", url.Values{"pod": {"ns/a"}, "ip": {"192.0.2.9"}}, &ns); strings.Join(ns.Nodes, ",") != "n1,n2" {
+		t.Errorf("an address no pod holds selects every node: %v", ns)
+	}
+	// No answer: 504 after the forwarding timeout.
+	defer func(d time.Duration) { agentTimeout = d }(agentTimeout)
+	agentTimeout = 300 * time.Millisecond
+	start := time.Now()
+	if code := get(t, s, "/v1/nodes/n2/agent/v1/trace", nil, &e); code != http.StatusGatewayTimeout || !strings.Contains(e.Error, "did not answer within") {
+		t.Errorf("timeout: %d %q", code, e.Error)
+	}
+	if d := time.Since(start); d < agentTimeout {
+		t.Errorf("timed out after %s, before %s", d, agentTimeout)
 	}
 }

@@ -1,6 +1,7 @@
 package queryapi
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"net/netip"
 	"sort"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -30,6 +32,15 @@ type Source struct {
 	// Ready reports whether the answers are meaningful (this replica leads
 	// and its caches are synced); nil means always.
 	Ready func() bool
+	// AgentQuery forwards a request of the agent query API
+	// (pkg/agent/runtime/query: path /v1/..., URL-encoded parameters) to
+	// node's agent and returns its HTTP status and body; nil: the
+	// /v1/nodes/ endpoints answer 501. A context deadline error means the
+	// agent did not answer in time, any other error that it is unreachable.
+	AgentQuery func(ctx context.Context, node, path, rawQuery string) (int, []byte, error)
+	// ConnectedNodes lists the nodes whose agents are connected (their
+	// queries can be forwarded).
+	ConnectedNodes func() []string
 }
 
 // NewHandler serves the query API. auth may be nil only in tests of the
@@ -46,6 +57,10 @@ func NewHandler(src Source, auth *Authorizer, log *slog.Logger) http.Handler {
 	mux.HandleFunc("GET /v1/policies", h.guard("policies", h.policies))
 	mux.HandleFunc("GET /v1/explain", h.guard("explain", h.explain))
 	mux.HandleFunc("GET /v1/matrix", h.guard("explain", h.matrix))
+	mux.HandleFunc("GET /v1/nodes", h.guard("flows", h.nodes))
+	for endpoint, name := range agentEndpoints {
+		mux.HandleFunc("GET /v1/nodes/{node}/agent/v1/"+endpoint, h.guard(name, h.agent("/v1/"+endpoint)))
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no such query endpoint %s %s", r.Method, r.URL.Path))
 	})
@@ -171,6 +186,115 @@ func (h *handler) explain(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, res)
+}
+
+// Nodes is /v1/nodes.
+type Nodes struct {
+	// Nodes are connected nodes whose agents queries can be forwarded to.
+	Nodes []string `json:"nodes"`
+}
+
+// nodes lists the connected nodes; with pod=NS/NAME or ip=ADDR
+// parameters only those hosting the pods or addresses (from the
+// controller's pod inventory), so that tierctl trace asks two agents, not
+// every agent of the cluster. An address no pod holds selects every
+// connected node: whichever bridge the packet may reach.
+func (h *handler) nodes(w http.ResponseWriter, r *http.Request) {
+	if h.src.ConnectedNodes == nil {
+		writeError(w, http.StatusNotImplemented, "this controller forwards no agent queries")
+		return
+	}
+	connected := h.src.ConnectedNodes()
+	q := r.URL.Query()
+	pods, ips := q["pod"], q["ip"]
+	if len(pods) == 0 && len(ips) == 0 {
+		writeJSON(w, Nodes{Nodes: append([]string{}, connected...)})
+		return
+	}
+	all, err := h.src.Pods()
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	want := map[string]bool{}
+	for _, name := range pods {
+		for _, p := range all {
+			if p.Namespace+"/"+p.Name == name && p.Spec.NodeName != "" {
+				want[p.Spec.NodeName] = true
+			}
+		}
+	}
+	for _, s := range ips {
+		ip, err := netip.ParseAddr(s)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("ip %q: not an address", s))
+			return
+		}
+		found := false
+		for _, p := range all {
+			for _, pip := range p.Status.PodIPs {
+				if a, err := netip.ParseAddr(pip.IP); err == nil && a.Unmap() == ip.Unmap() && p.Spec.NodeName != "" && !p.Spec.HostNetwork {
+					want[p.Spec.NodeName], found = true, true
+				}
+			}
+		}
+		if !found {
+			writeJSON(w, Nodes{Nodes: append([]string{}, connected...)})
+			return
+		}
+	}
+	out := Nodes{Nodes: []string{}}
+	for _, n := range connected {
+		if want[n] {
+			out.Nodes = append(out.Nodes, n)
+		}
+	}
+	writeJSON(w, out)
+}
+
+// agentEndpoints are the agent query API endpoints forwarded to agents,
+// with the resource name a caller needs "get" on: "flows" to read what an
+// agent holds and installed, "trace" to have it run ofproto/trace.
+var agentEndpoints = map[string]string{
+	"status":        "flows",
+	"realization":   "flows",
+	"rules":         "flows",
+	"pods":          "flows",
+	"flows":         "flows",
+	"bridge-flows":  "flows",
+	"trace":         "trace",
+	"ofproto-trace": "trace",
+}
+
+// agentTimeout bounds a forwarded query: an agent's ofproto/trace or
+// dump-flows takes well under a second, a busy one a few. A variable for
+// the tests.
+var agentTimeout = 20 * time.Second
+
+// agent forwards the request to the node's agent over its distribution
+// stream and passes the agent's answer on unchanged.
+func (h *handler) agent(path string) func(http.ResponseWriter, *http.Request) {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if h.src.AgentQuery == nil {
+			writeError(w, http.StatusNotImplemented, "this controller forwards no agent queries")
+			return
+		}
+		node := r.PathValue("node")
+		ctx, cancel := context.WithTimeout(r.Context(), agentTimeout)
+		defer cancel()
+		code, body, err := h.src.AgentQuery(ctx, node, path, r.URL.RawQuery)
+		switch {
+		case errors.Is(err, context.DeadlineExceeded):
+			writeError(w, http.StatusGatewayTimeout, fmt.Sprintf("node %s: its agent did not answer within %s", node, agentTimeout))
+			return
+		case err != nil:
+			writeError(w, http.StatusBadGateway, err.Error())
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(code)
+		_, _ = w.Write(body)
+	}
 }
 
 // MatrixResult is /v1/matrix.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"sort"
 	"strings"
@@ -61,6 +62,10 @@ type Config struct {
 	// (the controller takes the node from the token).
 	Node     string
 	Receiver Receiver
+	// Query, if set, serves the agent queries the controller forwards on
+	// the stream (tierctl's remote flows and trace): the agent's local
+	// query API handler. Without it such queries are answered 501.
+	Query http.Handler
 	// Store, if set, persists the received state and restores it at start.
 	Store *statestore.Store
 	// Backoff between connection attempts: from MinBackoff (default
@@ -337,12 +342,22 @@ func (c *Client) session(ctx context.Context, conn *grpc.ClientConn) (progressed
 		}
 	}()
 
+	// Forwarded queries are served on their own goroutines; their answers
+	// come back here to be sent.
+	answers := make(chan *wire.AgentAnswer, maxConcurrentQueries)
+	querySlots := make(chan struct{}, maxConcurrentQueries)
+
 	first := true
 	for {
 		var r received
 		select {
 		case <-sctx.Done():
 			return progressed, sctx.Err()
+		case a := <-answers:
+			if err := stream.Send(&wire.ClientMessage{Answer: a}); err != nil {
+				return progressed, err
+			}
+			continue
 		case <-c.reportKick:
 			if first {
 				// Nothing goes out before the first update is applied: our
@@ -369,6 +384,9 @@ func (c *Client) session(ctx context.Context, conn *grpc.ClientConn) (progressed
 			return progressed, r.err
 		}
 		m := r.m
+		if m.Query != nil {
+			c.serveQuery(sctx, m.Query, querySlots, answers)
+		}
 		if m.Update == nil {
 			continue
 		}

@@ -19,6 +19,15 @@
 // client sends the changed results on the open stream, coalesced, or with
 // the next stream's complete report.
 //
+// # Forwarded queries
+//
+// With Config.Query (the agent's local query API handler), the client
+// serves the queries the controller forwards for tierctl (wire.AgentQuery):
+// each runs on its own goroutine (at most 4 at once, more are answered
+// 503) within the timeout the controller sent, and its status and body go
+// back as a wire.AgentAnswer on the same stream. While Apply runs no
+// query is read, so a query waits for the update before it.
+//
 // # Start and loss of the controller
 //
 // With a Store, Run first loads the saved state and applies it as a Full

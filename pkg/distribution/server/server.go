@@ -95,6 +95,10 @@ type Server struct {
 	connSeq  uint64
 	real     *realization
 
+	// Agent queries forwarded to agents, waiting for their answers.
+	querySeq       uint64
+	pendingQueries map[uint64]*pendingQuery
+
 	// sinkMu serializes sink calls so they arrive in order.
 	sinkMu sync.Mutex
 
@@ -139,6 +143,8 @@ func New(src Source, auth Authenticator, opts Options) *Server {
 		ags:      map[string]*model.AddressGroup{},
 		sessions: map[string]*session{},
 		real:     newRealization(),
+
+		pendingQueries: map[uint64]*pendingQuery{},
 	}
 	// Subscribe before the first read, so nothing changed in between is
 	// missed; the first round reads the whole snapshot.

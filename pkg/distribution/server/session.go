@@ -33,6 +33,10 @@ type session struct {
 	conn        uint64 // current connection's id, 0 when disconnected
 	cancel      context.CancelFunc
 	wake        chan struct{}
+	// queries are agent queries to send on the current connection;
+	// connGone is closed when the current connection ends.
+	queries  chan *wire.AgentQuery
+	connGone chan struct{}
 
 	// What the agent holds once it has applied every queued update.
 	policies map[string]*policyRefs
@@ -48,7 +52,8 @@ type logEntry struct {
 }
 
 func newSession(node string) *session {
-	ss := &session{node: node, wake: make(chan struct{}, 1), needFull: true, fullReason: "new"}
+	ss := &session{node: node, wake: make(chan struct{}, 1), needFull: true, fullReason: "new",
+		queries: make(chan *wire.AgentQuery, maxQueuedQueries)}
 	ss.resetState()
 	return ss
 }
@@ -144,6 +149,8 @@ func (s *Server) Sync(stream wire.ServerStream) error {
 	s.connSeq++
 	myConn := s.connSeq
 	ss.conn, ss.cancel = myConn, cancel
+	connGone := make(chan struct{})
+	ss.connGone = connGone
 	resumed := false
 	switch {
 	case ss.needFull:
@@ -169,6 +176,9 @@ func (s *Server) Sync(stream wire.ServerStream) error {
 			ss.conn, ss.cancel = 0, nil
 			s.m.agentLag.DeleteLabelValues(node)
 		}
+		// Queries waiting for an answer on this connection fail now, not
+		// at their timeout.
+		close(connGone)
 		s.mu.Unlock()
 		s.log.Info("agent disconnected", "node", node)
 	}()
@@ -241,6 +251,12 @@ func (s *Server) sendUpdates(ctx context.Context, stream wire.ServerStream, ss *
 				return nil
 			case <-ss.wake:
 				continue
+			case q := <-ss.queries:
+				// This goroutine is the stream's only sender.
+				if err := stream.Send(&wire.ServerMessage{Query: q}); err != nil {
+					return err
+				}
+				continue
 			}
 		}
 		for _, e := range batch {
@@ -271,6 +287,9 @@ func (s *Server) receiveReports(ctx context.Context, cancel context.CancelFunc, 
 				s.log.Info("agent stream ended", "node", ss.node, "err", err)
 			}
 			return
+		}
+		if m.Answer != nil {
+			s.deliverAnswer(ss.node, m.Answer)
 		}
 		if m.Report == nil {
 			continue

@@ -9,6 +9,8 @@ import (
 type ClientMessage struct {
 	Hello  *Hello  `json:"hello,omitempty"`
 	Report *Report `json:"report,omitempty"`
+	// Answer answers an AgentQuery the controller sent on this stream.
+	Answer *AgentAnswer `json:"answer,omitempty"`
 }
 
 // Hello opens a stream. Epoch and Version name the state the agent already
@@ -44,6 +46,34 @@ type PolicyResult struct {
 // ServerMessage is what the controller sends on the Sync stream.
 type ServerMessage struct {
 	Update *Update `json:"update,omitempty"`
+	// Query forwards a tierctl query to the agent (see AgentQuery). Agents
+	// that do not know the field ignore the message; the controller's
+	// wait then times out.
+	Query *AgentQuery `json:"query,omitempty"`
+}
+
+// AgentQuery is a request of the agent's local query API
+// (pkg/agent/runtime/query) forwarded by the controller, so that tierctl
+// can ask a node's agent without reaching the node: the agent serves it
+// with the same handler as its unix socket and answers with an
+// AgentAnswer carrying the same ID.
+type AgentQuery struct {
+	ID uint64 `json:"id"`
+	// Path is the query API's path (e.g. /v1/flows), RawQuery its
+	// URL-encoded parameters.
+	Path     string `json:"path"`
+	RawQuery string `json:"rawQuery,omitempty"`
+	// TimeoutMillis is how long the controller waits for the answer; the
+	// agent gives up on the request after it too.
+	TimeoutMillis int64 `json:"timeoutMillis,omitempty"`
+}
+
+// AgentAnswer is the agent's answer to the AgentQuery with the same ID:
+// the HTTP status and JSON body its query API returned.
+type AgentAnswer struct {
+	ID     uint64 `json:"id"`
+	Status int    `json:"status"`
+	Body   []byte `json:"body,omitempty"`
 }
 
 // Update moves a node's state from version Version-1 to Version (or, when

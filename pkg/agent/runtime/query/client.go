@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -18,10 +19,22 @@ import (
 // the agent's pod) finds it.
 const DefaultSocket = "/run/openvswitch/tierflow-agent.sock"
 
-// Client queries one agent's socket.
+// Client queries one agent: on its socket, or through the controller
+// (NewForwardedClient).
 type Client struct {
+	// socket names where the agent is, in errors.
 	socket string
-	hc     *http.Client
+	// base is the URL the endpoint paths (/v1/...) are appended to.
+	base string
+	hc   *http.Client
+}
+
+// NewForwardedClient returns a client for an agent reached through
+// another HTTP server that forwards the agent's endpoints under base
+// (e.g. the controller's https://HOST:PORT/v1/nodes/NODE/agent): hc
+// carries the authentication that server needs.
+func NewForwardedClient(base string, hc *http.Client) *Client {
+	return &Client{socket: "forwarded by " + base, base: strings.TrimSuffix(base, "/"), hc: hc}
 }
 
 // NewClient returns a client for the agent listening on socket.
@@ -32,7 +45,7 @@ func NewClient(socket string) *Client {
 			return d.DialContext(ctx, "unix", socket)
 		},
 	}
-	return &Client{socket: socket, hc: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
+	return &Client{socket: socket, base: "http://agent", hc: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
 }
 
 // Status asks /v1/status.
@@ -78,6 +91,19 @@ func (c *Client) Trace(ctx context.Context, r TraceRequest) (*Trace, error) {
 	return &out, c.get(ctx, "/v1/trace", v, &out)
 }
 
+// OfprotoTrace asks /v1/ofproto-trace: ofproto/trace of flow (ovs-ofctl
+// syntax) through the agent's bridge as a new connection.
+func (c *Client) OfprotoTrace(ctx context.Context, flow string) (*Trace, error) {
+	var out Trace
+	return &out, c.get(ctx, "/v1/ofproto-trace", url.Values{"flow": {flow}}, &out)
+}
+
+// BridgeFlows asks /v1/bridge-flows.
+func (c *Client) BridgeFlows(ctx context.Context) (*BridgeFlows, error) {
+	var out BridgeFlows
+	return &out, c.get(ctx, "/v1/bridge-flows", nil, &out)
+}
+
 // Values encodes the filter as query parameters.
 func (f FlowFilter) Values() url.Values {
 	v := url.Values{}
@@ -97,7 +123,7 @@ func (f FlowFilter) Values() url.Values {
 }
 
 func (c *Client) get(ctx context.Context, path string, q url.Values, out any) error {
-	u := "http://agent" + path
+	u := c.base + path
 	if len(q) > 0 {
 		u += "?" + q.Encode()
 	}

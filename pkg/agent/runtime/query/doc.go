@@ -14,6 +14,14 @@
 //	/v1/pods         the local pods the agent maps to OpenFlow ports
 //	/v1/trace        ofproto/trace of a new connection's first packet, with
 //	                 the rules it met: ?src=NS/POD|IP&dst=IP&protocol=TCP&port=N
+//	/v1/ofproto-trace  ofproto/trace of ?flow=SPEC (an ovs-ofctl flow) as a new
+//	                 connection: tierctl trace's packets, when tierctl is not
+//	                 on the node
+//	/v1/bridge-flows ovs-ofctl dump-flows of the bridge (tierctl flows --check)
+//
+// The controller forwards these requests over the agent's distribution
+// stream (pkg/distribution/wire.AgentQuery) for tierctl's remote use; the
+// agent answers them with the same handler as the socket.
 //
 // The types below are the wire format; Client is the Go client tierctl uses.
 package query

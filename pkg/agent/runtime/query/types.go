@@ -179,3 +179,11 @@ type Trace struct {
 	DatapathActions string `json:"datapathActions"`
 	Dropped         bool   `json:"dropped"`
 }
+
+// BridgeFlows is /v1/bridge-flows: the bridge's whole flow table as
+// ovs-ofctl dump-flows prints it (--no-names --no-stats), what flows
+// --check compares the agent's installed flows with.
+type BridgeFlows struct {
+	Bridge string `json:"bridge"`
+	Dump   string `json:"dump"`
+}
