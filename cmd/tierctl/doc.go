@@ -10,8 +10,10 @@
 // explain works offline, from manifests (see pkg/explain/README.md for the
 // output and pkg/explain/load for how manifests are read), or live against
 // the controller with the same output. get and live explain ask the
-// controller's query API (pkg/queryapi); flows and trace ask the agents'
-// node-local query sockets (pkg/agent/runtime/query) and run ovs-ofctl and
-// ovs-appctl on the node. README.md describes how each command reaches its
+// controller's query API (pkg/queryapi); flows and trace ask the agents
+// (pkg/agent/runtime/query) through the controller, which forwards the
+// queries over the agents' distribution streams (--controller without
+// --agent-socket), or on their node-local query sockets, running ovs-ofctl
+// and ovs-appctl on the node. README.md describes how each command reaches its
 // data and the choices made.
 package main

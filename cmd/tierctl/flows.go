@@ -23,8 +23,10 @@ import (
 
 const flowsLong = `Show the OpenFlow flows that realize a policy, a rule, a pod or a table on
 one node, as the node's agent installed them, with table names, priorities
-and the bridge's packet and byte counters. Run it on the node (or in the
-agent's pod): it reads the agent's query socket (--agent-socket).
+and the bridge's packet and byte counters. With --controller (and no
+--agent-socket) it asks the node's agent through the controller, from
+anywhere; otherwise run it on the node (or in the agent's pod): it reads
+the agent's query socket (--agent-socket).
 
 --rule takes a rule index (with --direction when the policy has an ingress
 and an egress rule of that index) or a rule name.
@@ -40,7 +42,8 @@ and an egress rule of that index) or a rule name.
     installed: flows missing from the bridge and extra flows in it, and the
     agent's sentinel flow (its absence means OVS lost the flows).
 It prints the report and exits 1 when it found a problem. It needs the
-controller (--controller) as well as the agent, and ovs-ofctl.`
+controller (--controller) as well as the agent, and ovs-ofctl (run by the
+agent when it is reached through the controller).`
 
 type flowsOptions struct {
 	live      *liveOptions
@@ -315,7 +318,7 @@ func (o *flowsOptions) runCheck(ctx context.Context, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	inBridge, err := o.dumpBridge(ctx, st.Bridge)
+	inBridge, err := o.dumpBridge(ctx, agent, st.Bridge)
 	if err != nil {
 		return err
 	}
@@ -523,11 +526,20 @@ var (
 	dumpPriority = regexp.MustCompile(`(?:^|[ ,])priority=([0-9]+)`)
 )
 
-// dumpBridge reads the bridge's flows with ovs-ofctl, counted by cookie,
+// dumpBridge reads the bridge's flows with ovs-ofctl (here, or by the agent
+// when it is reached through the controller), counted by cookie,
 // table and priority.
-func (o *flowsOptions) dumpBridge(ctx context.Context, bridge string) (map[flowKey]int, error) {
+func (o *flowsOptions) dumpBridge(ctx context.Context, agent *query.Client, bridge string) (map[flowKey]int, error) {
 	if bridge == "" {
 		return nil, fmt.Errorf("node %s: the agent has no bridge (datapath none): nothing to check", o.node)
+	}
+	if o.live.viaController() {
+		// The same dump, run by the agent on its node.
+		d, err := agent.BridgeFlows(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("node %s: %w", o.node, err)
+		}
+		return parseDump(d.Dump)
 	}
 	cmd := exec.CommandContext(ctx, "ovs-ofctl", "-O", "OpenFlow13", "--no-names", "--no-stats", "dump-flows", bridge)
 	cmd.Env = o.live.ovsEnv()

@@ -22,9 +22,11 @@ import (
 // The controller is reached directly (--controller HOST:PORT, or
 // TIERCTL_CONTROLLER): its query API is HTTPS and takes the caller's
 // Kubernetes bearer token, from --token or from the kubeconfig user
-// (--kubeconfig, --context as kubectl reads them). Agents are reached on
-// their node-local unix sockets (--agent-socket), so flows and trace run on
-// the node (or in the agent's pod), as ovs-ofctl would.
+// (--kubeconfig, --context as kubectl reads them). Agents are reached
+// through the controller when it is given and no --agent-socket is (the
+// controller forwards the queries over the agents' distribution streams),
+// else on their node-local unix sockets (--agent-socket), running
+// ovs-ofctl/ovs-appctl locally: on the node, or in the agent's pod.
 type liveOptions struct {
 	kubeconfig   string
 	context      string
@@ -49,7 +51,7 @@ func (o *liveOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.caFile, "controller-ca-file", "", "CA certificate that signed the controller's serving certificate (default: system roots)")
 	f.StringVar(&o.serverName, "controller-server-name", "", "name to verify the controller's certificate against (default: the host of --controller)")
 	f.BoolVar(&o.insecure, "insecure-skip-tls-verify", false, "do not verify the controller's certificate (insecure)")
-	f.StringArrayVar(&o.agentSockets, "agent-socket", nil, "an agent's query socket, PATH or NODE=PATH; repeatable (default "+query.DefaultSocket+")")
+	f.StringArrayVar(&o.agentSockets, "agent-socket", nil, "an agent's query socket, PATH or NODE=PATH; repeatable (default "+query.DefaultSocket+", or through --controller when given)")
 	f.StringVar(&o.ovsRundir, "ovs-rundir", "", "OVS run directory for ovs-ofctl and ovs-appctl (sets OVS_RUNDIR; default: theirs)")
 	f.StringVar(&o.vswitchdCtl, "vswitchd-ctl", "", "ovs-vswitchd control socket for ovs-appctl -t (default: ovs-appctl's)")
 	f.DurationVar(&o.timeout, "request-timeout", 30*time.Second, "time limit of each request")
@@ -127,6 +129,23 @@ func (o *liveOptions) ctx() (context.Context, context.CancelFunc) {
 // it, or the one socket given (or the default) if that agent says it is
 // node's.
 func (o *liveOptions) agentFor(ctx context.Context, node string) (*query.Client, *query.Status, error) {
+	if o.viaController() {
+		ctl, err := o.controllerClient()
+		if err != nil {
+			return nil, nil, err
+		}
+		c := ctl.Agent(node)
+		st, err := c.Status(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		if st.Node != node {
+			// Cannot happen (the controller takes the node from the
+			// agent's token); never show another node's flows.
+			return nil, nil, fmt.Errorf("node %s: the controller's agent answered as node %s", node, st.Node)
+		}
+		return c, st, nil
+	}
 	var candidates []string
 	for _, s := range o.agentSockets {
 		if n, path, ok := strings.Cut(s, "="); ok {
@@ -158,6 +177,14 @@ func (o *liveOptions) agentFor(ctx context.Context, node string) (*query.Client,
 		seen = append(seen, fmt.Sprintf("%s is node %s's", path, st.Node))
 	}
 	return nil, nil, fmt.Errorf("node %s unreachable: no agent socket of that node (%s)", node, strings.Join(seen, ", "))
+}
+
+// viaController says whether agents are reached through the controller
+// (which forwards the queries over the agents' distribution streams): when
+// a controller is given and no --agent-socket is. On the node, give
+// --agent-socket (its default path too) to ask the local agent directly.
+func (o *liveOptions) viaController() bool {
+	return o.controller != "" && len(o.agentSockets) == 0
 }
 
 // ovsEnv is the environment of ovs-ofctl and ovs-appctl.

@@ -30,9 +30,13 @@ connection committed and output, Deny when one drops it after a Deny rule
 or an isolation drop, Dropped when it is dropped otherwise (e.g. no route
 to an address that is no pod).
 
-The pods are found through the agents' query sockets (--agent-socket,
-NODE=PATH for several nodes): run it on the node, or give the sockets of
-both nodes. ovs-appctl runs locally (--vswitchd-ctl, --ovs-rundir).
+With --controller (and no --agent-socket) the agents are asked through
+the controller, from anywhere: the source and destination pods' nodes
+(every connected node for an address that is no pod), and each agent runs
+ofproto/trace on its node. Otherwise the pods are found through the
+agents' query sockets (--agent-socket, NODE=PATH for several nodes): run
+it on the node, or give the sockets of both nodes; ovs-appctl then runs
+locally (--vswitchd-ctl, --ovs-rundir).
 Traces see flows, not the kernel: what they show is what the flows
 decide.`
 
@@ -120,25 +124,54 @@ type TraceStep struct {
 
 // agentView is one reachable agent with what trace needs of it.
 type agentView struct {
+	// client is the agent's query client; it runs ofproto/trace when
+	// agents are reached through the controller.
+	client *query.Client
 	node   string
 	status *query.Status
 	pods   *query.Pods
 	rules  map[uint32]query.Rule
 }
 
-func (o *traceOptions) agents(ctx context.Context) ([]*agentView, error) {
-	sockets := o.live.agentSockets
-	if len(sockets) == 0 {
-		sockets = []string{query.DefaultSocket}
+func (o *traceOptions) agents(ctx context.Context, srcName, dstName string) ([]*agentView, error) {
+	var clients []*query.Client
+	if o.live.viaController() {
+		ctl, err := o.live.controllerClient()
+		if err != nil {
+			return nil, err
+		}
+		pods, ips := []string{srcName}, []string(nil)
+		if _, err := netip.ParseAddr(dstName); err == nil {
+			ips = append(ips, dstName)
+		} else {
+			pods = append(pods, dstName)
+		}
+		nodes, err := ctl.Nodes(ctx, pods, ips)
+		if err != nil {
+			return nil, err
+		}
+		if len(nodes) == 0 {
+			return nil, fmt.Errorf("no agent reachable: no node hosting %s is connected to the controller", strings.Join(append(pods, ips...), " or "))
+		}
+		for _, n := range nodes {
+			clients = append(clients, ctl.Agent(n))
+		}
+	} else {
+		sockets := o.live.agentSockets
+		if len(sockets) == 0 {
+			sockets = []string{query.DefaultSocket}
+		}
+		for _, s := range sockets {
+			path := s
+			if _, p, ok := strings.Cut(s, "="); ok {
+				path = p
+			}
+			clients = append(clients, query.NewClient(path))
+		}
 	}
 	var out []*agentView
 	var errs []string
-	for _, s := range sockets {
-		path := s
-		if _, p, ok := strings.Cut(s, "="); ok {
-			path = p
-		}
-		c := query.NewClient(path)
+	for _, c := range clients {
 		st, err := c.Status(ctx)
 		if err != nil {
 			errs = append(errs, err.Error())
@@ -152,7 +185,7 @@ func (o *traceOptions) agents(ctx context.Context) ([]*agentView, error) {
 		if err != nil {
 			return nil, fmt.Errorf("node %s: %w", st.Node, err)
 		}
-		av := &agentView{node: st.Node, status: st, pods: pods, rules: map[uint32]query.Rule{}}
+		av := &agentView{client: c, node: st.Node, status: st, pods: pods, rules: map[uint32]query.Rule{}}
 		for _, r := range rules.Rules {
 			av.rules[r.ID] = r
 		}
@@ -181,7 +214,7 @@ func (o *traceOptions) run(w io.Writer) error {
 	}
 	ctx, cancel := o.live.ctx()
 	defer cancel()
-	agents, err := o.agents(ctx)
+	agents, err := o.agents(ctx, srcName, dstName)
 	if err != nil {
 		return err
 	}
@@ -317,6 +350,16 @@ func (o *traceOptions) trace(ctx context.Context, a *agentView, inPort uint32, s
 	}
 	spec := fmt.Sprintf("in_port=%d,%s,dl_src=%s,dl_dst=%s,%s,nw_proto=%d,%s_dst=%d", inPort, l3, srcMAC, dstMAC, addr,
 		protoNumber[port.Protocol], strings.ToLower(string(port.Protocol)), port.Port)
+	if o.live.viaController() {
+		// The same trace, run by the agent on its node.
+		out, err := a.client.OfprotoTrace(ctx, spec)
+		if err != nil {
+			return nil, fmt.Errorf("node %s: %w", a.node, err)
+		}
+		t := parseTrace(out.Output, byBridge)
+		t.Node, t.Bridge, t.Flow = a.node, a.status.Bridge, spec
+		return t, nil
+	}
 	var args []string
 	if o.live.vswitchdCtl != "" {
 		args = append(args, "-t", o.live.vswitchdCtl)

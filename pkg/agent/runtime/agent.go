@@ -131,6 +131,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		Token:    client.TokenFile(a.cfg.TokenFile),
 		Node:     a.cfg.NodeName,
 		Receiver: receiver{a},
+		Query:    a.queryHandler(), // tierctl's remote flows and trace
 		Store:    store,
 		Logger:   a.log,
 	})

@@ -163,6 +163,7 @@ func (a *Agent) queryHandler() http.Handler {
 		}
 		writeJSON(w, out)
 	})
+	a.registerOVSTools(mux)
 	return mux
 }
 

@@ -1,0 +1,80 @@
+package runtime
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/tierflow/tierflow/pkg/agent/runtime/query"
+)
+
+// The endpoints below run the OVS tools on the node for tierctl, so that
+// flows --check and trace work when tierctl is not on the node (the
+// controller forwards the queries over the agent's distribution stream).
+// On the node tierctl runs the same commands itself.
+func (a *Agent) registerOVSTools(mux *http.ServeMux) {
+	mux.HandleFunc("GET /v1/bridge-flows", func(w http.ResponseWriter, r *http.Request) {
+		if a.needOVS(w) == nil {
+			return
+		}
+		out, err := a.runOVSTool(r.Context(), "ovs-ofctl", "-O", "OpenFlow13", "--no-names", "--no-stats", "dump-flows", a.cfg.BridgeName)
+		if err != nil {
+			writeError(w, http.StatusInternalServerError, err.Error())
+			return
+		}
+		writeJSON(w, query.BridgeFlows{Bridge: a.cfg.BridgeName, Dump: out})
+	})
+	mux.HandleFunc("GET /v1/ofproto-trace", func(w http.ResponseWriter, r *http.Request) {
+		if a.needOVS(w) == nil {
+			return
+		}
+		flow := r.URL.Query().Get("flow")
+		if !traceFlowSpec.MatchString(flow) {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("flow %q: want an ovs-ofctl flow (field=value,...)", flow))
+			return
+		}
+		target := a.opts.VswitchdCtl
+		if target == "" {
+			target = "ovs-vswitchd"
+		}
+		out, err := a.runOVSTool(r.Context(), "ovs-appctl", "-t", target, "ofproto/trace", a.cfg.BridgeName, flow,
+			"--ct-next", "trk,new", "--ct-next", "trk,new")
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		res := query.Trace{Flow: flow, Output: out, Rules: []query.Rule{}}
+		for _, line := range strings.Split(out, "\n") {
+			if act, ok := strings.CutPrefix(strings.TrimSpace(line), "Datapath actions:"); ok {
+				res.DatapathActions = strings.TrimSpace(act)
+			}
+		}
+		res.Dropped = res.DatapathActions == "drop" || res.DatapathActions == ""
+		writeJSON(w, res)
+	})
+}
+
+// traceFlowSpec is what a traced flow may contain: ovs-ofctl match
+// fields, never an option (a leading '-') or a second argument.
+var traceFlowSpec = regexp.MustCompile(`^[a-z][a-z0-9_]*(=[A-Za-z0-9_.:/]+)?(,[a-z][a-z0-9_]*(=[A-Za-z0-9_.:/]+)?)*$`)
+
+// runOVSTool runs an OVS command line tool against this agent's OVS and
+// returns its standard output.
+func (a *Agent) runOVSTool(ctx context.Context, name string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Env = append(os.Environ(), "OVS_RUNDIR="+ovsRundir(a.cfg.OVSDBSocketPath()))
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("%s %s: %v: %s", name, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return stdout.String(), nil
+}
