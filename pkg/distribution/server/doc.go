@@ -53,4 +53,14 @@
 // aggregated Summary (realized on N of M span nodes, failures by node)
 // whenever it changes, which the controller's status writer turns into
 // conditions.
+//
+// # Agent queries
+//
+// AgentQuery forwards a request of an agent's local query API to the
+// node's agent on its stream (wire.AgentQuery, sent by the connection's
+// sending goroutine) and waits for the wire.AgentAnswer: tierctl's remote
+// flows and trace, through the query API (pkg/queryapi). A node without an
+// open stream, or whose stream ends while the query waits, fails at once
+// with ErrNodeUnreachable; a missing answer fails at the caller's
+// deadline. Answers are matched by ID and node.
 package server
