@@ -50,10 +50,12 @@ type Engine struct {
 	nodes      map[string]*nodeState
 	nodeLabels labelIndex[*nodeState]
 
-	groups   map[string]*group // by normalized selector key
-	atgByID  map[string]*group
-	agByID   map[string]*group
-	nsGroups selectorIndex[*group] // groups with a namespace selector, by that selector
+	groups  map[string]*group // by normalized selector key
+	atgByID map[string]*group
+	agByID  map[string]*group
+	// namedPortGroups are the groupNamedPort groups in use, by port name.
+	namedPortGroups map[string]*group
+	nsGroups        selectorIndex[*group] // groups with a namespace selector, by that selector
 	// clusterPodGroups holds the groups with a namespace selector, by their
 	// pod selector, so a pod event finds them without scanning.
 	clusterPodGroups selectorIndex[*group]
@@ -111,6 +113,7 @@ func New() *Engine {
 		groups:           map[string]*group{},
 		atgByID:          map[string]*group{},
 		agByID:           map[string]*group{},
+		namedPortGroups:  map[string]*group{},
 		nsGroups:         newSelectorIndex[*group](),
 		clusterPodGroups: newSelectorIndex[*group](),
 		nodeGroups:       newSelectorIndex[*group](),

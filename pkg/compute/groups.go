@@ -17,6 +17,11 @@ type groupKind int
 const (
 	groupPods groupKind = iota
 	groupNodes
+	// groupNamedPort holds every pod (cluster-wide) that declares a
+	// container port with one name; it serves only as an address group for
+	// resolving that named port on ipBlock destinations (model.Rule's
+	// NamedPortGroups), never as a peer.
+	groupNamedPort
 )
 
 // groupSpec is a normalized selector: the pods matching podSel in one
@@ -29,7 +34,21 @@ type groupSpec struct {
 	nsSel     *sel
 	podSel    *sel
 	nodeSel   *sel
+	portName  string
 	key       string
+}
+
+func namedPortGroup(name string) groupSpec {
+	return groupSpec{kind: groupNamedPort, portName: name, key: "namedPort=" + name}
+}
+
+func hasNamedPort(p *podState, name string) bool {
+	for _, np := range p.ports {
+		if np.Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 func podGroupInNamespace(ns string, podSel *sel) groupSpec {
@@ -154,6 +173,13 @@ func (e *Engine) getGroup(spec groupSpec) *group {
 	e.atgByID[g.atgID] = g
 	e.agByID[g.agID] = g
 	switch spec.kind {
+	case groupNamedPort:
+		e.namedPortGroups[spec.portName] = g
+		for _, p := range e.pods {
+			if hasNamedPort(p, spec.portName) {
+				e.addPod(g, p)
+			}
+		}
 	case groupNodes:
 		g.nodes = set[*nodeState]{}
 		g.hint = spec.nodeSel.hint
@@ -220,6 +246,8 @@ func (e *Engine) maybeDropGroup(g *group) {
 		delete(n.groups, g)
 	}
 	switch {
+	case g.spec.kind == groupNamedPort:
+		delete(e.namedPortGroups, g.spec.portName)
 	case g.spec.kind == groupNodes:
 		e.nodeGroups.remove(g.hint, g)
 	case g.spec.nsSel == nil:

@@ -51,7 +51,8 @@ func compileNetworkPolicy(np *networkingv1.NetworkPolicy) *compiledPolicy {
 	}
 	if egress {
 		for i, r := range np.Spec.Egress {
-			rb := &ruleBuilder{rule: model.Rule{Index: i, Direction: model.DirectionOut, Action: model.ActionAllow}, problem: broken}
+			rb := &ruleBuilder{rule: model.Rule{Index: i, Direction: model.DirectionOut, Action: model.ActionAllow}, problem: broken,
+				namedOnBlocks: true}
 			npPeers(k, rb, np.Namespace, fmt.Sprintf("spec.egress[%d].to", i), r.To)
 			npPorts(k, rb, fmt.Sprintf("spec.egress[%d].ports", i), r.Ports)
 			k.finish(rb)

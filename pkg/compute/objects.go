@@ -269,6 +269,9 @@ func (p *podState) setInfo(node string, ips []netip.Addr, ports []model.NamedPor
 }
 
 func (e *Engine) podMatches(g *group, p *podState) bool {
+	if g.spec.kind == groupNamedPort {
+		return hasNamedPort(p, g.spec.portName)
+	}
 	if g.spec.kind != groupPods || !g.spec.podSel.Matches(labels.Set(p.labels)) {
 		return false
 	}
@@ -287,6 +290,11 @@ func (e *Engine) addToMatchingGroups(p *podState) {
 		}
 	}
 	p.ns.groups.candidates(p.labels, visit)
+	for _, np := range p.ports {
+		if g := e.namedPortGroups[np.Name]; g != nil {
+			visit(g)
+		}
+	}
 	// Groups with a namespace selector are indexed twice, by pod selector
 	// and by namespace selector; either index finds all that may match, so
 	// take the one with fewer candidates.

@@ -71,6 +71,12 @@ type ruleBuilder struct {
 	rule    model.Rule
 	peers   []groupSpec
 	problem bool
+	// namedOnBlocks: the rule's named ports resolve on destination pods
+	// inside its ipBlocks (NetworkPolicy egress, where an ipBlock, or an
+	// absent `to`, still selects pods). AdminNetworkPolicy namedPort and
+	// ClusterNetworkPolicy destinationNamedPort cannot be used with
+	// networks peers (API text), so theirs resolve on pod peers only.
+	namedOnBlocks bool
 }
 
 func (r *ruleBuilder) addGroup(g groupSpec) {
@@ -96,6 +102,19 @@ func (k *compiler) finish(r *ruleBuilder) {
 		} else {
 			r.rule.Action = model.ActionDeny
 			r.rule.Peer = model.Peer{IPBlocks: allAddresses()}
+		}
+	}
+	if r.namedOnBlocks && len(r.rule.Peer.IPBlocks) > 0 {
+		for _, p := range r.rule.Ports {
+			if p.Name == "" {
+				continue
+			}
+			g := namedPortGroup(p.Name)
+			id := groupID("ag", g.key)
+			if !slices.Contains(r.rule.NamedPortGroups, id) {
+				r.rule.NamedPortGroups = append(r.rule.NamedPortGroups, id)
+				r.peers = append(r.peers, g)
+			}
 		}
 	}
 	for _, g := range r.peers {

@@ -160,6 +160,11 @@ func (e *Evaluator) check(p *model.Policy) error {
 				return fmt.Errorf("%s rule %d: address group %q is not in the snapshot", r.Direction, r.Index, id)
 			}
 		}
+		for _, id := range r.NamedPortGroups {
+			if _, ok := e.addresses[id]; !ok {
+				return fmt.Errorf("%s rule %d: named-port group %q is not in the snapshot", r.Direction, r.Index, id)
+			}
+		}
 		for _, b := range r.Peer.IPBlocks {
 			if !b.CIDR.IsValid() {
 				return fmt.Errorf("%s rule %d: invalid CIDR in ipBlock", r.Direction, r.Index)
@@ -399,10 +404,17 @@ func (e *Evaluator) ruleMatches(r *model.Rule, member *model.GroupMember, c conn
 		named = member.Ports
 	} else if peerMember != nil {
 		named = peerMember.Ports
-	} else if c.dstPod != nil {
+	} else {
 		// The peer matched through an ipBlock that covers a pod's
-		// address: the destination is still that pod.
-		named = c.dstPod.Ports
+		// address: the destination is still that pod, and its named ports
+		// come from the rule's NamedPortGroups, the same data the agent
+		// resolves them from (none: the name resolves nothing there).
+		for _, id := range r.NamedPortGroups {
+			if m := e.addresses[id][c.dstIP]; m != nil && m.Pod != nil {
+				named = m.Ports
+				break
+			}
+		}
 	}
 	return portsMatch(r.Ports, named, c.proto, c.port)
 }

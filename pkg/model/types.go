@@ -143,6 +143,16 @@ type Rule struct {
 	// port (all IP traffic); a Port with only a Protocol means every port of
 	// that protocol.
 	Ports []Port `json:"ports,omitempty"`
+	// NamedPortGroups are address groups used only to resolve the rule's
+	// named ports on destinations matched through IPBlocks (an Out rule of
+	// a NetworkPolicy whose `to` is absent or has ipBlocks): the pods that
+	// declare a container port with one of the rule's port names. They
+	// never widen the peer: a destination must be in Peer first; its named
+	// ports are then read from its member entry in these groups. An
+	// IPBlock destination in none of them resolves no named port (matches
+	// nothing for that port). Additive field: absent means "no resolution
+	// through ipBlocks".
+	NamedPortGroups []string `json:"namedPortGroups,omitempty"`
 }
 
 // Peer is the set of addresses at the other end of a rule. The rule matches

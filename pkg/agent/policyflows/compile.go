@@ -213,14 +213,6 @@ func (c *Compiler) Compile(in Input) (Result, error) {
 	b.out = make([]openflow.Flow, 0, c.lastFlows+c.lastFlows/8)
 	b.keys = make([]string, 0, cap(b.out))
 	b.kinds = make([]flowKind, 0, cap(b.out))
-	knownMembers := indexMembers(in.AddressGroups)
-	for _, p := range in.Pods {
-		for _, ip := range p.IPs {
-			if _, ok := knownMembers[ip]; !ok {
-				knownMembers[ip] = p.Ports
-			}
-		}
-	}
 	for _, t := range pipeline.Tables() {
 		for _, pr := range byTable[t] {
 			live[pr.key] = true
@@ -236,12 +228,12 @@ func (c *Compiler) Compile(in Input) (Result, error) {
 			}
 			res.Rules[id] = RuleInfo{ID: id, Policy: pr.pol.Source, PolicyID: pr.pol.ID, Tier: pr.pol.Tier, Direction: pr.rule.Direction,
 				Index: pr.rule.Index, Name: pr.rule.Name, Action: pr.rule.Action, Table: t.String(), Priority: p}
-			fp := c.fingerprint(in, pods, knownMembers, pr, id, p)
+			fp := c.fingerprint(in, pods, pr, id, p)
 			e := c.cache[pr.key]
 			if e == nil || e.fp != fp {
 				rb := newBuilder(c.round)
 				e = &ruleCache{fp: fp}
-				e.warns = c.compileRule(rb, in, pods, knownMembers, pr, id, p, &e.conjKeys)
+				e.warns = c.compileRule(rb, in, pods, pr, id, p, &e.conjKeys)
 				e.flows, e.keys, e.kinds = rb.out, rb.keys, rb.kinds
 				c.cache[pr.key] = e
 			}
@@ -323,24 +315,25 @@ func appliedMatch(d model.Direction, port uint32) openflow.Match {
 	return openflow.Match{Regs: map[int]openflow.Masked{pipeline.RegOutPort: {Value: port, Mask: 0xffffffff}}}
 }
 
-// indexMembers maps every address the agent knows a pod for (address-group
-// members; Compile adds the local pods) to that pod's named ports, to
-// resolve an egress named port whose peer is an ipBlock. A remote pod in no
-// address group is unknown: its named ports match nothing (fail closed for
-// allows; see DESIGN.md).
-func indexMembers(ags map[string]*model.AddressGroup) map[netip.Addr][]model.NamedPort {
+// namedPortMembers maps each address of the members of a rule's
+// NamedPortGroups to that pod's named ports: how an egress named port
+// resolves on a destination matched through an ipBlock. Only these groups
+// are used (not every group the agent holds, not the local pods by
+// themselves), so the agent resolves exactly what the controller and
+// pkg/explain resolve; a destination in none of them resolves no name.
+func namedPortMembers(in Input, r *model.Rule) map[netip.Addr][]model.NamedPort {
 	out := map[netip.Addr][]model.NamedPort{}
-	ids := make([]string, 0, len(ags))
-	for id := range ags {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	for _, id := range ids {
-		for _, m := range ags[id].Members {
+	for _, gid := range r.NamedPortGroups {
+		g := in.AddressGroups[gid]
+		if g == nil {
+			continue // not received yet: resolves nothing
+		}
+		for _, m := range g.Members {
 			if m.Pod == nil {
 				continue
 			}
 			for _, ip := range m.IPs {
+				ip = ip.Unmap()
 				if _, ok := out[ip]; !ok {
 					out[ip] = m.Ports
 				}
@@ -380,7 +373,7 @@ type subConj struct {
 	anyPort bool
 }
 
-func (c *Compiler) compileRule(b *builder, in Input, pods map[model.PodRef]pipeline.LocalPod, known map[netip.Addr][]model.NamedPort,
+func (c *Compiler) compileRule(b *builder, in Input, pods map[model.PodRef]pipeline.LocalPod,
 	pr placed, id uint32, prio uint16, conjKeys *[]string) []string {
 	r := pr.rule
 	var warns []string
@@ -543,10 +536,13 @@ func (c *Compiler) compileRule(b *builder, in Input, pods map[model.PodRef]pipel
 					}
 				}
 			}
-			for ip, nps := range known {
+			// ipBlock destinations: pods of the rule's NamedPortGroups
+			// inside a block (the groups never widen the peer).
+			for ip, nps := range namedPortMembers(in, r) {
 				for _, blk := range r.Peer.IPBlocks {
 					if blk.CIDR.IsValid() && blk.CIDR.Contains(ip) && !excepted(blk, ip) {
 						addPeer(ip, nps)
+						break
 					}
 				}
 			}

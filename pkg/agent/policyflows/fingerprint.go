@@ -13,11 +13,11 @@ import (
 // fingerprint hashes everything a rule's flows depend on: its identity,
 // rule ID, priority and content, its local applied-to pods with their named
 // ports, the members of the address groups it references and, for an
-// egress named port towards ipBlocks, every pod the agent knows. Equal
+// egress named port towards ipBlocks, the members of its NamedPortGroups. Equal
 // fingerprints mean equal flows, so the cached flows are reused. Content is
 // hashed rather than trusting group generations, so a producer that forgets
 // to bump a generation cannot leave stale flows behind.
-func (c *Compiler) fingerprint(in Input, pods map[model.PodRef]pipeline.LocalPod, known map[netip.Addr][]model.NamedPort, pr placed, id uint32, prio uint16) uint64 {
+func (c *Compiler) fingerprint(in Input, pods map[model.PodRef]pipeline.LocalPod, pr placed, id uint32, prio uint16) uint64 {
 	var h maphash.Hash
 	h.SetSeed(c.seed)
 	var buf [8]byte
@@ -92,6 +92,7 @@ func (c *Compiler) fingerprint(in Input, pods map[model.PodRef]pipeline.LocalPod
 		}
 	}
 	if named && r.Direction == model.DirectionOut && len(r.Peer.IPBlocks) > 0 {
+		known := namedPortMembers(in, r)
 		ips := make([]netip.Addr, 0, len(known))
 		for ip := range known {
 			ips = append(ips, ip)

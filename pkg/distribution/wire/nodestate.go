@@ -142,12 +142,18 @@ func compareMembers(a, b model.GroupMember) int {
 	return strings.Compare(a.Pod.Name, b.Pod.Name)
 }
 
-// AddressGroupRefs lists the address groups p's rules use, without
+// AddressGroupRefs lists the address groups p's rules use (peers and
+// named-port resolution groups, model.Rule.NamedPortGroups), without
 // duplicates.
 func AddressGroupRefs(p *model.Policy) []string {
 	var ids []string
 	for i := range p.Rules {
 		for _, id := range p.Rules[i].Peer.AddressGroups {
+			if !slices.Contains(ids, id) {
+				ids = append(ids, id)
+			}
+		}
+		for _, id := range p.Rules[i].NamedPortGroups {
 			if !slices.Contains(ids, id) {
 				ids = append(ids, id)
 			}
