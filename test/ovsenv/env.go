@@ -123,7 +123,9 @@ func (e *Env) DBSocketPath() string { return filepath.Join(e.Dir, "db.sock") }
 // --db and libovsdb take it.
 func (e *Env) DBEndpoint() string { return "unix:" + e.DBSocketPath() }
 
-func (e *Env) vswitchdCtl() string { return filepath.Join(e.Dir, "ovs-vswitchd.ctl") }
+// VswitchdCtlPath is ovs-vswitchd's control socket (ovs-appctl -t), which an agent
+// needs for traces (its --vswitchd-ctl).
+func (e *Env) VswitchdCtlPath() string { return filepath.Join(e.Dir, "ovs-vswitchd.ctl") }
 
 // env is the environment for every OVS command: all OVS directories point
 // at the private run directory, so nothing touches a system OVS.
@@ -170,10 +172,10 @@ func (e *Env) StartVswitchd() error {
 	if e.vswitchd != nil {
 		return errors.New("ovs-vswitchd is already running")
 	}
-	_ = os.Remove(e.vswitchdCtl())
+	_ = os.Remove(e.VswitchdCtlPath())
 	cmd, err := e.daemon("ovs-vswitchd", e.DBEndpoint(),
 		"--pidfile="+filepath.Join(e.Dir, "ovs-vswitchd.pid"),
-		"--unixctl="+e.vswitchdCtl(),
+		"--unixctl="+e.VswitchdCtlPath(),
 		"--log-file="+filepath.Join(e.Dir, "ovs-vswitchd.log"),
 		"--no-chdir",
 		// No kernel datapath: tests use the userspace datapath only and must
@@ -183,7 +185,7 @@ func (e *Env) StartVswitchd() error {
 		return err
 	}
 	e.vswitchd = cmd
-	if err := waitForSocket(e.vswitchdCtl(), startTimeout); err != nil {
+	if err := waitForSocket(e.VswitchdCtlPath(), startTimeout); err != nil {
 		return fmt.Errorf("ovs-vswitchd: %v\n%s", err, e.log("ovs-vswitchd"))
 	}
 	// ovs-vsctl waits (without --no-wait) until ovs-vswitchd has applied the
@@ -284,7 +286,7 @@ func (e *Env) vsctlTimeout(seconds int, args ...string) (string, error) {
 
 // Appctl runs ovs-appctl against the private ovs-vswitchd.
 func (e *Env) Appctl(args ...string) (string, error) {
-	return e.run(60*time.Second, "ovs-appctl", append([]string{"-t", e.vswitchdCtl()}, args...)...)
+	return e.run(60*time.Second, "ovs-appctl", append([]string{"-t", e.VswitchdCtlPath()}, args...)...)
 }
 
 // Ofctl runs ovs-ofctl -O OpenFlow13 with the given arguments; bridge names
@@ -303,7 +305,7 @@ func (e *Env) cleanup() {
 
 	if vswitchd != nil {
 		// exit --cleanup deletes the datapaths and so the bridges' tap devices.
-		_, _ = e.run(10*time.Second, "ovs-appctl", "-t", e.vswitchdCtl(), "exit", "--cleanup")
+		_, _ = e.run(10*time.Second, "ovs-appctl", "-t", e.VswitchdCtlPath(), "exit", "--cleanup")
 		if err := waitExit(vswitchd, 10*time.Second); err != nil {
 			e.t.Logf("ovsenv: %v", err)
 		}

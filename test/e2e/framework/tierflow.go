@@ -116,7 +116,8 @@ func Start(tb testing.TB, bed *testbed.Testbed, dir string) *Tierflow {
 			"--ovsdb-socket="+bed.OVS.DBSocketPath(), "--openflow-socket="+n.Bridge.MgmtSocketPath(),
 			"--controller-address="+tf.AgentAddress, "--controller-ca-file="+tf.CAFile, "--controller-server-name=localhost",
 			"--token-file="+token, "--state-dir="+filepath.Join(dir, n.Name+"-state"),
-			"--metrics-address=127.0.0.1:0", "--query-socket="+sock, fmt.Sprintf("--ct-zone=%d", 100+i))
+			"--metrics-address=127.0.0.1:0", "--query-socket="+sock, fmt.Sprintf("--ct-zone=%d", 100+i),
+			"--vswitchd-ctl="+bed.OVS.VswitchdCtlPath())
 		if err != nil {
 			tb.Fatal(err)
 		}
