@@ -34,7 +34,9 @@
 // range; a named port resolves on the destination pod (the applied-to
 // member for In rules; for Out rules the address-group member with the
 // destination address, or, when the peer matched through an ipBlock, the
-// destination pod itself), an empty protocol on a named port meaning the
+// member with that address of the rule's NamedPortGroups — the same data
+// the agent resolves from; no such member resolves no name), an empty
+// protocol on a named port meaning the
 // named port's own protocol. A name the destination pod does not have
 // matches nothing.
 //
