@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -70,6 +71,9 @@ func TestLive(t *testing.T) {
 	ctl := []string{"--kubeconfig", kubeconfig, "--controller", c.QueryAddress, "--controller-ca-file", c.CAFile}
 	agents := []string{"--agent-socket", "n1=" + ag1.Opts.QuerySocket, "--agent-socket", "n2=" + ag2.Opts.QuerySocket,
 		"--ovs-rundir", env.Dir, "--vswitchd-ctl", filepath.Join(env.Dir, "ovs-vswitchd.ctl")}
+	// remote reaches the agents through the controller (no sockets, no
+	// local OVS tools): the controller forwards over the agents' streams.
+	remote := ctl
 	tierctl := func(args ...string) (string, error) {
 		t.Helper()
 		stdout, _, err := run(args...)
@@ -243,7 +247,25 @@ func TestLive(t *testing.T) {
 		if !strings.Contains(podFlows, "SpoofGuard") {
 			t.Errorf("flows --pod default/a lacks its SpoofGuard flows:\n%s", podFlows)
 		}
+		// Through the controller: the same flows (counters aside: they move
+		// with any packet between the two calls).
+		for _, q := range [][]string{
+			{"flows", "--node", "n1", "--policy", anpRef, "--rule", "deny-c", "-o", "json"},
+			{"flows", "--node", "n2", "--policy", npRef, "--rule", "0", "-o", "json"},
+			{"flows", "--node", "n2", "--table", "IngressBaseline", "-o", "json"},
+			{"flows", "--node", "n1", "--pod", "default/a", "-o", "json"},
+		} {
+			local := withoutCounters(t, mustTierctl(append(q, agents...)...))
+			viaCtl := withoutCounters(t, mustTierctl(append(q, remote...)...))
+			if local != viaCtl {
+				t.Errorf("tierctl %s: local and through the controller differ:\nlocal %s\nremote %s", strings.Join(q, " "), local, viaCtl)
+			}
+		}
 		for _, node := range []string{"n1", "n2"} {
+			q := []string{"flows", "--node", node, "--check", "-o", "json"}
+			if local, viaCtl := mustTierctl(append(append(q, agents...), ctl...)...), mustTierctl(append(q, remote...)...); local != viaCtl {
+				t.Errorf("check %s: local and through the controller differ:\nlocal %s\nremote %s", node, local, viaCtl)
+			}
 			out := mustTierctl(append(append([]string{"flows", "--node", node, "--check", "-o", "json"}, agents...), ctl...)...)
 			var rep CheckReport
 			if err := json.Unmarshal([]byte(out), &rep); err != nil {
@@ -269,7 +291,11 @@ func TestLive(t *testing.T) {
 					continue
 				}
 				for _, port := range ports {
-					out := mustTierctl(append([]string{"trace", "--src", src, "--dst", dst, "--port", port, "-o", "json"}, agents...)...)
+					q := []string{"trace", "--src", src, "--dst", dst, "--port", port, "-o", "json"}
+					out := mustTierctl(append(q, agents...)...)
+					if viaCtl := mustTierctl(append(q, remote...)...); normalizeTrace(viaCtl) != normalizeTrace(out) {
+						t.Errorf("trace %s -> %s %s: local and through the controller differ:\nlocal %s\nremote %s", src, dst, port, out, viaCtl)
+					}
 					var tr TraceResult
 					if err := json.Unmarshal([]byte(out), &tr); err != nil {
 						t.Fatal(err)
@@ -289,6 +315,9 @@ func TestLive(t *testing.T) {
 		// An address that is no pod: policy allows it (explain: NotAPod
 		// ingress, default egress); the test bed has nowhere to send it.
 		out = mustTierctl(append([]string{"trace", "--src", "default/a", "--dst", "10.0.9.9", "--port", "TCP/80", "-o", "json"}, agents...)...)
+		if viaCtl := mustTierctl(append([]string{"trace", "--src", "default/a", "--dst", "10.0.9.9", "--port", "TCP/80", "-o", "json"}, remote...)...); normalizeTrace(viaCtl) != normalizeTrace(out) {
+			t.Errorf("trace a -> 10.0.9.9: local and through the controller differ:\nlocal %s\nremote %s", out, viaCtl)
+		}
 		var ext TraceResult
 		if err := json.Unmarshal([]byte(out), &ext); err != nil {
 			t.Fatal(err)
@@ -321,7 +350,10 @@ func TestLive(t *testing.T) {
 			"rule not found":       {append([]string{"flows", "--node", "n1", "--policy", anpRef, "--rule", "nope"}, agents...), "rule nope not found"},
 			"unknown table":        {append([]string{"flows", "--node", "n1", "--table", "Nope"}, agents...), "unknown table"},
 			"trace unknown pod":    {append([]string{"trace", "--src", "default/nope", "--dst", "default/a", "--port", "TCP/80"}, agents...), "unknown pod default/nope"},
-			"bad get":              {append([]string{"get", "pods"}, ctl...), "unknown object type"},
+			"node unreachable through the controller":  {append([]string{"flows", "--node", "n9", "--table", "IngressAdmin"}, remote...), "node n9 unreachable"},
+			"trace unknown pod through the controller": {append([]string{"trace", "--src", "default/nope", "--dst", "default/a", "--port", "TCP/80"}, remote...), "unknown pod default/nope"},
+			"flows forbidden through the controller":   {[]string{"flows", "--node", "n1", "--table", "IngressAdmin", "--kubeconfig", nobody, "--controller", c.QueryAddress, "--controller-ca-file", c.CAFile}, "may not get"},
+			"bad get":                                  {append([]string{"get", "pods"}, ctl...), "unknown object type"},
 		}
 		for name, tc := range cases {
 			out, err := tierctl(tc.args...)
@@ -363,6 +395,10 @@ func TestLive(t *testing.T) {
 		if rep.OK || len(rep.MissingFlows) == 0 || !strings.Contains(rep.MissingFlows[0].Rule, "deny-c") {
 			t.Errorf("check report: %s", out)
 		}
+		viaCtl, err := tierctl(append([]string{"flows", "--node", "n1", "--check", "-o", "json"}, remote...)...)
+		if err == nil || viaCtl != out {
+			t.Errorf("check through the controller after deleting a flow: %v\nlocal %s\nremote %s", err, out, viaCtl)
+		}
 		found := false
 		for _, p := range rep.Policies {
 			if p.Policy == anpRef && p.Status == "rulesMissing" && len(p.Rules) == 1 && p.Rules[0].Status == "missing" {
@@ -373,6 +409,32 @@ func TestLive(t *testing.T) {
 			t.Errorf("check does not report deny-c missing: %s", out)
 		}
 	})
+}
+
+// recircID matches the recirculation IDs in ofproto/trace output:
+// ovs-vswitchd allocates them per trace, so two traces of the same packet
+// may name different ones.
+var recircID = regexp.MustCompile(`(recirc\(|recirc_id[=(])0x[0-9a-f]+`)
+
+// normalizeTrace is a trace answer with its recirculation IDs blanked.
+func normalizeTrace(out string) string { return recircID.ReplaceAllString(out, "${1}0xN") }
+
+// withoutCounters is a flows JSON answer with its packet and byte counters
+// zeroed.
+func withoutCounters(t *testing.T, out string) string {
+	t.Helper()
+	var fl query.Flows
+	if err := json.Unmarshal([]byte(out), &fl); err != nil {
+		t.Fatalf("flows answer: %v\n%s", err, out)
+	}
+	for i := range fl.Flows {
+		fl.Flows[i].Packets, fl.Flows[i].Bytes = 0, 0
+	}
+	b, err := json.Marshal(fl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 func createPolicies(t *testing.T, c *livecluster.Cluster) {

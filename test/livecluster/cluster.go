@@ -288,6 +288,8 @@ func (c *Cluster) AgentOptions(env *ovsenv.Env, br *ovsenv.Bridge, node, tokenFi
 	cfg.StateDir = filepath.Join(c.Dir, node+"-state")
 	cfg.MetricsAddress = "127.0.0.1:0"
 	return runtime.Options{Config: &cfg, QuerySocket: filepath.Join(c.Dir, node+".sock"), CtZone: zone,
+		// The private OVS's control socket: traces run by the agent.
+		VswitchdCtl:   env.VswitchdCtlPath(),
 		RetryInterval: 500 * time.Millisecond, CheckInterval: time.Second}
 }
 
