@@ -50,14 +50,16 @@ func TestDifferentialAgainstExplain(t *testing.T) {
 	}
 	queries := []query{{"TCP", 80}, {"TCP", 8080}, {"TCP", 81}, {"UDP", 53}, {"SCTP", 80}}
 	const scenarios = 24
-	cells, disagreements := 0, 0
+	cells, disagreements, namedOnBlocks := 0, 0, 0
 	for sc := 0; sc < scenarios; sc++ {
 		s := randomState(r, pods)
-		// An egress named port towards an ipBlock resolves on the peer pod,
-		// which the agent knows only from an address group it holds (see
-		// pipeline/DESIGN.md): the controller must send the pods such a rule
-		// can reach. Model that with a group no rule references.
-		s.ag(pods...)
+		for _, p := range s.policies {
+			for _, x := range p.Rules {
+				if len(x.NamedPortGroups) > 0 {
+					namedOnBlocks++
+				}
+			}
+		}
 		s.apply(t, n, n2)
 		for _, src := range pods {
 			for _, dst := range pods {
@@ -85,7 +87,10 @@ func TestDifferentialAgainstExplain(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d scenarios, %d cells, %d disagreements", scenarios, cells, disagreements)
+	t.Logf("%d scenarios, %d cells, %d disagreements, %d rules with NamedPortGroups", scenarios, cells, disagreements, namedOnBlocks)
+	if namedOnBlocks == 0 {
+		t.Errorf("the generator produced no egress named port towards ipBlocks (NamedPortGroups)")
+	}
 }
 
 func traceAllowed(t *testing.T, n *node, src, dst *testPod, srcIP, dstIP netip.Addr, proto model.Protocol, port int32) bool {
@@ -216,6 +221,19 @@ func randomState(r *rand.Rand, pods []*testPod) *state {
 				iso = append(iso, d)
 			}
 		}
+		// As pkg/compute does: an egress named port towards ipBlocks
+		// resolves through NamedPortGroups, per name every pod declaring
+		// it (admin rules get none: their named ports cannot be used with
+		// networks peers).
+		for j := range rs {
+			if rs[j].Direction == model.DirectionOut && len(rs[j].Peer.IPBlocks) > 0 {
+				for _, pt := range rs[j].Ports {
+					if pt.Name != "" {
+						rs[j].NamedPortGroups = append(rs[j].NamedPortGroups, s.namedPortGroup(pt.Name, pods))
+					}
+				}
+			}
+		}
 		s.add(np(fmt.Sprintf("np%d", i), s.atg(subset()...), iso, rs...))
 	}
 	if r.Intn(2) == 0 {
@@ -230,12 +248,28 @@ func randomState(r *rand.Rand, pods []*testPod) *state {
 	return s
 }
 
+// namedPortGroup returns the ID of the group of pods declaring a container
+// port named name (what pkg/compute builds for model.Rule.NamedPortGroups).
+func (s *state) namedPortGroup(name string, pods []*testPod) string {
+	g := &model.AddressGroup{Meta: model.Meta{ID: "namedPort=" + name}, Selector: "namedPort=" + name}
+	for _, p := range pods {
+		for _, np := range p.ports {
+			if np.Name == name {
+				g.Members = append(g.Members, p.member())
+				break
+			}
+		}
+	}
+	s.ags[g.ID] = g
+	return g.ID
+}
+
 func describe(s *state) string {
 	var b strings.Builder
 	for _, p := range s.policies {
 		fmt.Fprintf(&b, "  %s tier=%s prio=%d applied=%v isolates=%v\n", p.Source, p.Tier, p.Priority, p.AppliedToGroups, p.Isolates)
 		for _, r := range p.Rules {
-			fmt.Fprintf(&b, "    %s[%d] %s peer=%+v ports=%+v\n", r.Direction, r.Index, r.Action, r.Peer, r.Ports)
+			fmt.Fprintf(&b, "    %s[%d] %s peer=%+v ports=%+v namedPortGroups=%v\n", r.Direction, r.Index, r.Action, r.Peer, r.Ports, r.NamedPortGroups)
 		}
 	}
 	return b.String()
