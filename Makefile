@@ -19,7 +19,6 @@ lint: ## gofmt and go vet
 
 test: deps lint kube-binaries ## every test: unit, real OVS, real kube-apiserver
 	$(GO) test -count=1 -timeout 80m ./...
-	BENCH_QUICK=1 $(MAKE) --no-print-directory bench
 
 .PHONY: test-ovs
 test-ovs: deps ## the OVS layer alone: test/ovsenv, pkg/ovs/openflow, pkg/ovs/ovsdb (real OVS, root)
