@@ -22,10 +22,14 @@ const (
 	flagSrcShift = 0
 	SrcLocalPod  = 1
 	SrcUplink    = 2
+	// SrcGateway: the node's gateway port (the host: its own traffic, and
+	// everything the host routes to the pods, such as remote nodes' pods).
+	SrcGateway = 3
 	// Bits 2-3: where Forwarding sends it.
 	flagDstShift = 2
 	DstLocalPod  = 1
 	DstUplink    = 2
+	DstGateway   = 3
 	// Bit 4: the packet skips the policy tables (replies and related packets
 	// of tracked connections, ARP, IPv6 neighbour discovery).
 	flagBypassBit = 4

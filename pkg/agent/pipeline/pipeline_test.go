@@ -3,6 +3,7 @@ package pipeline
 import (
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/tierflow/tierflow/pkg/model"
@@ -58,5 +59,66 @@ func TestStaticFlowsClassifyOnlyAfterSync(t *testing.T) {
 	}
 	if err := (LocalPod{Pod: pod.Pod, OFPort: 0xfffe, MAC: pod.MAC}).Validate(); err == nil {
 		t.Fatal("reserved port number accepted")
+	}
+}
+
+func TestGatewayConfigValidate(t *testing.T) {
+	gw := Gateway{Port: 2, IPs: []netip.Addr{netip.MustParseAddr("10.244.1.1")}}
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		ok   bool
+	}{
+		{"uplink only", Config{UplinkPort: 1}, true},
+		{"gateway only", Config{Gateway: gw}, true},
+		{"neither", Config{}, true},
+		{"both", Config{UplinkPort: 1, Gateway: gw}, false},
+		{"gateway without address", Config{Gateway: Gateway{Port: 2}}, false},
+		{"reserved gateway port", Config{Gateway: Gateway{Port: 0xfffe, IPs: gw.IPs}}, false},
+		{"invalid address", Config{Gateway: Gateway{Port: 2, IPs: []netip.Addr{{}}}}, false},
+	} {
+		if err := tc.cfg.Validate(); (err == nil) != tc.ok {
+			t.Errorf("%s: Validate() = %v, want ok=%v", tc.name, err, tc.ok)
+		}
+	}
+}
+
+// TestGatewayFlows checks the routed mode's static flows by what they do:
+// the gateway is classified, local pods' other traffic goes to it,
+// traffic leaving through it skips ingress policy, and only the host's own
+// addresses skip ingress policy towards a pod.
+func TestGatewayFlows(t *testing.T) {
+	pod := LocalPod{Pod: model.PodRef{Namespace: "ns", Name: "a"}, OFPort: 3, MAC: net.HardwareAddr{2, 0, 0, 0, 0, 3},
+		IPs: []netip.Addr{netip.MustParseAddr("10.244.1.3")}}
+	gw := Gateway{Port: 2, IPs: []netip.Addr{netip.MustParseAddr("fd00:10:244:1::1"), netip.MustParseAddr("10.244.1.1")}}
+	flows := StaticFlows(Config{Gateway: gw, CtZone: 1}, []LocalPod{pod}, true, 1)
+	var classified, toGateway, leaving, outGW bool
+	hostBypass := map[string]bool{}
+	for _, f := range flows {
+		text := f.String()
+		switch {
+		case f.Table == Classifier.ID() && f.Match.InPort == 2:
+			classified = true
+		case f.Table == Forwarding.ID() && strings.Contains(text, "load:0x2->NXM_NX_REG1"):
+			toGateway = true
+		case f.Table == IngressAdmin.ID() && f.Match.IPSrc.IsValid():
+			hostBypass[f.Match.IPSrc.Addr().String()] = true
+		case f.Table == IngressAdmin.ID() && f.Match.Regs[RegFlags] == MatchDst(DstGateway):
+			leaving = true
+		case f.Table == Output.ID() && f.Match.Regs[RegOutPort].Value == 2:
+			outGW = true
+		}
+	}
+	if !classified || !toGateway || !leaving || !outGW {
+		t.Fatalf("classified %v, to gateway %v, leaving skips ingress %v, output %v:\n%v", classified, toGateway, leaving, outGW, flows)
+	}
+	if len(hostBypass) != 2 || !hostBypass["10.244.1.1"] || !hostBypass["fd00:10:244:1::1"] {
+		t.Fatalf("host bypass for %v, want both gateway addresses", hostBypass)
+	}
+	// Without a gateway none of it exists.
+	for _, f := range StaticFlows(Config{UplinkPort: 9}, []LocalPod{pod}, true, 1) {
+		if f.Table == IngressAdmin.ID() && f.Match.IPSrc.IsValid() {
+			t.Fatalf("uplink mode has a host bypass flow: %v", f)
+		}
 	}
 }

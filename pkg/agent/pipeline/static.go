@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -19,6 +20,44 @@ type Config struct {
 	// share a datapath (tests run several bridges in one ovs-vswitchd) must
 	// use different zones.
 	CtZone uint16
+	// Gateway is the node's gateway port (routed node networking, see
+	// pkg/agent/nodenet); its zero value means none. A bridge has an uplink
+	// or a gateway, not both.
+	Gateway Gateway
+}
+
+// Gateway is the OVS internal port through which the node's host stack
+// reaches the pods and routes their traffic to everything that is not a
+// local pod (other nodes' pods, services, the host, outside).
+type Gateway struct {
+	// Port is the gateway's OpenFlow port (0: no gateway).
+	Port uint32
+	// IPs are the gateway's own addresses (the first address of each of
+	// the node's pod CIDRs). Packets from the gateway with one of them as
+	// source are the node's own traffic (kubelet probes): see DESIGN.md.
+	IPs []netip.Addr
+}
+
+// Validate reports why the configuration cannot be installed.
+func (c Config) Validate() error {
+	if c.UplinkPort != 0 && c.Gateway.Port != 0 {
+		return fmt.Errorf("pipeline: uplink port %d and gateway port %d: a bridge has one or the other", c.UplinkPort, c.Gateway.Port)
+	}
+	if c.UplinkPort >= 0xff00 {
+		return fmt.Errorf("pipeline: invalid uplink port %d", c.UplinkPort)
+	}
+	if c.Gateway.Port >= 0xff00 {
+		return fmt.Errorf("pipeline: invalid gateway port %d", c.Gateway.Port)
+	}
+	if c.Gateway.Port != 0 && len(c.Gateway.IPs) == 0 {
+		return errors.New("pipeline: gateway without an address")
+	}
+	for _, ip := range c.Gateway.IPs {
+		if !ip.IsValid() || ip.Is4In6() || ip.Zone() != "" {
+			return fmt.Errorf("pipeline: invalid gateway address %v", ip)
+		}
+	}
+	return nil
 }
 
 // LocalPod is a pod attached to this node's bridge.
@@ -88,6 +127,7 @@ func StaticFlows(cfg Config, pods []LocalPod, synced bool, round uint8) []openfl
 	add := func(t Table, prio uint16, m openflow.Match, acts ...openflow.Action) {
 		fs = append(fs, openflow.Flow{Table: t.ID(), Priority: prio, Cookie: ck, Match: m, Actions: acts})
 	}
+	gw := cfg.Gateway
 	pods = append([]LocalPod(nil), pods...)
 	sort.Slice(pods, func(i, j int) bool { return pods[i].OFPort < pods[j].OFPort })
 
@@ -101,6 +141,9 @@ func StaticFlows(cfg Config, pods []LocalPod, synced bool, round uint8) []openfl
 		if cfg.UplinkPort != 0 {
 			add(Classifier, PriorityNormal, openflow.Match{InPort: cfg.UplinkPort}, LoadSrc(SrcUplink), goTo(SpoofGuard))
 		}
+		if gw.Port != 0 {
+			add(Classifier, PriorityNormal, openflow.Match{InPort: gw.Port}, LoadSrc(SrcGateway), goTo(SpoofGuard))
+		}
 		for _, p := range pods {
 			add(Classifier, PriorityNormal, openflow.Match{InPort: p.OFPort}, LoadSrc(SrcLocalPod), goTo(SpoofGuard))
 		}
@@ -108,8 +151,16 @@ func StaticFlows(cfg Config, pods []LocalPod, synced bool, round uint8) []openfl
 
 	// SpoofGuard.
 	add(SpoofGuard, PriorityDefault, openflow.Match{})
-	if cfg.UplinkPort != 0 {
-		up := map[int]openflow.Masked{RegFlags: MatchSrc(SrcUplink)}
+	// The uplink and the gateway are trusted: traffic through them was
+	// guarded at its source node, or comes from the host itself.
+	for _, src := range []struct {
+		port uint32
+		kind uint32
+	}{{cfg.UplinkPort, SrcUplink}, {gw.Port, SrcGateway}} {
+		if src.port == 0 {
+			continue
+		}
+		up := map[int]openflow.Masked{RegFlags: MatchSrc(src.kind)}
 		add(SpoofGuard, PriorityNormal, openflow.Match{Regs: up, EthType: ethARP}, LoadBypass(), goTo(Forwarding))
 		for _, t := range []uint8{icmp6NS, icmp6NA} {
 			add(SpoofGuard, PriorityHigh, openflow.Match{Regs: up, EthType: ethIPv6, IPProto: protoICMPv6, ICMPType: u8(t)}, LoadBypass(), goTo(Forwarding))
@@ -178,8 +229,13 @@ func StaticFlows(cfg Config, pods []LocalPod, synced bool, round uint8) []openfl
 	add(ConntrackState, PriorityLow, openflow.Match{CtState: ctState(ctTrk, ctTrk)}, goTo(EgressAdmin))
 	add(ConntrackState, PriorityDefault, openflow.Match{})
 
-	// Egress tables: traffic from the uplink was policed at its source node.
+	// Egress tables: traffic from the uplink was policed at its source
+	// node; traffic from the gateway is the host's or was routed from
+	// another node, where its source pod's egress policy ran.
 	add(EgressAdmin, PriorityBypass, openflow.Match{Regs: map[int]openflow.Masked{RegFlags: MatchSrc(SrcUplink)}}, goTo(Forwarding))
+	if gw.Port != 0 {
+		add(EgressAdmin, PriorityBypass, openflow.Match{Regs: map[int]openflow.Masked{RegFlags: MatchSrc(SrcGateway)}}, goTo(Forwarding))
+	}
 	add(EgressAdmin, PriorityDefault, openflow.Match{}, goTo(EgressNetworkPolicy))
 	add(EgressNetworkPolicy, PriorityDefault, openflow.Match{}, goTo(EgressIsolation))
 	add(EgressIsolation, PriorityDefault, openflow.Match{}, goTo(EgressBaseline))
@@ -206,12 +262,41 @@ func StaticFlows(cfg Config, pods []LocalPod, synced bool, round uint8) []openfl
 		add(Forwarding, PriorityLow, openflow.Match{Regs: map[int]openflow.Masked{RegFlags: MatchSrc(SrcLocalPod)}},
 			openflow.LoadReg{Reg: RegOutPort, Start: 0, End: 31, Value: cfg.UplinkPort}, LoadDst(DstUplink), goTo(IngressAdmin))
 	}
+	// Routed mode: everything from a local pod that is not for a local pod
+	// (the gateway's own address and its ARP/ND, other nodes' pods,
+	// services, the host, outside) goes to the host through the gateway.
+	// The pods' default route points at the gateway address, so such
+	// packets already carry the gateway's MAC, and the host resolves the
+	// pods' MACs itself (ARP/ND through the gateway): no MAC rewriting.
+	// Packets from the gateway for no local pod drop (no hairpin).
+	if gw.Port != 0 {
+		add(Forwarding, PriorityLow, openflow.Match{Regs: map[int]openflow.Masked{RegFlags: MatchSrc(SrcLocalPod)}},
+			openflow.LoadReg{Reg: RegOutPort, Start: 0, End: 31, Value: gw.Port}, LoadDst(DstGateway), goTo(IngressAdmin))
+	}
 	add(Forwarding, PriorityDefault, openflow.Match{})
 
 	// Ingress tables: bypassed packets go straight out; packets leaving for
 	// the uplink are policed on their destination node.
 	add(IngressAdmin, PriorityBypass, openflow.Match{Regs: map[int]openflow.Masked{RegFlags: MatchBypass()}}, goTo(Output))
 	add(IngressAdmin, PriorityBypass-1, openflow.Match{Regs: map[int]openflow.Masked{RegFlags: MatchDst(DstUplink)}}, goTo(ConntrackCommit))
+	if gw.Port != 0 {
+		// Leaving through the gateway: a pod destination is policed by its
+		// own node's ingress tables.
+		add(IngressAdmin, PriorityBypass-1, openflow.Match{Regs: map[int]openflow.Masked{RegFlags: MatchDst(DstGateway)}}, goTo(ConntrackCommit))
+		// The node's own traffic (source: a gateway address, as the host
+		// picks for anything it sends to the pods, kubelet probes
+		// included) skips ingress policy, as Kubernetes expects: a pod
+		// cannot block its own node. It is still committed, so the pod's
+		// replies are tracked.
+		fromGW := map[int]openflow.Masked{RegFlags: MatchSrc(SrcGateway)}
+		for _, ip := range sortedAddrs(gw.IPs) {
+			et, bits := uint16(ethIPv4), 32
+			if ip.Is6() {
+				et, bits = ethIPv6, 128
+			}
+			add(IngressAdmin, PriorityBypass-2, openflow.Match{Regs: fromGW, EthType: et, IPSrc: netip.PrefixFrom(ip, bits)}, goTo(ConntrackCommit))
+		}
+	}
 	add(IngressAdmin, PriorityDefault, openflow.Match{}, goTo(IngressNetworkPolicy))
 	add(IngressNetworkPolicy, PriorityDefault, openflow.Match{}, goTo(IngressIsolation))
 	add(IngressIsolation, PriorityDefault, openflow.Match{}, goTo(IngressBaseline))
@@ -245,9 +330,19 @@ func StaticFlows(cfg Config, pods []LocalPod, synced bool, round uint8) []openfl
 	if cfg.UplinkPort != 0 {
 		outs = append(outs, cfg.UplinkPort)
 	}
+	if gw.Port != 0 {
+		outs = append(outs, gw.Port)
+	}
 	for _, port := range outs {
 		add(Output, PriorityNormal, openflow.Match{Regs: map[int]openflow.Masked{RegOutPort: {Value: port, Mask: 0xffffffff}}}, openflow.Output{Port: port})
 	}
 	add(Output, PriorityDefault, openflow.Match{})
 	return fs
+}
+
+// sortedAddrs returns a sorted copy, so the flows come out in one order.
+func sortedAddrs(ips []netip.Addr) []netip.Addr {
+	out := append([]netip.Addr(nil), ips...)
+	sort.Slice(out, func(i, j int) bool { return out[i].Less(out[j]) })
+	return out
 }
