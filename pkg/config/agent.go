@@ -49,6 +49,38 @@ type Agent struct {
 	LogLevel       string `json:"logLevel" flag:"log-level" usage:"log level: debug, info, warn or error"`
 
 	CNI CNI `json:"cni"`
+
+	// Kubeconfig is empty in a pod: the in-cluster configuration (the
+	// agent's service account) is used. Only the noEncap node network
+	// talks to the API server (it watches Nodes).
+	Kubeconfig string `json:"kubeconfig" flag:"kubeconfig" usage:"kubeconfig file for watching Nodes (nodeNetwork.mode noEncap); empty uses the in-cluster service account"`
+
+	NodeNetwork NodeNetwork `json:"nodeNetwork"`
+}
+
+// Node network modes: how pods reach anything that is not a pod of their
+// own node (see pkg/agent/nodenet).
+const (
+	// NodeNetworkUplink: the bridge has an uplink port (OVS interface
+	// external_ids tierflow.io/role=uplink) joining the nodes' bridges in
+	// one L2 network; pods resolve every address themselves. The
+	// simulated test bed wires its nodes this way.
+	NodeNetworkUplink = "uplink"
+	// NodeNetworkNoEncap: a gateway port gives the host the first address
+	// of the node's pod CIDRs; pods route through it, and the agent
+	// programs a kernel route to every other Node's pod CIDRs via its
+	// InternalIP (nodes must be L2-adjacent, or the underlay must route
+	// the pod CIDRs).
+	NodeNetworkNoEncap = "noEncap"
+)
+
+// NodeNetwork configures how the node's pods reach other nodes, the host
+// and the outside.
+type NodeNetwork struct {
+	Mode string `json:"mode" flag:"node-network-mode" usage:"uplink (an uplink port joins the nodes' bridges at L2, as in the test bed) or noEncap (gateway port and kernel routes to other nodes' pod CIDRs via their InternalIP)"`
+	// GatewayName is the OVS internal port (and Linux interface) of the
+	// gateway in noEncap mode.
+	GatewayName string `json:"gatewayName" flag:"gateway-name" usage:"name of the gateway interface (OVS internal port) in noEncap mode"`
 }
 
 // CNI configures how tierflow-cni is installed on the node.
@@ -79,6 +111,12 @@ func DefaultAgent() Agent {
 		CNI: CNI{
 			ConfDir: "/etc/cni/net.d",
 			BinDir:  "/opt/cni/bin",
+		},
+		// uplink keeps every existing wiring (the test bed) working; the
+		// release manifests select noEncap for real clusters.
+		NodeNetwork: NodeNetwork{
+			Mode:        NodeNetworkUplink,
+			GatewayName: "tierflow-gw0",
 		},
 	}
 }
@@ -139,6 +177,18 @@ func (a *Agent) Validate() error {
 	if a.CNI.MTU != 0 && (a.CNI.MTU < 68 || a.CNI.MTU > 65535) {
 		// The bounds tierflow-cni accepts (68 is IPv4's minimum MTU).
 		return &FieldError{Key: "cni.mtu", Value: a.CNI.MTU, Reason: "must be 0 (kernel default) or in 68..65535"}
+	}
+	if err := checkPath("kubeconfig", a.Kubeconfig, false); err != nil {
+		return err
+	}
+	if a.NodeNetwork.Mode != NodeNetworkUplink && a.NodeNetwork.Mode != NodeNetworkNoEncap {
+		return &FieldError{Key: "nodeNetwork.mode", Value: a.NodeNetwork.Mode, Reason: fmt.Sprintf("must be %q or %q", NodeNetworkUplink, NodeNetworkNoEncap)}
+	}
+	if err := checkBridgeName("nodeNetwork.gatewayName", a.NodeNetwork.GatewayName); err != nil {
+		return err
+	}
+	if a.NodeNetwork.GatewayName == a.BridgeName {
+		return &FieldError{Key: "nodeNetwork.gatewayName", Value: a.NodeNetwork.GatewayName, Reason: "must differ from bridgeName (the bridge's own interface)"}
 	}
 	return nil
 }

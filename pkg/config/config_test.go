@@ -292,6 +292,9 @@ func TestRejections(t *testing.T) {
 		{name: "fractional mtu", agent: true, file: "cni:\n  mtu: 1450.5\n", want: []string{"cni.mtu", "integer"}},
 		{name: "unknown cni key", agent: true, file: "cni:\n  binDirectory: /opt\n", want: []string{"unknown key cni.binDirectory"}},
 		{name: "bad node name", agent: true, env: map[string]string{"TIERFLOW_NODE_NAME": "Node_1"}, want: []string{"nodeName", "valid Kubernetes name"}},
+		{name: "bad node network mode", agent: true, file: "nodeNetwork:\n  mode: encap\n", want: []string{`invalid nodeNetwork.mode "encap"`, `"uplink" or "noEncap"`}},
+		{name: "bad gateway name", agent: true, args: []string{"--gateway-name=gw/0"}, want: []string{"nodeNetwork.gatewayName", "from flag --gateway-name"}},
+		{name: "gateway named like the bridge", agent: true, env: map[string]string{"TIERFLOW_NODE_NETWORK_GATEWAY_NAME": "br-int"}, want: []string{"nodeNetwork.gatewayName", "differ from bridgeName"}},
 		{name: "controller key in agent file", agent: true, file: "leaderElection:\n  enabled: true\n", want: []string{"unknown key leaderElection"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
