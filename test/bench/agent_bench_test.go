@@ -128,6 +128,7 @@ func BenchmarkAgentInstall(b *testing.B) {
 	}
 	for _, target := range targets {
 		b.Run(fmt.Sprintf("flows=%d", target), func(b *testing.B) {
+			waitOVSLock(b)
 			env := ovsenv.Start(b)
 			for b.Loop() {
 				agent := newAgentNode(b, env, "agent", 1)

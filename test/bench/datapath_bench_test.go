@@ -136,6 +136,7 @@ func BenchmarkDatapathThroughput(b *testing.B) {
 		seconds, rounds = 2, 2
 	}
 	const nRules = 1000
+	waitOVSLock(b)
 	env := ovsenv.Start(b)
 	for b.Loop() {
 		n := newAgentNode(b, env, "dp", 1)

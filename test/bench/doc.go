@@ -12,7 +12,7 @@
 // Scale: BENCH_SCALE=full|quick selects the scenario sizes (default:
 // quick when BENCH_QUICK=1, else full). Quick runs the same code paths at
 // smaller sizes so the whole report takes minutes; it is part of `make
-// test`.
+// test` (TestQuickReport).
 //
 // The drivers:
 //
@@ -31,4 +31,14 @@
 //     and with 1000 rules realized.
 //   - BenchmarkFanout: datapath-less agents (pkg/agent/fake) connected to
 //     the real distribution server; time until all have a policy change.
+//   - BenchmarkE2ELatency: the simulated cluster (test/testbed) with the
+//     real controller and agents (test/e2e/framework); time from a policy
+//     change's API write until its flows are on every node bridge that
+//     needs them.
+//
+// Drivers print progress lines starting with "bench: " on stdout (the
+// generator shows them while the driver runs). Drivers that need the
+// host's one private OVS wait for its lock first (waitOVSLock), saying who
+// holds it. cmd/benchreport's TestQuickReport runs the whole quick report
+// in `make test` and checks that it is complete.
 package bench

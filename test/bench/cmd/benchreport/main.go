@@ -198,6 +198,14 @@ func packagesOf(runs []*Run) []string {
 	return pkgs
 }
 
+// progressPrefix starts the progress lines drivers print on stdout while
+// they run (test/bench progressf); they are shown as they come.
+const progressPrefix = "bench: "
+
+// ovsLockWait is how long a driver may wait for the host-wide OVS lock
+// (test/bench waitOVSLock gives up after as long).
+const ovsLockWait = 55 * time.Minute
+
 // benchLine is a benchmark result line: name, iterations, then value/unit
 // pairs.
 var benchLine = regexp.MustCompile(`^(Benchmark\S+?)(?:-\d+)?\s+(\d+)\s+(.*)$`)
@@ -215,9 +223,16 @@ func execute(parent context.Context, r *Run, bin, logDir, prefix string) {
 	}
 	defer logFile.Close()
 
-	ctx, cancel := context.WithTimeout(parent, r.Timeout+time.Minute)
+	// A driver that needs the host's one private OVS may first queue
+	// behind other test processes (it shows that as progress): its limit
+	// is its own work plus that wait.
+	timeout := r.Timeout
+	if r.NeedsOVS {
+		timeout += ovsLockWait
+	}
+	ctx, cancel := context.WithTimeout(parent, timeout+time.Minute)
 	defer cancel()
-	args := []string{"-test.run=^$", "-test.bench=" + r.Bench, "-test.benchtime=1x", "-test.timeout=" + r.Timeout.String()}
+	args := []string{"-test.run=^$", "-test.bench=" + r.Bench, "-test.benchtime=1x", "-test.timeout=" + timeout.String()}
 	cmd := exec.CommandContext(ctx, bin, args...)
 	// go test runs a test binary in its package directory; so do we, so
 	// the drivers find the repository the same way.
@@ -261,6 +276,9 @@ func execute(parent context.Context, r *Run, bin, logDir, prefix string) {
 	for sc.Scan() {
 		line := sc.Text()
 		fmt.Fprintln(logFile, line)
+		if msg, ok := strings.CutPrefix(line, progressPrefix); ok {
+			logf("%s: %s", prefix, msg)
+		}
 		if m := benchLine.FindStringSubmatch(line); m != nil {
 			if metrics, ok := parseMetrics(m[3]); ok {
 				results = append(results, metrics)
@@ -287,7 +305,7 @@ func execute(parent context.Context, r *Run, bin, logDir, prefix string) {
 			reason = err.Error()
 		}
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			reason = "timed out after " + r.Timeout.String()
+			reason = "timed out after " + timeout.String()
 		} else if parent.Err() != nil {
 			reason = "interrupted"
 		}

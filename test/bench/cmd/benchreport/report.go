@@ -27,10 +27,13 @@ type Run struct {
 	Scale string `json:"scale"`
 	Note  string `json:"note,omitempty"`
 
-	Package     string        `json:"package,omitempty"`
-	Bench       string        `json:"bench,omitempty"`
-	Timeout     time.Duration `json:"-"`
-	NotMeasured string        `json:"-"`
+	Package string        `json:"package,omitempty"`
+	Bench   string        `json:"bench,omitempty"`
+	Timeout time.Duration `json:"-"`
+	// NeedsOVS: the driver runs the host's one private ovs-vswitchd
+	// (test/ovsenv) and may first wait for other processes' to finish.
+	NeedsOVS    bool   `json:"-"`
+	NotMeasured string `json:"-"`
 
 	// Date is when the run started (RFC 3339, UTC).
 	Date   string `json:"date,omitempty"`
@@ -175,8 +178,22 @@ func (rep *Report) Markdown() string {
 				return []string{r.Scenario, r.Scale, num(r, "policies"), num(r, "bundle-flows"), secs(r, "agent-s"), secs(r, "ofctl-s"), ratio(r, "agent/ofctl"),
 					num(r, "agent-bridge-flows") + " / " + num(r, "ofctl-bridge-flows")}
 			}},
-		{SectionE2E, "", []string{"scenario", "scale", "p50", "p99"},
-			func(r *Run) []string { return []string{r.Scenario, r.Scale, "–", "–"} }},
+		{SectionE2E,
+			"The simulated cluster (test/testbed: real kube-apiserver, kwok nodes, pods as network namespaces on one bridge per node of a private ovs-vswitchd) with the real tierflow-controller and one tierflow-agent per node (test/e2e/framework). Each change is timed from the start of its API write until its flows are seen on every node bridge that needs them (the nodes of the pods the rule applies to), read from the bridges with `ovs-ofctl dump-flows` filtered on the rule's table and port or peer address (created / updated flows present and replaced ones gone; deleted ones gone). p50 / p99 over every change; per kind median / maximum. Poll: one look at every bridge takes the poll time shown, plus a 5 ms pause.",
+			[]string{"scale", "nodes", "pods", "pods running after", "changes", "p50", "p99", "max", "poll (p50 / p99)", "NP create", "NP update", "NP delete", "pod joins peers", "pod leaves peers", "ANP create", "ANP update", "ANP delete"},
+			func(r *Run) []string {
+				kind := func(k string) string {
+					p50, ok1 := val(r, k+"-p50-ms")
+					max, ok2 := val(r, k+"-max-ms")
+					if !ok1 || !ok2 {
+						return "–"
+					}
+					return fmt.Sprintf("%.0f / %.0f ms", p50, max)
+				}
+				return []string{r.Scale, num(r, "nodes"), num(r, "pods"), secs(r, "pods-s"), num(r, "changes"), "**" + ms(r, "p50-ms") + "**", "**" + ms(r, "p99-ms") + "**", ms(r, "max-ms"),
+					ms(r, "poll-p50-ms") + " / " + ms(r, "poll-p99-ms"),
+					kind("np-create"), kind("np-update"), kind("np-delete"), kind("relabel-join"), kind("relabel-leave"), kind("anp-create"), kind("anp-update"), kind("anp-delete")}
+			}},
 		{SectionDatapath,
 			"iperf3 (TCP) between two pods on one node bridge through the agent's full pipeline, with no policy and with 1000 rules realized (a quarter Admin-tier Deny rules against other peers, the rest NetworkPolicy-tier Allow rules; only the last one allows the client), alternately in one run; medians over the rounds. A port no rule allows is checked closed each round. Userspace datapath on a shared 2-core machine: expect noise.",
 			[]string{"scale", "no policy", "1000 rules", "rules / no policy", "flows (no policy / rules)", "iperf3 duration × rounds"},

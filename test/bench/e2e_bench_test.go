@@ -1,0 +1,552 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/network-policy-api/apis/v1alpha1"
+	npclient "sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned"
+
+	"github.com/tierflow/tierflow/pkg/agent/pipeline"
+	"github.com/tierflow/tierflow/pkg/agent/runtime/query"
+	"github.com/tierflow/tierflow/test/e2e/framework"
+	"github.com/tierflow/tierflow/test/testbed"
+)
+
+// e2eScale is the end-to-end latency scenario's size.
+type e2eScale struct {
+	// Namespaces × PodsPerNamespace pods, spread round-robin over the
+	// three nodes.
+	Namespaces, PodsPerNamespace int
+	// Rounds of the change sequence (each round: 8 timed changes).
+	Rounds int
+}
+
+// e2eSizes: full mode is bounded by the test bed, not by tierflow. Each
+// node's pod range is a /24 (test/testbed), so three nodes hold at most
+// 3 × 253 pods, and creating a pod (netns, tierflow-cni, its server
+// process, status) costs about a second of the shared two cores; 750 pods
+// keep this scenario near ten minutes. See METHODS.md.
+func e2eSizes() e2eScale {
+	if quickScale() {
+		return e2eScale{Namespaces: 4, PodsPerNamespace: 15, Rounds: 3}
+	}
+	return e2eScale{Namespaces: 15, PodsPerNamespace: 50, Rounds: 15}
+}
+
+// e2ePollInterval is the pause between two looks at the bridges; one look
+// (ovs-ofctl dump-flows of one table with a match filter, on every node at
+// once) takes a few milliseconds more, reported as poll-p50-ms.
+const e2ePollInterval = 5 * time.Millisecond
+
+// progressf prints a progress line on stdout, where cmd/benchreport shows
+// lines starting with "bench: " while a driver runs (b.Logf output only
+// appears at the end).
+func progressf(format string, args ...any) {
+	fmt.Printf("bench: %s\n", fmt.Sprintf(format, args...))
+}
+
+// flowProbe is a condition on node bridges: flows matching Filter
+// (ovs-ofctl dump-flows syntax) in Table are present, or absent.
+type flowProbe struct {
+	Table  pipeline.Table
+	Filter string
+	// Present: at least one flow matches; else none.
+	Present bool
+}
+
+func (p flowProbe) String() string {
+	if p.Present {
+		return fmt.Sprintf("table=%s,%s present", p.Table, p.Filter)
+	}
+	return fmt.Sprintf("table=%s,%s absent", p.Table, p.Filter)
+}
+
+// e2eBed is the test bed with tierflow, the scenario's pods and clients.
+type e2eBed struct {
+	tf   *framework.Tierflow
+	kube kubernetes.Interface
+	pol  npclient.Interface
+	// pods by namespace, each with its node and IP.
+	pods    map[string][]framework.Pod
+	bridges map[string]*testbedBridge
+	// pollDurations are the durations of every look at the bridges.
+	pollMu        sync.Mutex
+	pollDurations []time.Duration
+}
+
+// testbedBridge is a node's bridge (ovs-ofctl through the test bed's OVS).
+type testbedBridge struct {
+	node  string
+	ofctl func(cmd string, args ...string) (string, error)
+}
+
+// holds reports whether the bridge satisfies p.
+func (br *testbedBridge) holds(p flowProbe) (bool, error) {
+	out, err := br.ofctl("dump-flows", fmt.Sprintf("table=%d,%s", int(p.Table), p.Filter))
+	if err != nil {
+		return false, err
+	}
+	found := false
+	for _, l := range strings.Split(out, "\n") {
+		l = strings.TrimSpace(l)
+		if l != "" && !strings.HasPrefix(l, "OFPST_FLOW") && !strings.HasPrefix(l, "NXST_FLOW") {
+			found = true
+			break
+		}
+	}
+	return found == p.Present, nil
+}
+
+// waitFlows polls the bridges of nodes until each satisfies every probe
+// and returns when that was first seen.
+func (e *e2eBed) waitFlows(nodes []string, probes []flowProbe, timeout time.Duration) (time.Time, error) {
+	deadline := time.Now().Add(timeout)
+	pending := slices.Clone(nodes)
+	for {
+		start := time.Now()
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		var firstErr error
+		var still []string
+		for _, n := range pending {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ok := true
+				for _, p := range probes {
+					holds, err := e.bridges[n].holds(p)
+					if err != nil {
+						mu.Lock()
+						firstErr = fmt.Errorf("node %s: %w", n, err)
+						mu.Unlock()
+						return
+					}
+					if !holds {
+						ok = false
+						break
+					}
+				}
+				if !ok {
+					mu.Lock()
+					still = append(still, n)
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		seen := time.Now()
+		e.pollMu.Lock()
+		e.pollDurations = append(e.pollDurations, seen.Sub(start))
+		e.pollMu.Unlock()
+		if firstErr != nil {
+			return time.Time{}, firstErr
+		}
+		if len(still) == 0 {
+			return seen, nil
+		}
+		pending = still
+		if time.Now().After(deadline) {
+			sort.Strings(still)
+			return time.Time{}, fmt.Errorf("after %v, nodes %v do not have %v", timeout, still, probes)
+		}
+		time.Sleep(e2ePollInterval)
+	}
+}
+
+// nodesOf lists the nodes of pods (sorted, unique).
+func nodesOf(pods []framework.Pod) []string {
+	var out []string
+	for _, p := range pods {
+		if !slices.Contains(out, p.Node) {
+			out = append(out, p.Node)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// e2eLabel is a workload pod's role: server pods are what the policies
+// apply to, client pods their peers, idle pods neither (until relabelled).
+func e2eLabel(i int) string {
+	switch i % 5 {
+	case 0:
+		return "server"
+	case 1:
+		return "client"
+	}
+	return "idle"
+}
+
+// deploy creates the scenario's namespaces and pods (parallel writers) and
+// waits until every pod runs with an address; it returns how long that
+// took.
+func (e *e2eBed) deploy(b *testing.B, sc e2eScale, nodes []string) time.Duration {
+	b.Helper()
+	ctx := context.Background()
+	start := time.Now()
+	type podSpec struct {
+		ns, name, node, app string
+	}
+	var specs []podSpec
+	k := 0
+	for n := 0; n < sc.Namespaces; n++ {
+		ns := fmt.Sprintf("lat-%d", n)
+		if _, err := e.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			b.Fatalf("namespace %s: %v", ns, err)
+		}
+		for i := 0; i < sc.PodsPerNamespace; i++ {
+			specs = append(specs, podSpec{ns: ns, name: fmt.Sprintf("p%d", i), node: nodes[k%len(nodes)], app: e2eLabel(i)})
+			k++
+		}
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(specs) {
+					return
+				}
+				s := specs[i]
+				// No container port: the pod's server process (test/testbed
+				// noderuntime) then binds nothing, which keeps 750 of them
+				// light; the policies here are about flows, not probes.
+				pod := &corev1.Pod{
+					ObjectMeta: metav1.ObjectMeta{Name: s.name, Namespace: s.ns, Labels: map[string]string{"app": s.app}},
+					Spec: corev1.PodSpec{NodeName: s.node, Containers: []corev1.Container{{
+						Name: "main", Image: "registry.k8s.io/e2e-test-images/agnhost:2.53", Command: []string{"/agnhost", "pause"},
+					}}},
+				}
+				if _, err := e.kube.CoreV1().Pods(s.ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+					failed.Store(fmt.Errorf("pod %s/%s: %w", s.ns, s.name, err))
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err, _ := failed.Load().(error); err != nil {
+		b.Fatal(err)
+	}
+	progressf("created %d pods in %.1fs; waiting until they run", len(specs), time.Since(start).Seconds())
+	// Pod creation is bounded by the node runtimes (about a second per
+	// pod): allow for a slow machine.
+	timeout := 5*time.Minute + time.Duration(len(specs))*2*time.Second
+	deadline := time.Now().Add(timeout)
+	lastProgress := time.Now()
+	for {
+		running := 0
+		e.pods = map[string][]framework.Pod{}
+		list, err := e.kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, p := range list.Items {
+			if !strings.HasPrefix(p.Namespace, "lat-") || p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" {
+				continue
+			}
+			running++
+			e.pods[p.Namespace] = append(e.pods[p.Namespace], framework.Pod{Namespace: p.Namespace, Name: p.Name, Node: p.Spec.NodeName, IP: p.Status.PodIP})
+		}
+		if running == len(specs) {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%d of %d pods running after %v\n%s", running, len(specs), timeout, e.tf.Logs(10))
+		}
+		if time.Since(lastProgress) >= 30*time.Second {
+			progressf("%d of %d pods running (%.0fs)", running, len(specs), time.Since(start).Seconds())
+			lastProgress = time.Now()
+		}
+		time.Sleep(time.Second)
+	}
+	took := time.Since(start)
+	progressf("%d pods running after %.1fs (%.2f pods/s)", len(specs), took.Seconds(), float64(len(specs))/took.Seconds())
+	return took
+}
+
+// waitAgentsHavePods waits until every agent classifies exactly the pods
+// of its node (so later changes meet a settled datapath).
+func (e *e2eBed) waitAgentsHavePods(b *testing.B, timeout time.Duration) {
+	b.Helper()
+	want := map[string]int{}
+	for _, pods := range e.pods {
+		for _, p := range pods {
+			want[p.Node]++
+		}
+	}
+	// The agents' own pods (host network) are not attached.
+	deadline := time.Now().Add(timeout)
+	for {
+		var why []string
+		for node, sock := range e.tf.AgentSockets {
+			pods, err := query.NewClient(sock).Pods(context.Background())
+			if err != nil {
+				why = append(why, fmt.Sprintf("%s: %v", node, err))
+				continue
+			}
+			n := 0
+			for _, p := range pods.Pods {
+				if strings.HasPrefix(p.Namespace, "lat-") && p.Error == "" {
+					n++
+				}
+			}
+			if n != want[node] {
+				why = append(why, fmt.Sprintf("%s: %d of %d pods", node, n, want[node]))
+			}
+		}
+		if len(why) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("agents do not classify every pod after %v: %s", timeout, strings.Join(why, "; "))
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// latencyNP is the NetworkPolicy of a round: ingress to the namespace's
+// server pods from its client pods on TCP port.
+func latencyNP(ns string, port int32) *networkingv1.NetworkPolicy {
+	tcp := corev1.ProtocolTCP
+	p := intstr.FromInt32(port)
+	return &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "latency", Namespace: ns},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "server"}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{{
+				From:  []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "client"}}}},
+				Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &p}},
+			}},
+		},
+	}
+}
+
+// latencyANP is the AdminNetworkPolicy of a round: ingress to every pod of
+// namespace ns from the same namespace on TCP port, allowed.
+func latencyANP(name, ns string, priority, port int32) *v1alpha1.AdminNetworkPolicy {
+	nsSel := metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}}
+	ports := []v1alpha1.AdminNetworkPolicyPort{{PortNumber: &v1alpha1.Port{Protocol: corev1.ProtocolTCP, Port: port}}}
+	return &v1alpha1.AdminNetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: v1alpha1.AdminNetworkPolicySpec{
+			Priority: priority,
+			Subject:  v1alpha1.AdminNetworkPolicySubject{Namespaces: &nsSel},
+			Ingress: []v1alpha1.AdminNetworkPolicyIngressRule{{
+				Name: "from-own-namespace", Action: v1alpha1.AdminNetworkPolicyRuleActionAllow,
+				From:  []v1alpha1.AdminNetworkPolicyIngressPeer{{Namespaces: &nsSel}},
+				Ports: &ports,
+			}},
+		},
+	}
+}
+
+func portFilter(port int32) string { return fmt.Sprintf("tcp,tp_dst=%d", port) }
+
+// percentile is the nearest-rank percentile of sorted durations.
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(p/100*float64(len(sorted)))) - 1
+	return sorted[max(0, min(i, len(sorted)-1))]
+}
+
+func msOf(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }
+
+// BenchmarkE2ELatency measures, on the simulated cluster (test/testbed:
+// real kube-apiserver, kwok nodes, pods as network namespaces on one
+// private OVS bridge per node) with the real tierflow-controller and one
+// tierflow-agent per node (test/e2e/framework), the time from the API
+// write of a policy change until its flows are on every node bridge that
+// needs them, read from the bridges themselves (ovs-ofctl dump-flows with
+// a match filter on the rule's table). Each round changes one namespace:
+// NetworkPolicy create, update (port), a pod relabel that makes an idle
+// pod a peer and back, delete; then an AdminNetworkPolicy create, update,
+// delete.
+func BenchmarkE2ELatency(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Fatal("needs root (network namespaces, OVS): run as root, e.g. through `make bench`")
+	}
+	sc := e2eSizes()
+	for b.Loop() {
+		start := time.Now()
+		waitOVSLock(b)
+		progressf("starting the test bed (3 nodes)")
+		bed := testbed.Start(b, testbed.Options{Nodes: 3})
+		tf := framework.Start(b, bed, "")
+		progressf("test bed and tierflow up after %.1fs", time.Since(start).Seconds())
+		cfg := fastConfig(bed.Cluster.Config)
+		kube, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		pol, err := npclient.NewForConfig(cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		e := &e2eBed{tf: tf, kube: kube, pol: pol, bridges: map[string]*testbedBridge{}}
+		var nodes []string
+		for _, n := range bed.Nodes {
+			nodes = append(nodes, n.Name)
+			e.bridges[n.Name] = &testbedBridge{node: n.Name, ofctl: n.Bridge.Ofctl}
+		}
+		b.Cleanup(func() {
+			if b.Failed() {
+				b.Logf("tierflow logs:\n%s", tf.Logs(30))
+			}
+		})
+
+		deployTime := e.deploy(b, sc, nodes)
+		e.waitAgentsHavePods(b, 5*time.Minute)
+		if _, err := tf.WaitRealized(2 * time.Minute); err != nil {
+			b.Fatalf("before the changes: %v\n%s", err, tf.Logs(20))
+		}
+		progressf("agents hold every pod; timing %d rounds of 8 changes", sc.Rounds)
+
+		samples := map[string][]time.Duration{}
+		ctx := context.Background()
+		const timeout = 2 * time.Minute
+		measure := func(kind string, nodes []string, probes []flowProbe, write func() error) {
+			b.Helper()
+			t0 := time.Now()
+			if err := write(); err != nil {
+				b.Fatalf("%s: %v", kind, err)
+			}
+			seen, err := e.waitFlows(nodes, probes, timeout)
+			if err != nil {
+				b.Fatalf("%s: %v\n%s", kind, err, tf.Logs(20))
+			}
+			samples[kind] = append(samples[kind], seen.Sub(t0))
+		}
+		for r := 0; r < sc.Rounds; r++ {
+			ns := fmt.Sprintf("lat-%d", r%sc.Namespaces)
+			pods := e.pods[ns]
+			var servers []framework.Pod
+			var idle *framework.Pod
+			for i, p := range pods {
+				switch {
+				case strings.HasPrefix(p.Name, "p") && e2eLabel(podIndex(p.Name)) == "server":
+					servers = append(servers, p)
+				case idle == nil && e2eLabel(podIndex(p.Name)) == "idle":
+					idle = &pods[i]
+				}
+			}
+			if len(servers) == 0 || idle == nil {
+				b.Fatalf("namespace %s has no server or idle pod", ns)
+			}
+			serverNodes := nodesOf(servers)
+			allNodes := nodesOf(pods)
+			// Ports unique per round and step, so a flow seen is this
+			// change's and not a leftover.
+			port := int32(10000 + 10*r)
+			np := latencyNP(ns, port)
+			measure("NetworkPolicy create", serverNodes, []flowProbe{{pipeline.IngressNetworkPolicy, portFilter(port), true}}, func() error {
+				_, err := kube.NetworkingV1().NetworkPolicies(ns).Create(ctx, np, metav1.CreateOptions{})
+				return err
+			})
+			measure("NetworkPolicy update", serverNodes, []flowProbe{{pipeline.IngressNetworkPolicy, portFilter(port + 1), true}, {pipeline.IngressNetworkPolicy, portFilter(port), false}}, func() error {
+				patch := fmt.Sprintf(`{"spec":{"ingress":[{"from":[{"podSelector":{"matchLabels":{"app":"client"}}}],"ports":[{"protocol":"TCP","port":%d}]}]}}`, port+1)
+				_, err := kube.NetworkingV1().NetworkPolicies(ns).Patch(ctx, np.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+				return err
+			})
+			peer := fmt.Sprintf("ip,nw_src=%s", idle.IP)
+			measure("pod relabel (joins peers)", serverNodes, []flowProbe{{pipeline.IngressNetworkPolicy, peer, true}}, func() error {
+				return e.relabel(ns, idle.Name, "client")
+			})
+			measure("pod relabel (leaves peers)", serverNodes, []flowProbe{{pipeline.IngressNetworkPolicy, peer, false}}, func() error {
+				return e.relabel(ns, idle.Name, "idle")
+			})
+			measure("NetworkPolicy delete", serverNodes, []flowProbe{{pipeline.IngressNetworkPolicy, portFilter(port + 1), false}}, func() error {
+				return kube.NetworkingV1().NetworkPolicies(ns).Delete(ctx, np.Name, metav1.DeleteOptions{})
+			})
+			anp := latencyANP(fmt.Sprintf("latency-%d", r), ns, int32(100+r%800), port+2)
+			measure("AdminNetworkPolicy create", allNodes, []flowProbe{{pipeline.IngressAdmin, portFilter(port + 2), true}}, func() error {
+				_, err := pol.PolicyV1alpha1().AdminNetworkPolicies().Create(ctx, anp, metav1.CreateOptions{})
+				return err
+			})
+			measure("AdminNetworkPolicy update", allNodes, []flowProbe{{pipeline.IngressAdmin, portFilter(port + 3), true}, {pipeline.IngressAdmin, portFilter(port + 2), false}}, func() error {
+				cur, err := pol.PolicyV1alpha1().AdminNetworkPolicies().Get(ctx, anp.Name, metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				(*cur.Spec.Ingress[0].Ports)[0].PortNumber.Port = port + 3
+				_, err = pol.PolicyV1alpha1().AdminNetworkPolicies().Update(ctx, cur, metav1.UpdateOptions{})
+				return err
+			})
+			measure("AdminNetworkPolicy delete", allNodes, []flowProbe{{pipeline.IngressAdmin, portFilter(port + 3), false}}, func() error {
+				return pol.PolicyV1alpha1().AdminNetworkPolicies().Delete(ctx, anp.Name, metav1.DeleteOptions{})
+			})
+			progressf("round %d of %d done", r+1, sc.Rounds)
+		}
+
+		var all []time.Duration
+		for kind, ds := range samples {
+			slices.Sort(ds)
+			all = append(all, ds...)
+			key := e2eMetricKey(kind)
+			b.ReportMetric(msOf(percentile(ds, 50)), key+"-p50-ms")
+			b.ReportMetric(msOf(ds[len(ds)-1]), key+"-max-ms")
+		}
+		slices.Sort(all)
+		slices.Sort(e.pollDurations)
+		b.ReportMetric(msOf(percentile(all, 50)), "p50-ms")
+		b.ReportMetric(msOf(percentile(all, 99)), "p99-ms")
+		b.ReportMetric(msOf(all[len(all)-1]), "max-ms")
+		b.ReportMetric(float64(len(all)), "changes")
+		b.ReportMetric(msOf(percentile(e.pollDurations, 50)), "poll-p50-ms")
+		b.ReportMetric(msOf(percentile(e.pollDurations, 99)), "poll-p99-ms")
+		b.ReportMetric(float64(sc.Namespaces*sc.PodsPerNamespace), "pods")
+		b.ReportMetric(float64(len(nodes)), "nodes")
+		b.ReportMetric(deployTime.Seconds(), "pods-s")
+	}
+}
+
+// e2eMetricKey turns a change kind into a metric unit prefix.
+func e2eMetricKey(kind string) string {
+	r := strings.NewReplacer("NetworkPolicy", "np", "AdminNetworkPolicy", "anp", "pod relabel (joins peers)", "relabel-join",
+		"pod relabel (leaves peers)", "relabel-leave", " ", "-")
+	// AdminNetworkPolicy first: it contains NetworkPolicy.
+	if strings.HasPrefix(kind, "AdminNetworkPolicy") {
+		return "anp-" + strings.TrimPrefix(kind, "AdminNetworkPolicy ")
+	}
+	return r.Replace(kind)
+}
+
+// podIndex is i of a pod named "pI".
+func podIndex(name string) int {
+	var i int
+	if _, err := fmt.Sscanf(name, "p%d", &i); err != nil {
+		return -1
+	}
+	return i
+}
+
+// relabel sets a pod's app label.
+func (e *e2eBed) relabel(ns, name, app string) error {
+	patch := fmt.Sprintf(`{"metadata":{"labels":{"app":%q}}}`, app)
+	_, err := e.kube.CoreV1().Pods(ns).Patch(context.Background(), name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	return err
+}
