@@ -207,12 +207,22 @@ func (b *Bridge) AddPod(name string, mac net.HardwareAddr, addrs ...netip.Prefix
 	// Create the pair inside the namespace, then move the host end out:
 	// the pod-side name (eth0) may exist in the host namespace.
 	must("ip", "-n", p.Netns, "link", "add", p.IfName, "type", "veth", "peer", "name", p.HostIf)
-	must("ip", "-n", p.Netns, "link", "set", p.HostIf, "netns", "1")
+	hostNS := "1" // the test process's namespace (pid 1 shares it)
+	if e.netns != "" {
+		hostNS = e.netns
+	}
+	must("ip", "-n", p.Netns, "link", "set", p.HostIf, "netns", hostNS)
 	if mac != nil {
 		must("ip", "-n", p.Netns, "link", "set", p.IfName, "address", mac.String())
 	}
 	must("ip", "netns", "exec", p.Netns, "ethtool", "-K", p.IfName, "tx", "off")
-	must("ethtool", "-K", p.HostIf, "tx", "off")
+	mustHost := func(args ...string) {
+		e.t.Helper()
+		if out, err := e.hostCommand(args[0], args[1:]...).CombinedOutput(); err != nil {
+			e.t.Fatalf("ovsenv: pod %s: %s: %v: %s", name, strings.Join(args, " "), err, out)
+		}
+	}
+	mustHost("ethtool", "-K", p.HostIf, "tx", "off")
 	must("ip", "-n", p.Netns, "link", "set", "lo", "up")
 	hasV4, hasV6 := false, false
 	var ips []string
@@ -228,7 +238,7 @@ func (b *Bridge) AddPod(name string, mac net.HardwareAddr, addrs ...netip.Prefix
 		ips = append(ips, a.Addr().String())
 	}
 	must("ip", "-n", p.Netns, "link", "set", p.IfName, "up")
-	must("ip", "link", "set", p.HostIf, "up")
+	mustHost("ip", "link", "set", p.HostIf, "up")
 	if hasV4 {
 		must("ip", "-n", p.Netns, "route", "add", "default", "dev", p.IfName)
 	}

@@ -45,6 +45,9 @@ type Env struct {
 
 	lock   *os.File    // the host-wide lock (see HostLockPath)
 	launch chan func() // runs functions on the launcher thread
+	// netns is the Env's own network namespace (WithOwnNetns); empty: the
+	// test process's.
+	netns string
 
 	mu         sync.Mutex
 	ovsdb      *exec.Cmd
@@ -54,11 +57,29 @@ type Env struct {
 	podCount   int
 }
 
+// Option changes how Start runs OVS.
+type Option func(*startOptions)
+
+type startOptions struct{ ownNetns bool }
+
+// WithOwnNetns runs the daemons inside a network namespace of their own
+// (Env.Netns), so ovs-vswitchd's "ovs-netdev" tap and the bridges' and
+// internal ports' devices live there, not in the host namespace. Such an
+// Env does not take the host lock: several of them (one per simulated
+// node, joined by veth pairs as the node network) run at once, and beside
+// the one root-namespace Env of another test. Pods' host-side veth ends
+// are moved into the Env's namespace too.
+func WithOwnNetns() Option { return func(o *startOptions) { o.ownNetns = true } }
+
 // Start runs ovsdb-server and ovs-vswitchd in a fresh temporary directory and
 // registers their shutdown (and the removal of everything Env created) with
 // t.Cleanup.
-func Start(t testing.TB) *Env {
+func Start(t testing.TB, opts ...Option) *Env {
 	t.Helper()
+	var so startOptions
+	for _, o := range opts {
+		o(&so)
+	}
 	if os.Geteuid() != 0 {
 		t.Fatalf("ovsenv: must run as root (network namespaces, veths, OVS)")
 	}
@@ -70,13 +91,15 @@ func Start(t testing.TB) *Env {
 	if _, err := os.Stat(SchemaPath); err != nil {
 		t.Fatalf("ovsenv: OVSDB schema: %v", err)
 	}
-	lock := acquireHostLock(t)
-	// Registered first, so it runs last: after the daemons and the devices
-	// are gone.
-	t.Cleanup(func() {
-		_ = unix.Flock(int(lock.Fd()), unix.LOCK_UN)
-		_ = lock.Close()
-	})
+	if !so.ownNetns {
+		lock := acquireHostLock(t)
+		// Registered first, so it runs last: after the daemons and the
+		// devices are gone.
+		t.Cleanup(func() {
+			_ = unix.Flock(int(lock.Fd()), unix.LOCK_UN)
+			_ = lock.Close()
+		})
+	}
 	removeStaleNamespaces(t)
 
 	// A short path under /tmp: unix socket paths are limited to 108 bytes
@@ -88,6 +111,18 @@ func Start(t testing.TB) *Env {
 	e := &Env{t: t, ID: randomID(), Dir: dir, launch: make(chan func())}
 	go e.launcher()
 	t.Cleanup(e.cleanup)
+	if so.ownNetns {
+		e.netns = fmt.Sprintf("%s%d-%s-host", nsPrefix, os.Getpid(), e.ID)
+		if out, err := exec.Command("ip", "netns", "add", e.netns).CombinedOutput(); err != nil {
+			t.Fatalf("ovsenv: ip netns add %s: %v: %s", e.netns, err, out)
+		}
+		e.mu.Lock()
+		e.namespaces = append(e.namespaces, e.netns)
+		e.mu.Unlock()
+		if out, err := exec.Command("ip", "-n", e.netns, "link", "set", "lo", "up").CombinedOutput(); err != nil {
+			t.Fatalf("ovsenv: %s: lo up: %v: %s", e.netns, err, out)
+		}
+	}
 
 	if out, err := exec.Command("ovsdb-tool", "create", e.DBPath(), SchemaPath).CombinedOutput(); err != nil {
 		t.Fatalf("ovsenv: ovsdb-tool create: %v: %s", err, out)
@@ -111,6 +146,27 @@ func Start(t testing.TB) *Env {
 		t.Fatalf("ovsenv: %v", err)
 	}
 	return e
+}
+
+// Netns is the Env's own network namespace (ip netns name) with
+// WithOwnNetns, else empty; NetnsPath is its bind mount.
+func (e *Env) Netns() string { return e.netns }
+
+// NetnsPath is /run/netns/NAME of Netns, or empty.
+func (e *Env) NetnsPath() string {
+	if e.netns == "" {
+		return ""
+	}
+	return "/run/netns/" + e.netns
+}
+
+// hostCommand is a command in the Env's "host" namespace: the test
+// process's, or its own with WithOwnNetns.
+func (e *Env) hostCommand(name string, args ...string) *exec.Cmd {
+	if e.netns == "" {
+		return exec.Command(name, args...)
+	}
+	return exec.Command("ip", append([]string{"netns", "exec", e.netns, name}, args...)...)
 }
 
 // DBPath is the database file.
@@ -137,7 +193,9 @@ func (e *Env) env() []string {
 // daemon starts an OVS daemon in the foreground as a child that is killed if
 // this process dies.
 func (e *Env) daemon(name string, args ...string) (*exec.Cmd, error) {
-	cmd := exec.Command(name, args...)
+	// ip netns exec execs the daemon in place: the parent-death signal and
+	// the pid stay the daemon's.
+	cmd := e.hostCommand(name, args...)
 	cmd.Env = e.env()
 	cmd.Dir = e.Dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
@@ -400,12 +458,17 @@ func acquireHostLock(t testing.TB) *os.File {
 	return f
 }
 
-// vswitchdRunning reports whether any ovs-vswitchd process exists.
+// vswitchdRunning reports whether an ovs-vswitchd runs in this process's
+// network namespace (those of WithOwnNetns Envs have their own taps).
 func vswitchdRunning() bool {
+	self, _ := os.Readlink("/proc/self/ns/net")
 	comms, _ := filepath.Glob("/proc/[0-9]*/comm")
 	for _, c := range comms {
 		if b, err := os.ReadFile(c); err == nil && strings.TrimSpace(string(b)) == "ovs-vswitchd" {
-			return true
+			ns, err := os.Readlink(filepath.Join(filepath.Dir(c), "ns", "net"))
+			if err != nil || ns == self {
+				return true
+			}
 		}
 	}
 	return false

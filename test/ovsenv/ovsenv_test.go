@@ -159,3 +159,40 @@ func TestRestartAndCleanup(t *testing.T) {
 		t.Errorf("processes still running for %s: %s", env.Dir, out)
 	}
 }
+
+// TestOwnNetns: two Envs in namespaces of their own run at once without
+// the host lock; each one's ovs-netdev tap and internal ports live in its
+// namespace, and its pods talk through its bridge.
+func TestOwnNetns(t *testing.T) {
+	e1 := Start(t, WithOwnNetns())
+	e2 := Start(t, WithOwnNetns())
+	for _, e := range []*Env{e1, e2} {
+		br := e.AddBridge("br")
+		if _, err := e.Vsctl("add-port", br.Name, "tf"+e.ID+"gw", "--", "set", "Interface", "tf"+e.ID+"gw", "type=internal"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := br.OFPort("tf" + e.ID + "gw"); err != nil {
+			t.Fatal(err)
+		}
+		for _, link := range []string{"ovs-netdev", br.Name, "tf" + e.ID + "gw"} {
+			if out, err := exec.Command("ip", "-n", e.Netns(), "link", "show", link).CombinedOutput(); err != nil {
+				t.Fatalf("%s not in %s: %v: %s", link, e.Netns(), err, out)
+			}
+			if link != "ovs-netdev" && exec.Command("ip", "link", "show", link).Run() == nil {
+				t.Fatalf("%s is in the test's namespace", link)
+			}
+		}
+		a := br.AddPod("a", nil, netip.MustParsePrefix("10.9.0.1/24"))
+		b := br.AddPod("b", nil, netip.MustParsePrefix("10.9.0.2/24"))
+		if exec.Command("ip", "link", "show", a.HostIf).Run() == nil {
+			t.Fatalf("pod veth %s is in the test's namespace", a.HostIf)
+		}
+		b.ListenTCP(8080)
+		if _, err := br.Ofctl("add-flow", "priority=10,actions=NORMAL"); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.ProbeTCP(netip.MustParseAddrPort("10.9.0.2:8080"), 3*time.Second); err != nil {
+			t.Fatalf("env %s: %v", e.ID, err)
+		}
+	}
+}
