@@ -31,9 +31,8 @@ func main() {
 
 func newCommand() *cobra.Command {
 	var (
-		sourceDir  string
-		kubeconfig string
-		wait       time.Duration
+		sourceDir string
+		wait      time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:           "tierflow-install-cni",
@@ -44,7 +43,6 @@ func newCommand() *cobra.Command {
 	}
 	agentConfig := config.BindAgent(cmd)
 	cmd.Flags().StringVar(&sourceDir, "source-dir", "/usr/local/lib/tierflow/cni", "directory holding the tierflow-cni, host-local and loopback binaries to install")
-	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file; empty uses the in-cluster service account")
 	cmd.Flags().DurationVar(&wait, "wait", 5*time.Minute, "how long to wait for the node's pod CIDRs to be allocated")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		agent, err := agentConfig.Load()
@@ -54,9 +52,10 @@ func newCommand() *cobra.Command {
 		if wait <= 0 {
 			return fmt.Errorf("--wait must be positive, got %s", wait)
 		}
+		// --kubeconfig is the agent configuration's (kubeconfig key).
 		var restConfig *rest.Config
-		if kubeconfig != "" {
-			restConfig, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+		if agent.Kubeconfig != "" {
+			restConfig, err = clientcmd.BuildConfigFromFlags("", agent.Kubeconfig)
 		} else {
 			restConfig, err = rest.InClusterConfig()
 		}

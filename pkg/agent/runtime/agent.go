@@ -11,8 +11,14 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
 	"github.com/tierflow/tierflow/pkg/agent/fake"
 	"github.com/tierflow/tierflow/pkg/agent/metrics"
+	"github.com/tierflow/tierflow/pkg/agent/nodenet"
+	"github.com/tierflow/tierflow/pkg/agent/pipeline"
 	"github.com/tierflow/tierflow/pkg/agent/runtime/query"
 	"github.com/tierflow/tierflow/pkg/agent/statestore"
 	"github.com/tierflow/tierflow/pkg/config"
@@ -35,6 +41,11 @@ type Options struct {
 	// VswitchdCtl is ovs-vswitchd's control socket, for traces; empty:
 	// found through its pidfile in the OVSDB socket's directory.
 	VswitchdCtl string
+	// NodeNetNS is the node's network namespace for the noEncap node
+	// network (gateway interface, routes, forwarding); empty: the agent's
+	// own, as in a DaemonSet with hostNetwork. Tests run several nodes in
+	// one process with it.
+	NodeNetNS string
 	// RetryInterval between attempts after a failed realization (default
 	// 2s); CheckInterval between checks that the bridge still holds the
 	// flows (default 10s).
@@ -49,9 +60,10 @@ type Agent struct {
 	log  *slog.Logger
 	m    *agentMetrics
 
-	ovs    *ovsDatapath // nil with datapath none
-	fake   *fake.Agent  // set with datapath none
-	client *client.Client
+	ovs     *ovsDatapath     // nil with datapath none
+	nodenet *nodenet.Manager // noEncap node network only
+	fake    *fake.Agent      // set with datapath none
+	client  *client.Client
 
 	kick chan struct{} // asks the loop to realize again (ports changed)
 
@@ -159,6 +171,23 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.ovs = d
 		a.mu.Unlock()
 		a.m.reg.MustRegister(metrics.NewCollector(realizerSource{d}))
+		if a.cfg.NodeNetwork.Mode == config.NodeNetworkNoEncap {
+			nm, err := a.nodeNetwork(d)
+			if err != nil {
+				return err
+			}
+			a.mu.Lock()
+			a.nodenet = nm
+			a.mu.Unlock()
+			nmDone := make(chan struct{})
+			go func() {
+				defer close(nmDone)
+				if err := nm.Run(ctx); err != nil {
+					a.log.Error("node network stopped", "err", err)
+				}
+			}()
+			defer func() { cancel(); <-nmDone }()
+		}
 	}
 
 	var wg sync.WaitGroup
@@ -175,6 +204,36 @@ func (a *Agent) Run(ctx context.Context) error {
 	wg.Wait()
 	a.log.Info("agent stopped; flows stay installed")
 	return err
+}
+
+// nodeNetwork sets up the noEncap node network: pkg/agent/nodenet keeps
+// the gateway port and the routes to other nodes, and hands the gateway to
+// the datapath, which rebuilds its pipeline with it.
+func (a *Agent) nodeNetwork(d *ovsDatapath) (*nodenet.Manager, error) {
+	var rc *rest.Config
+	var err error
+	if a.cfg.Kubeconfig != "" {
+		rc, err = clientcmd.BuildConfigFromFlags("", a.cfg.Kubeconfig)
+	} else {
+		rc, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("node network %s: Kubernetes client configuration: %w", a.cfg.NodeNetwork.Mode, err)
+	}
+	rc.UserAgent = "tierflow-agent"
+	kube, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, err
+	}
+	return nodenet.New(nodenet.Options{
+		Kube: kube, NodeName: a.cfg.NodeName, OVSDB: d.db, Bridge: a.cfg.BridgeName,
+		GatewayName: a.cfg.NodeNetwork.GatewayName, MTU: a.cfg.CNI.MTU, NetNS: a.opts.NodeNetNS,
+		RetryInterval: a.opts.RetryInterval, Logger: a.log,
+		OnGateway: func(gw pipeline.Gateway) {
+			d.setGateway(gw)
+			a.requestRealize()
+		},
+	})
 }
 
 // openOVS connects to OVS, retrying with backoff until it succeeds or ctx

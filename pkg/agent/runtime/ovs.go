@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"sort"
 	"sync"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/tierflow/tierflow/pkg/agent/policyflows"
 	"github.com/tierflow/tierflow/pkg/agent/realizer"
 	"github.com/tierflow/tierflow/pkg/agent/runtime/query"
+	"github.com/tierflow/tierflow/pkg/config"
 	"github.com/tierflow/tierflow/pkg/distribution/wire"
 	"github.com/tierflow/tierflow/pkg/model"
 	"github.com/tierflow/tierflow/pkg/ovs/openflow"
@@ -34,12 +36,19 @@ type ovsDatapath struct {
 	of      *openflow.Client
 	inst    *recordingInstaller
 
+	// routed: noEncap node network, where the bridge has a gateway and no
+	// uplink (an interface marked as uplink is ignored).
+	routed bool
+
 	mu sync.Mutex
 	r  *realizer.Realizer
-	// uplink is the uplink port r was built for (pipeline.Config is fixed
-	// per realizer: a new uplink means a new realizer, which adopts the
-	// old one's flows in one bundle).
-	uplink uint32
+	// uplink and gateway are the ports r was built for (pipeline.Config
+	// is fixed per realizer: a new uplink or gateway means a new realizer,
+	// which adopts the old one's flows in one bundle).
+	uplink  uint32
+	gateway pipeline.Gateway
+	// wantGateway is the gateway pkg/agent/nodenet has ready (routed mode).
+	wantGateway pipeline.Gateway
 	// pods is the port classification of the last realization.
 	pods []query.Pod
 }
@@ -48,7 +57,8 @@ type ovsDatapath struct {
 // on every change) and starts the realizer.
 func openOVS(ctx context.Context, o *Options, log *slog.Logger, m *agentMetrics, onPorts func()) (*ovsDatapath, error) {
 	cfg := o.Config
-	d := &ovsDatapath{node: cfg.NodeName, bridge: cfg.BridgeName, zone: o.CtZone, log: log, m: m}
+	d := &ovsDatapath{node: cfg.NodeName, bridge: cfg.BridgeName, zone: o.CtZone, log: log, m: m,
+		routed: cfg.NodeNetwork.Mode == config.NodeNetworkNoEncap}
 	db, err := ovsdb.Connect(ctx, "unix:"+cfg.OVSDBSocketPath(), ovsdb.Options{})
 	if err != nil {
 		return nil, err
@@ -91,24 +101,38 @@ func openOVS(ctx context.Context, o *Options, log *slog.Logger, m *agentMetrics,
 		d.close()
 		return nil, err
 	}
-	if err := d.startRealizer(ctx, uplink); err != nil {
+	// In routed mode the first realizer has no gateway yet (pods reach
+	// only local pods: nothing is opened before the gateway is ready).
+	if err := d.startRealizer(ctx, uplink, pipeline.Gateway{}); err != nil {
 		d.close()
 		return nil, err
 	}
 	return d, nil
 }
 
-// startRealizer replaces the realizer by one for uplink port uplink.
-// Called with d.mu held or before d is shared.
-func (d *ovsDatapath) startRealizer(ctx context.Context, uplink uint32) error {
-	r := realizer.New(pipeline.Config{UplinkPort: uplink, CtZone: d.zone}, d.inst)
+// startRealizer replaces the realizer by one for uplink port uplink and
+// gateway gw. Called with d.mu held or before d is shared.
+func (d *ovsDatapath) startRealizer(ctx context.Context, uplink uint32, gw pipeline.Gateway) error {
+	pc := pipeline.Config{UplinkPort: uplink, CtZone: d.zone, Gateway: gw}
+	if err := pc.Validate(); err != nil {
+		return err
+	}
+	r := realizer.New(pc, d.inst)
 	if err := r.Start(ctx); err != nil {
 		d.m.ofErrors.WithLabelValues("start").Inc()
 		return fmt.Errorf("starting the realizer on %s: %w", d.bridge, err)
 	}
-	d.r, d.uplink = r, uplink
-	d.log.Info("realizer started", "round", r.Round(), "uplinkPort", uplink)
+	d.r, d.uplink, d.gateway = r, uplink, gw
+	d.log.Info("realizer started", "round", r.Round(), "uplinkPort", uplink, "gatewayPort", gw.Port, "gatewayIPs", gw.IPs)
 	return nil
+}
+
+// setGateway records the gateway nodenet made ready; the next
+// realization rebuilds the pipeline with it.
+func (d *ovsDatapath) setGateway(gw pipeline.Gateway) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.wantGateway = gw
 }
 
 func (d *ovsDatapath) current() *realizer.Realizer {
@@ -152,9 +176,10 @@ func (d *ovsDatapath) realize(ctx context.Context, st *wire.NodeState) ([]string
 	if err != nil {
 		return nil, err
 	}
-	if uplink != d.uplink || d.r == nil {
-		d.log.Info("uplink port changed; restarting the realizer", "old", d.uplink, "new", uplink)
-		if err := d.startRealizer(ctx, uplink); err != nil {
+	if uplink != d.uplink || !sameGateway(d.gateway, d.wantGateway) || d.r == nil {
+		d.log.Info("uplink or gateway port changed; restarting the realizer", "oldUplink", d.uplink, "uplink", uplink,
+			"oldGateway", d.gateway.Port, "gateway", d.wantGateway.Port)
+		if err := d.startRealizer(ctx, uplink, d.wantGateway); err != nil {
 			return nil, err
 		}
 	}
@@ -182,7 +207,7 @@ func (d *ovsDatapath) ports() ([]ovsdb.PortInfo, uint32, error) {
 			continue
 		}
 		if p.IsUplink() {
-			if uplink == 0 || (p.OFPort != 0 && p.OFPort < uplink) {
+			if !d.routed && (uplink == 0 || (p.OFPort != 0 && p.OFPort < uplink)) {
 				uplink = p.OFPort
 			}
 			continue
@@ -190,6 +215,10 @@ func (d *ovsDatapath) ports() ([]ovsdb.PortInfo, uint32, error) {
 		out = append(out, p)
 	}
 	return out, uplink, nil
+}
+
+func sameGateway(a, b pipeline.Gateway) bool {
+	return a.Port == b.Port && slices.Equal(a.IPs, b.IPs)
 }
 
 // pod returns the port of a local pod.
