@@ -3,7 +3,7 @@
 //
 //	tierflow-podrunner node --kubeconfig K --node N --node-ip IP --cni-bin-dir D --cni-config F --state-dir S
 //	    the node runtime of one kwok node (package test/testbed/noderuntime)
-//	tierflow-podrunner serve --pod-file F
+//	tierflow-podrunner serve --pod-file F [--listen-ip IP,...]
 //	    a pod's servers, run inside its network namespace; prints READY
 //	    once every listener is bound, stops on SIGTERM
 //	tierflow-podrunner agnhost SUBCOMMAND ...
@@ -95,6 +95,7 @@ func hostname() string {
 func serve(args []string) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	podFile := fs.String("pod-file", "", "the pod (JSON) whose servers to run")
+	listenIPs := fs.String("listen-ip", "", "addresses to bind, comma-separated (default: all); a hostNetwork pod binds its node's")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -117,7 +118,11 @@ func serve(args []string) int {
 		logger.Print(err)
 		return 1
 	}
-	servers, err := agnhost.Start(eps, noderuntime.PodHostname(pod), logger)
+	var ips []string
+	if *listenIPs != "" {
+		ips = strings.Split(*listenIPs, ",")
+	}
+	servers, err := agnhost.Start(eps, noderuntime.PodHostname(pod), logger, ips...)
 	if err != nil {
 		logger.Print(err)
 		return 1

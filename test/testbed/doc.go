@@ -7,7 +7,10 @@
 //   - a private Open vSwitch from test/ovsenv: one bridge per node and a
 //     "fabric" bridge (NORMAL switching) joined to every node bridge by a
 //     patch port, the node's uplink; pods of all nodes share one flat L2
-//     network, and tierflow-cni gives them on-link default routes;
+//     network, and tierflow-cni gives them on-link default routes; the
+//     host reaches each node's IPv4 pod CIDR on-link through the fabric
+//     bridge's interface, which holds the node addresses, so pods and
+//     nodes (hostNetwork pods) talk both ways;
 //   - kwok (sigs.k8s.io/kwok v0.8.0, built from its module source into
 //     _output/bin with one patch: a TTY exec without stdin, as cyclonus
 //     probes, crashed the whole kwok process; see EnsureKwok) keeping N Node objects Ready with the node-fast and

@@ -160,6 +160,17 @@ func Start(tb testing.TB, opts Options) *Testbed {
 			tb.Fatalf("testbed: node %d: %v", i, err)
 		}
 		tbed.Nodes = append(tbed.Nodes, n)
+		// The host's namespace holds the node addresses (and hostNetwork
+		// pods' servers): it reaches each node's IPv4 pod CIDR on-link
+		// through the fabric, so pods can talk to node addresses, as
+		// Kubernetes requires (and network policy node peers probe).
+		for _, cidr := range n.PodCIDRs {
+			if ip, _, err := net.ParseCIDR(cidr); err == nil && ip.To4() != nil {
+				if err := run("ip", "route", "replace", cidr, "dev", tbed.NodeInterface); err != nil {
+					tb.Fatalf("testbed: node %d: route to its pods: %v", i, err)
+				}
+			}
+		}
 	}
 	if err := tbed.waitNodesReady(90 * time.Second); err != nil {
 		tb.Fatalf("testbed: %v\nkwok log: %s", err, tbed.kwok.logTail(20))

@@ -193,3 +193,31 @@ func TestServersAnswer(t *testing.T) {
 		expect("netexec udp echo", udpAsk(t, "127.0.0.1:18091", "echo yo"), "yo")
 	})
 }
+
+// TestServersListenIPs: with listen addresses (a hostNetwork pod of the
+// test bed binds only its node's), a server answers on them and the same
+// port stays free on every other address of the namespace.
+func TestServersListenIPs(t *testing.T) {
+	logger := log.New(io.Discard, "", 0)
+	netns := blackholeNetns(t)
+	eps := []Endpoint{{Kind: KindRawTCP, Port: 18100, Body: "node-a"}}
+	var a, b *Servers
+	var errA, errB error
+	inNetns(t, netns, func() {
+		a, errA = Start(eps, "a", logger, "127.0.0.1")
+		b, errB = Start([]Endpoint{{Kind: KindRawTCP, Port: 18100, Body: "node-b"}}, "b", logger, "127.0.0.2")
+	})
+	if errA != nil || errB != nil {
+		t.Fatalf("bind 18100 on two addresses: %v, %v", errA, errB)
+	}
+	defer a.Close()
+	defer b.Close()
+	inNetns(t, netns, func() {
+		if got := rawRead(t, "127.0.0.1:18100"); got != "node-a" {
+			t.Errorf("127.0.0.1:18100 answered %q, want node-a", got)
+		}
+		if got := rawRead(t, "127.0.0.2:18100"); got != "node-b" {
+			t.Errorf("127.0.0.2:18100 answered %q, want node-b", got)
+		}
+	})
+}

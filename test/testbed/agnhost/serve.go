@@ -31,15 +31,24 @@ type Servers struct {
 	wg      sync.WaitGroup
 }
 
-// Start binds every endpoint (all addresses, both families) and serves
-// them until Close. It binds all or none: if one endpoint cannot be bound,
-// the ones already bound are closed and the error names the endpoint.
-func Start(endpoints []Endpoint, hostname string, logger *log.Logger) (*Servers, error) {
+// Start binds every endpoint and serves them until Close: on listenIPs
+// if any are given, else on all addresses of both families. A
+// hostNetwork pod of the test bed binds only its node's addresses, as all
+// nodes share the host's network namespace. Start binds all or none: if
+// one endpoint cannot be bound, the ones already bound are closed and the
+// error names the endpoint.
+func Start(endpoints []Endpoint, hostname string, logger *log.Logger, listenIPs ...string) (*Servers, error) {
 	s := &Servers{hostname: hostname, logger: logger}
+	hosts := listenIPs
+	if len(hosts) == 0 {
+		hosts = []string{""}
+	}
 	for _, ep := range endpoints {
-		if err := s.start(ep); err != nil {
-			s.Close()
-			return nil, fmt.Errorf("serve %s: %w", ep, err)
+		for _, host := range hosts {
+			if err := s.start(ep, net.JoinHostPort(host, strconv.Itoa(ep.Port))); err != nil {
+				s.Close()
+				return nil, fmt.Errorf("serve %s on %q: %w", ep, host, err)
+			}
 		}
 	}
 	return s, nil
@@ -63,8 +72,7 @@ func (s *Servers) onClose(f func()) {
 	s.mu.Unlock()
 }
 
-func (s *Servers) start(ep Endpoint) error {
-	addr := ":" + strconv.Itoa(ep.Port)
+func (s *Servers) start(ep Endpoint, addr string) error {
 	switch ep.Kind {
 	case KindRawTCP:
 		l, err := net.Listen("tcp", addr)
@@ -80,7 +88,7 @@ func (s *Servers) start(ep Endpoint) error {
 				if err != nil {
 					return
 				}
-				s.logger.Printf("TCP request from %s on %d", c.RemoteAddr(), ep.Port)
+				s.logger.Printf("TCP request from %s on %s", c.RemoteAddr(), addr)
 				_, _ = c.Write([]byte(ep.Body))
 				c.Close()
 			}

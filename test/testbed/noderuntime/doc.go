@@ -26,7 +26,9 @@
 // every pod it attached (API objects are left alone), so a stopped test bed
 // leaves no namespace, veth or process behind.
 //
-// hostNetwork pods get the node's address as pod IP and no namespace or
-// servers. A pod whose attachment fails is retried with backoff; the error
-// is logged and recorded as a Warning event on the pod.
+// hostNetwork pods get the node's address as pod IP and no namespace; their
+// servers run in the host's namespace, which all nodes of the test bed
+// share, bound to the node's addresses only. A pod whose attachment fails
+// is retried with backoff; the error is logged and recorded as a Warning
+// event on the pod.
 package noderuntime

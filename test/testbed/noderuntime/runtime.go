@@ -239,7 +239,12 @@ func (r *Runtime) sync(ctx context.Context, key string) error {
 	if att == nil {
 		if pod.Spec.HostNetwork {
 			att = &attachment{UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name, IPs: r.cfg.NodeIPs}
+			if err := r.startServers(pod, att, key); err != nil {
+				r.event(ctx, pod, "FailedStart", err.Error())
+				return err
+			}
 			if err := r.createExec(ctx, pod, att); err != nil {
+				r.stopServers(att)
 				return err
 			}
 		} else {
@@ -341,6 +346,11 @@ func (r *Runtime) startServers(pod *corev1.Pod, att *attachment, key string) err
 	}
 	defer logFile.Close()
 	cmd := exec.Command("ip", "netns", "exec", att.Netns, r.cfg.PodRunner, "serve", "--pod-file", podFile)
+	if att.Netns == "" {
+		// hostNetwork: the host's namespace, which every node of the test
+		// bed shares, so the servers bind only this node's addresses.
+		cmd = exec.Command(r.cfg.PodRunner, "serve", "--pod-file", podFile, "--listen-ip", strings.Join(r.cfg.NodeIPs, ","))
+	}
 	cmd.Stderr = logFile
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -526,17 +536,10 @@ func (r *Runtime) teardown(ctx context.Context, key string, att *attachment) err
 	return nil
 }
 
-// undo stops the servers, detaches and deletes the namespace, deletes the
-// Exec object and the state files. Every step tolerates what is already
-// gone, so undo can be repeated.
-func (r *Runtime) undo(ctx context.Context, att *attachment) error {
+// stopServers stops the pod's servers (SIGTERM, then SIGKILL after 5 s)
+// and keeps them from being restarted.
+func (r *Runtime) stopServers(att *attachment) {
 	att.stopping.Store(true)
-	if att.Netns == "" { // hostNetwork: only the Exec object
-		if ctx.Err() == nil {
-			return r.deleteExec(ctx, att)
-		}
-		return nil
-	}
 	if att.server != nil && att.server.Process != nil {
 		_ = syscall.Kill(-att.server.Process.Pid, syscall.SIGTERM)
 		select {
@@ -545,6 +548,19 @@ func (r *Runtime) undo(ctx context.Context, att *attachment) error {
 			_ = syscall.Kill(-att.server.Process.Pid, syscall.SIGKILL)
 			<-att.done
 		}
+	}
+}
+
+// undo stops the servers, detaches and deletes the namespace, deletes the
+// Exec object and the state files. Every step tolerates what is already
+// gone, so undo can be repeated.
+func (r *Runtime) undo(ctx context.Context, att *attachment) error {
+	r.stopServers(att)
+	if att.Netns == "" { // hostNetwork: the servers and the Exec object
+		if ctx.Err() == nil {
+			return r.deleteExec(ctx, att)
+		}
+		return nil
 	}
 	if _, err := r.cni("DEL", att); err != nil {
 		return err
