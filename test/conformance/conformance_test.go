@@ -70,17 +70,19 @@ func TestUpstreamConformance(t *testing.T) {
 		all = append(all, res.Cases...)
 	}
 	// The last suite left its houses in place for this.
-	t.Run("SCTPByTrace", func(t *testing.T) { checkSCTPByTrace(t, tf) })
+	var traced, agreed int
+	sctpOK := t.Run("SCTPByTrace", func(t *testing.T) { traced, agreed = checkSCTPByTrace(t, tf) })
 
 	p, f, k := conformance.Tally(all)
 	line := fmt.Sprintf("%d passed, %d failed, %d skipped", p, f, k)
-	if err := os.WriteFile(filepath.Join(out, "results.txt"), []byte(conformance.Summary(all)+line+"\n"), 0o644); err != nil {
+	sctp := conformance.SCTPNote(all, traced, agreed, sctpOK)
+	if err := os.WriteFile(filepath.Join(out, "results.txt"), []byte(conformance.Summary(all)+sctp+"\n"+line+"\n"), 0o644); err != nil {
 		t.Error(err)
 	}
 	if err := os.WriteFile(filepath.Join(out, "summary.txt"), []byte(line+"\n"), 0o644); err != nil {
 		t.Error(err)
 	}
-	t.Logf("per-case results:\n%s%s", conformance.Summary(all), line)
+	t.Logf("per-case results:\n%s%s\n%s", conformance.Summary(all), sctp, line)
 }
 
 func lastLines(s string, n int) string {

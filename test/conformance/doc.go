@@ -17,11 +17,34 @@
 // Tierflow runs on the bed as in the end-to-end tests (test/e2e/framework):
 // the tierflow-controller binary and one tierflow-agent binary per node.
 //
+// Features claimed (see Suites): the profiles' standard features, named
+// ports and egress node peers. The node-peer tests probe the servers of
+// hostNetwork pods at their node's address; the test bed serves them in the
+// host's namespace on that address, and the packets take the same path as
+// in a cluster: the client node's egress tables, its uplink, the fabric.
+//
 // Results are counted per test case: a case is a leaf of the suite's test
 // tree (the "Should ..." subtests; a conformance test without subtests is
-// one case). SCTP probes cannot succeed here (the kernel has no SCTP
-// module, the test bed serves no SCTP): a case whose only failed
-// assertions are SCTP probes is marked as such and does not fail
-// TestUpstreamConformance; the SCTP tests' policies are checked with the
-// agents' ofproto/trace instead (sctp_test.go).
+// one case).
+//
+// SCTP: the kernel here has no SCTP module and the test bed serves no SCTP,
+// so no SCTP probe can succeed. A case whose only failed assertions are
+// SCTP probes is marked as such (Case.FailedOnSCTPOnly); it still counts as
+// failed in the tally, as upstream reports it, but does not fail
+// TestUpstreamConformance. Instead, the eight SCTP tests' policies (ANP,
+// BANP, CNP Admin and Baseline tier; egress and ingress) are applied again,
+// unmodified, after the suites, and every probe those tests make against
+// the policy as applied is checked with the agents' ofproto/trace of the
+// connection's first packet (sctp_test.go): across nodes, the client
+// node's egress verdict (did the packet leave by the uplink?) and then the
+// server node's ingress verdict (a trace of the same packet arriving by its
+// uplink). Every traced probe must agree with upstream's expectation or the
+// test fails. Not traced: the SCTP probes those tests make after patching
+// their policy (rule order swapped, ports changed) and the SCTP probes of
+// the mixed-protocol "gress" and inline-CIDR tests; their TCP and UDP
+// probes pass with real packets, and the same flows carry SCTP
+// (`sctp_dst` instead of `tcp_dst`).
+//
+// `make conformance` prints every case, a line on the SCTP cases and the
+// trace check, and ends with `N passed, M failed, K skipped`.
 package conformance
