@@ -127,14 +127,16 @@ image-agent: container-engine
 
 # Simulated cluster for demos (test/testbed): real kube-apiserver, kwok nodes,
 # private OVS, pods as network namespaces attached by tierflow-cni.
-# TESTBED_FLAGS e.g. "--nodes 3 --ipv6 --normal-flows" (NORMAL flows: no agent).
+# It runs tierflow (controller + one agent per node) unless TESTBED_FLAGS
+# has --normal-flows (NORMAL flows, no tierflow). TESTBED_FLAGS e.g. "--ipv6".
 TESTBED_DIR ?= $(OUT)/testbed
 TESTBED_FLAGS ?=
+NODES ?= 3
 .PHONY: testbed-up testbed-down
-testbed-up: deps kube-binaries ## start the simulated cluster in the background (state in $(TESTBED_DIR))
+testbed-up: deps kube-binaries ## start the simulated cluster with tierflow in the background (NODES=n; state in $(TESTBED_DIR))
 	@mkdir -p $(OUT)/bin
 	$(GO) build -o $(OUT)/bin/ ./test/testbed/cmd/tierflow-testbed
-	$(OUT)/bin/tierflow-testbed up --dir $(TESTBED_DIR) $(TESTBED_FLAGS)
+	$(OUT)/bin/tierflow-testbed up --dir $(TESTBED_DIR) --nodes $(NODES) $(TESTBED_FLAGS)
 
 testbed-down: ## stop the simulated cluster; fails if anything had been left behind
 	@test -x $(OUT)/bin/tierflow-testbed || $(GO) build -o $(OUT)/bin/ ./test/testbed/cmd/tierflow-testbed

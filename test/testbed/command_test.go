@@ -2,7 +2,8 @@ package testbed_test
 
 import (
 	"context"
-	"encoding/json"
+	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,17 +13,23 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/tierflow/tierflow/pkg/agent/runtime/query"
 	"github.com/tierflow/tierflow/pkg/cni"
+	"github.com/tierflow/tierflow/test/testbed"
 	"github.com/tierflow/tierflow/test/testbed/noderuntime"
 )
 
 // TestCommandUpDown runs what `make testbed-up` and `make testbed-down` run:
-// the test bed comes up in the background, runs a pod, and `down` leaves no
-// namespace, interface or process behind.
+// the test bed comes up in the background with tierflow on it (controller
+// and one agent per node, recorded in state.json), a NetworkPolicy applied
+// with the bed's kubectl is enforced on real packets between pods on two
+// nodes and lifted when deleted, and `down` leaves no namespace,
+// interface or process behind.
 func TestCommandUpDown(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "tierflow-testbed")
 	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
@@ -34,7 +41,7 @@ func TestCommandUpDown(t *testing.T) {
 		out, err := exec.Command(bin, "down", "--dir", dir).CombinedOutput()
 		return string(out), err
 	}
-	up := exec.Command(bin, "up", "--dir", dir, "--nodes", "2", "--normal-flows")
+	up := exec.Command(bin, "up", "--dir", dir, "--nodes", "2")
 	out, err := up.CombinedOutput()
 	if err != nil {
 		_, _ = down()
@@ -46,18 +53,22 @@ func TestCommandUpDown(t *testing.T) {
 			_, _ = down()
 		}
 	})
-
-	var st struct {
-		Kubeconfig string
-		Fabric     string `json:"fabricBridge"`
-		Nodes      []struct{ Bridge string }
+	if !strings.Contains(string(out), "export KUBECONFIG="+filepath.Join(dir, "kubeconfig")) || !strings.Contains(string(out), "tierflow: controller query API") {
+		t.Errorf("up does not print the kubeconfig and tierflow's address:\n%s", out)
 	}
-	data, err := os.ReadFile(filepath.Join(dir, "state.json"))
+
+	st, err := testbed.ReadState(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := json.Unmarshal(data, &st); err != nil {
-		t.Fatal(err)
+	if st.Tierflow == nil || len(st.Tierflow.AgentSockets) != 2 {
+		t.Fatalf("state.json does not record tierflow with 2 agents: %+v", st.Tierflow)
+	}
+	for node, sock := range st.Tierflow.AgentSockets {
+		status, err := query.NewClient(sock).Status(context.Background())
+		if err != nil || !status.Ready {
+			t.Errorf("agent of %s: ready=%v, %v", node, status != nil && status.Ready, err)
+		}
 	}
 	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(dir, "kubeconfig"))
 	if err != nil {
@@ -65,36 +76,80 @@ func TestCommandUpDown(t *testing.T) {
 	}
 	kube := kubernetes.NewForConfigOrDie(cfg)
 	ctx := context.Background()
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "default"},
-		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: agnhostImage, Args: []string{"serve-hostname", "--tcp", "--http=false", "--port=80"}}}},
+	server := runPod(t, kube, "server", st.Nodes[0].Name, map[string]string{"app": "server"}, "serve-hostname", "--tcp", "--http=false", "--port=80")
+	client := runPod(t, kube, "client", st.Nodes[1].Name, nil, "pause")
+	connect := func() error {
+		cmd := exec.Command(st.Kubectl, "--kubeconfig="+filepath.Join(dir, "kubeconfig"), "exec", client.Name, "--",
+			"/agnhost", "connect", net.JoinHostPort(server.Status.PodIP, "80"), "--timeout=2s", "--protocol=tcp")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("%v: %s", err, strings.TrimSpace(string(out)))
+		}
+		return nil
 	}
-	if _, err := kube.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+	waitFor(t, 60*time.Second, "client reaches server across nodes", func() bool { return connect() == nil })
+
+	deny := &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "deny-server-ingress", Namespace: "default"},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "server"}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+		},
+	}
+	if _, err := kube.NetworkingV1().NetworkPolicies("default").Create(ctx, deny, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	var running *corev1.Pod
-	waitFor(t, 90*time.Second, "pod p Running", func() bool {
-		p, err := kube.CoreV1().Pods("default").Get(ctx, "p", metav1.GetOptions{})
-		if err == nil && p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" {
-			running = p
-			return true
-		}
-		return false
-	})
-	netns := noderuntime.NetnsName(running.UID)
-	veth := cni.HostVethName(string(running.UID), "eth0")
-	if _, err := os.Stat("/var/run/netns/" + netns); err != nil {
-		t.Fatalf("pod namespace: %v", err)
+	waitFor(t, 60*time.Second, "the NetworkPolicy cuts client -> server", func() bool { return connect() != nil })
+	if err := connect(); err == nil || !strings.Contains(err.Error(), "TIMEOUT") {
+		t.Errorf("denied probe: want a TIMEOUT (silent drop), got %v", err)
 	}
+	if err := kube.NetworkingV1().NetworkPolicies("default").Delete(ctx, deny.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, "client reaches server again after the delete", func() bool { return connect() == nil })
 
 	out2, err := down()
 	stopped = true
 	if err != nil || !strings.Contains(out2, "no namespace, interface or process left") {
 		t.Fatalf("tierflow-testbed down: %v\n%s", err, out2)
 	}
-	links := []string{veth, st.Fabric}
+	var netns, links []string
+	for _, p := range []*corev1.Pod{server, client} {
+		netns = append(netns, noderuntime.NetnsName(p.UID))
+		links = append(links, cni.HostVethName(string(p.UID), "eth0"))
+	}
+	links = append(links, st.Fabric)
 	for _, n := range st.Nodes {
 		links = append(links, n.Bridge)
 	}
-	assertNothingLeft(t, dir, []string{netns}, links)
+	assertNothingLeft(t, dir, netns, links)
+	if st.OVSDir != "" {
+		assertNothingLeft(t, st.OVSDir, nil, nil)
+	}
+}
+
+// runPod creates an agnhost pod on node and returns it once Running with
+// an IP.
+func runPod(t *testing.T, kube kubernetes.Interface, name, node string, labels map[string]string, args ...string) *corev1.Pod {
+	t.Helper()
+	ctx := context.Background()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: labels},
+		Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: agnhostImage, Args: args}}},
+	}
+	if _, err := kube.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var running *corev1.Pod
+	waitFor(t, 90*time.Second, "pod "+name+" Running", func() bool {
+		p, err := kube.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+		if err == nil && p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" {
+			running = p
+			return true
+		}
+		return false
+	})
+	if _, err := os.Stat("/var/run/netns/" + noderuntime.NetnsName(running.UID)); err != nil {
+		t.Fatalf("pod %s namespace: %v", name, err)
+	}
+	return running
 }

@@ -1,6 +1,7 @@
 package testbed
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,16 +12,20 @@ import (
 	"time"
 )
 
-// process is a daemon of the test bed, in its own process group, killed if
-// the test bed's process dies.
-type process struct {
-	name    string
+// Process is a daemon started by the test bed or by what runs on it (the
+// tierflow controller and agents of test/e2e/framework): in its own process
+// group, its output appended to DIR/NAME.log, killed if the process that
+// started it dies (so a crashed test leaves no daemon behind).
+type Process struct {
+	Name    string
+	LogPath string
 	cmd     *exec.Cmd
-	logPath string
 	done    chan struct{}
+	err     error
 }
 
-func startProcess(dir, name, path string, args ...string) (*process, error) {
+// StartProcess starts path with args in dir.
+func StartProcess(dir, name, path string, args ...string) (*Process, error) {
 	logPath := filepath.Join(dir, name+".log")
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -34,17 +39,17 @@ func startProcess(dir, name, path string, args ...string) (*process, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	p := &process{name: name, cmd: cmd, logPath: logPath, done: make(chan struct{})}
+	p := &Process{Name: name, LogPath: logPath, cmd: cmd, done: make(chan struct{})}
 	go func() {
-		_ = cmd.Wait()
+		p.err = cmd.Wait()
 		close(p.done)
 	}()
 	return p, nil
 }
 
-// stop sends SIGTERM to the process (which may need time to tear down what
+// Stop sends SIGTERM to the process (which may need time to tear down what
 // it created), then SIGKILL to its group after grace.
-func (p *process) stop(grace time.Duration) {
+func (p *Process) Stop(grace time.Duration) {
 	select {
 	case <-p.done:
 		return
@@ -59,8 +64,25 @@ func (p *process) stop(grace time.Duration) {
 	<-p.done
 }
 
-func (p *process) logTail(lines int) string {
-	data, err := os.ReadFile(p.logPath)
+// errExitedCleanly: a daemon ended with status 0 while it should run.
+var errExitedCleanly = errors.New("exited with status 0")
+
+// ExitErr is nil while the process runs, else why it ended.
+func (p *Process) ExitErr() error {
+	select {
+	case <-p.done:
+		if p.err == nil {
+			return errExitedCleanly
+		}
+		return p.err
+	default:
+		return nil
+	}
+}
+
+// LogTail is the last lines of the process's log.
+func (p *Process) LogTail(lines int) string {
+	data, err := os.ReadFile(p.LogPath)
 	if err != nil {
 		return err.Error()
 	}
@@ -79,14 +101,14 @@ type supervisor struct {
 	args            []string
 
 	mu       sync.Mutex
-	cur      *process
+	cur      *Process
 	stopping bool
 	restarts int
 	stopped  chan struct{}
 }
 
 func startSupervised(dir, name, path string, args ...string) (*supervisor, error) {
-	p, err := startProcess(dir, name, path, args...)
+	p, err := StartProcess(dir, name, path, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -109,10 +131,10 @@ func (s *supervisor) watch() {
 			return
 		}
 		s.restarts++
-		appendLog(p.logPath, fmt.Sprintf("tierflow test bed: %s exited (%v); restart %d", s.name, p.cmd.ProcessState, s.restarts))
-		next, err := startProcess(s.dir, s.name, s.path, s.args...)
+		appendLog(p.LogPath, fmt.Sprintf("tierflow test bed: %s exited (%v); restart %d", s.name, p.cmd.ProcessState, s.restarts))
+		next, err := StartProcess(s.dir, s.name, s.path, s.args...)
 		if err != nil {
-			appendLog(p.logPath, fmt.Sprintf("tierflow test bed: restarting %s: %v", s.name, err))
+			appendLog(p.LogPath, fmt.Sprintf("tierflow test bed: restarting %s: %v", s.name, err))
 			s.mu.Unlock()
 			return
 		}
@@ -127,7 +149,7 @@ func (s *supervisor) Stop(grace time.Duration) {
 	s.stopping = true
 	p := s.cur
 	s.mu.Unlock()
-	p.stop(grace)
+	p.Stop(grace)
 	<-s.stopped
 }
 
@@ -149,7 +171,7 @@ func (s *supervisor) logTail(lines int) string {
 	s.mu.Lock()
 	p := s.cur
 	s.mu.Unlock()
-	return p.logTail(lines)
+	return p.LogTail(lines)
 }
 
 func appendLog(path, line string) {

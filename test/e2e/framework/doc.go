@@ -8,8 +8,9 @@
 //     with its own conntrack zone, since all node bridges share one
 //     ovs-vswitchd), authenticated the way the manifests do it: a service
 //     account token bound to an agent pod scheduled on that node.
-//     The test bed's own owner is adding the same wiring to test/testbed;
-//     when it lands, Start should become a thin call to it.
+//     This is the one place tierflow is started on a test bed: the e2e
+//     scenarios, the conformance suites, make demo, the benchmarks and
+//     `tierflow-testbed up` (make testbed-up) all call it.
 //   - WaitRealized waits until the controller reports every policy object
 //     it computed at its current generation on every node of its span
 //     (query API /v1/policies), and that set is exactly the objects in the

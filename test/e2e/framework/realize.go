@@ -26,8 +26,8 @@ func (tf *Tierflow) WaitRealized(timeout time.Duration) (*load.Built, error) {
 			return built, nil
 		}
 		for _, p := range tf.procs {
-			if err := p.exitErr(); err != nil {
-				return nil, fmt.Errorf("%s exited: %v", p.name, err)
+			if err := p.ExitErr(); err != nil {
+				return nil, fmt.Errorf("%s exited: %v", p.Name, err)
 			}
 		}
 		if time.Now().After(deadline) {

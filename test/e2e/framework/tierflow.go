@@ -3,7 +3,6 @@ package framework
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -54,7 +53,7 @@ type Tierflow struct {
 	// AgentSockets maps a node name to its agent's query socket.
 	AgentSockets map[string]string
 
-	procs []*process
+	procs []*testbed.Process
 }
 
 // Start builds and runs the controller and one agent per node of bed; they
@@ -91,7 +90,7 @@ func Start(tb testing.TB, bed *testbed.Testbed, dir string) *Tierflow {
 		tb.Fatal(err)
 	}
 
-	ctrl, err := startProcess(dir, "tierflow-controller", filepath.Join(tf.BinDir, "tierflow-controller"),
+	ctrl, err := testbed.StartProcess(dir, "tierflow-controller", filepath.Join(tf.BinDir, "tierflow-controller"),
 		"--kubeconfig="+bed.Cluster.Kubeconfig, "--id=testbed-controller", "--leader-elect=false",
 		"--metrics-address=", "--query-address="+tf.QueryAddress, "--agent-listen-address="+tf.AgentAddress,
 		"--tls-cert-file="+filepath.Join(dir, "tls.crt"), "--tls-key-file="+filepath.Join(dir, "tls.key"),
@@ -100,7 +99,7 @@ func Start(tb testing.TB, bed *testbed.Testbed, dir string) *Tierflow {
 		tb.Fatal(err)
 	}
 	tf.procs = append(tf.procs, ctrl)
-	tb.Cleanup(func() { ctrl.stop(20 * time.Second) })
+	tb.Cleanup(func() { ctrl.Stop(20 * time.Second) })
 
 	for i, n := range bed.Nodes {
 		token, err := tf.agentToken(n.Name)
@@ -111,7 +110,7 @@ func Start(tb testing.TB, bed *testbed.Testbed, dir string) *Tierflow {
 		tf.AgentSockets[n.Name] = sock
 		// Every node bridge shares the test bed's one ovs-vswitchd (and its
 		// conntrack), so each agent gets its own zone.
-		p, err := startProcess(dir, "tierflow-agent-"+n.Name, filepath.Join(tf.BinDir, "tierflow-agent"),
+		p, err := testbed.StartProcess(dir, "tierflow-agent-"+n.Name, filepath.Join(tf.BinDir, "tierflow-agent"),
 			"--node-name="+n.Name, "--bridge-name="+n.Bridge.Name, "--datapath-type=netdev",
 			"--ovsdb-socket="+bed.OVS.DBSocketPath(), "--openflow-socket="+n.Bridge.MgmtSocketPath(),
 			"--controller-address="+tf.AgentAddress, "--controller-ca-file="+tf.CAFile, "--controller-server-name=localhost",
@@ -122,7 +121,7 @@ func Start(tb testing.TB, bed *testbed.Testbed, dir string) *Tierflow {
 			tb.Fatal(err)
 		}
 		tf.procs = append(tf.procs, p)
-		tb.Cleanup(func() { p.stop(20 * time.Second) })
+		tb.Cleanup(func() { p.Stop(20 * time.Second) })
 	}
 
 	if tf.QueryToken, err = tf.queryUser(); err != nil {
@@ -141,7 +140,7 @@ func Start(tb testing.TB, bed *testbed.Testbed, dir string) *Tierflow {
 func (tf *Tierflow) Logs(lines int) string {
 	var b strings.Builder
 	for _, p := range tf.procs {
-		fmt.Fprintf(&b, "--- %s (%s):\n%s\n", p.name, p.log, p.logTail(lines))
+		fmt.Fprintf(&b, "--- %s (%s):\n%s\n", p.Name, p.LogPath, p.LogTail(lines))
 	}
 	return b.String()
 }
@@ -277,8 +276,8 @@ func (tf *Tierflow) waitAgentsReady(timeout time.Duration) error {
 			return nil
 		}
 		for _, p := range tf.procs {
-			if err := p.exitErr(); err != nil {
-				return fmt.Errorf("%s exited: %v", p.name, err)
+			if err := p.ExitErr(); err != nil {
+				return fmt.Errorf("%s exited: %v", p.Name, err)
 			}
 		}
 		if time.Now().After(deadline) {
@@ -297,5 +296,30 @@ func freeAddress() (string, error) {
 	return ln.Addr().String(), nil
 }
 
-// errExitedCleanly: a daemon ended with status 0 while it should run.
-var errExitedCleanly = errors.New("exited with status 0")
+// Record adds where tierflow listens to st (written by `tierflow-testbed
+// up` and `make demo`); envFile is the file WriteEnv wrote, if any.
+func (tf *Tierflow) Record(st *testbed.State, envFile string) {
+	sockets := map[string]string{}
+	for n, s := range tf.AgentSockets {
+		sockets[n] = s
+	}
+	st.Tierflow = &testbed.TierflowState{QueryAddress: tf.QueryAddress, CAFile: tf.CAFile, BinDir: tf.BinDir, AgentSockets: sockets, EnvFile: envFile}
+}
+
+// WriteEnv writes a shell file that points kubectl and tierctl at this
+// cluster: KUBECONFIG, PATH (kubectl, tierctl), TIERCTL_CONTROLLER,
+// OVS_RUNDIR (for ovs-ofctl) and a tierctl alias carrying the rest of
+// TierctlArgs.
+func (tf *Tierflow) WriteEnv(path, kubeconfig string) error {
+	var flags []string
+	for _, a := range tf.TierctlArgs() {
+		if strings.HasPrefix(a, "--controller=") || strings.HasPrefix(a, "--kubeconfig=") {
+			continue
+		}
+		flags = append(flags, a)
+	}
+	env := fmt.Sprintf("export KUBECONFIG=%s\nexport PATH=%s:%s:$PATH\nexport TIERCTL_CONTROLLER=%s\nexport OVS_RUNDIR=%s\n"+
+		"alias tierctl='tierctl %s'\n",
+		kubeconfig, tf.Bed.Cluster.BinDir, tf.BinDir, tf.QueryAddress, tf.Bed.OVS.Dir, strings.Join(flags, " "))
+	return os.WriteFile(path, []byte(env), 0o600)
+}

@@ -22,7 +22,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"log"
@@ -293,59 +292,13 @@ func show(tb testing.TB, bin string, args []string, display string, env []string
 // writeState writes DIR/state.json in tierflow-testbed's format, so that
 // `make testbed-down` finds and stops this process, and DIR/demo.env.
 func writeState(dir string, tf *framework.Tierflow) error {
-	type nodeState struct {
-		Name       string   `json:"name"`
-		IP         string   `json:"ip"`
-		Bridge     string   `json:"bridge"`
-		UplinkPort string   `json:"uplinkPort"`
-		PodCIDRs   []string `json:"podCIDRs"`
-		CNIConfig  string   `json:"cniConfig"`
-	}
-	bed := tf.Bed
-	st := struct {
-		PID         int         `json:"pid"`
-		Kubeconfig  string      `json:"kubeconfig"`
-		Kubectl     string      `json:"kubectl"`
-		OVSDBSocket string      `json:"ovsdbSocket"`
-		OVSDir      string      `json:"ovsDir"`
-		Fabric      string      `json:"fabricBridge"`
-		NodeIface   string      `json:"nodeInterface"`
-		Nodes       []nodeState `json:"nodes"`
-	}{PID: os.Getpid(), Kubeconfig: bed.Cluster.Kubeconfig, Kubectl: filepath.Join(bed.Cluster.BinDir, "kubectl"),
-		OVSDBSocket: bed.OVS.DBSocketPath(), OVSDir: bed.OVS.Dir, Fabric: bed.Fabric.Name, NodeIface: bed.NodeInterface}
-	for _, n := range bed.Nodes {
-		st.Nodes = append(st.Nodes, nodeState{Name: n.Name, IP: n.IP, Bridge: n.Bridge.Name, UplinkPort: n.UplinkPort, PodCIDRs: n.PodCIDRs, CNIConfig: n.CNIConfig})
-	}
-	kc, err := os.ReadFile(bed.Cluster.Kubeconfig)
-	if err != nil {
+	env := filepath.Join(dir, "demo.env")
+	if err := tf.WriteEnv(env, filepath.Join(dir, "kubeconfig")); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "kubeconfig"), kc, 0o600); err != nil {
-		return err
-	}
-	env := fmt.Sprintf("export KUBECONFIG=%s\nexport PATH=%s:%s:$PATH\nexport TIERCTL_CONTROLLER=%s\nexport OVS_RUNDIR=%s\n"+
-		"alias tierctl='tierctl %s'\n",
-		filepath.Join(dir, "kubeconfig"), filepath.Dir(st.Kubectl), tf.BinDir, tf.QueryAddress, bed.OVS.Dir,
-		strings.Join(tierctlFlags(tf), " "))
-	if err := os.WriteFile(filepath.Join(dir, "demo.env"), []byte(env), 0o600); err != nil {
-		return err
-	}
-	data, _ := json.MarshalIndent(st, "", "  ")
-	if err := os.WriteFile(filepath.Join(dir, "state.json.tmp"), data, 0o644); err != nil {
-		return err
-	}
-	return os.Rename(filepath.Join(dir, "state.json.tmp"), filepath.Join(dir, "state.json"))
-}
-
-// tierctlFlags are TierctlArgs without --controller (in TIERCTL_CONTROLLER).
-func tierctlFlags(tf *framework.Tierflow) []string {
-	var out []string
-	for _, a := range tf.TierctlArgs() {
-		if !strings.HasPrefix(a, "--controller=") {
-			out = append(out, a)
-		}
-	}
-	return out
+	st := tf.Bed.State(os.Getpid())
+	tf.Record(&st, env)
+	return testbed.WriteState(dir, st)
 }
 
 func printUsage(dir string, tf *framework.Tierflow) {

@@ -2,8 +2,13 @@
 // test/testbed) outside of tests, for demos and manual work:
 //
 //	tierflow-testbed up   [--dir D] [--nodes N] [--ipv6] [--normal-flows]
-//	    starts the test bed in the background and returns once the nodes
-//	    are Ready; D/state.json and D/kubeconfig describe it
+//	    starts the test bed in the background with tierflow on it (the
+//	    tierflow-controller and one tierflow-agent per node, as
+//	    test/e2e/framework runs them) and returns once the nodes are Ready
+//	    and every agent enforces a complete policy state; D/state.json and
+//	    D/kubeconfig describe it, D/tierflow.env points kubectl and tierctl
+//	    at it. --normal-flows starts no tierflow: node bridges switch with
+//	    NORMAL flows instead.
 //	tierflow-testbed down [--dir D]
 //	    stops it (pods torn down, daemons stopped), then checks that no
 //	    namespace, interface or process is left, removes any it finds and
@@ -29,31 +34,10 @@ import (
 	"time"
 
 	"github.com/tierflow/tierflow/pkg/cni"
+	"github.com/tierflow/tierflow/test/e2e/framework"
 	"github.com/tierflow/tierflow/test/testbed"
 	"github.com/tierflow/tierflow/test/testbed/noderuntime"
 )
-
-// State describes a running test bed (D/state.json).
-type State struct {
-	PID         int         `json:"pid"`
-	Kubeconfig  string      `json:"kubeconfig"`
-	Kubectl     string      `json:"kubectl"`
-	OVSDBSocket string      `json:"ovsdbSocket"`
-	OVSDir      string      `json:"ovsDir"`
-	Fabric      string      `json:"fabricBridge"`
-	NodeIface   string      `json:"nodeInterface"`
-	Nodes       []NodeState `json:"nodes"`
-}
-
-// NodeState describes one node: what an agent for it needs.
-type NodeState struct {
-	Name       string   `json:"name"`
-	IP         string   `json:"ip"`
-	Bridge     string   `json:"bridge"`
-	UplinkPort string   `json:"uplinkPort"`
-	PodCIDRs   []string `json:"podCIDRs"`
-	CNIConfig  string   `json:"cniConfig"`
-}
 
 func main() {
 	if len(os.Args) < 2 {
@@ -64,7 +48,7 @@ func main() {
 	dir := fs.String("dir", "_output/testbed", "test bed directory")
 	nodes := fs.Int("nodes", 3, "number of nodes")
 	ipv6 := fs.Bool("ipv6", false, "give pods IPv6 addresses too")
-	normal := fs.Bool("normal-flows", false, "install NORMAL flows in node bridges (no agent)")
+	normal := fs.Bool("normal-flows", false, "run no tierflow controller or agents; node bridges switch with NORMAL flows")
 	foreground := fs.Bool("foreground", false, "run in the foreground until SIGTERM (up)")
 	_ = fs.Parse(os.Args[2:])
 	abs, err := filepath.Abs(*dir)
@@ -85,11 +69,10 @@ func main() {
 	}
 }
 
-func statePath(dir string) string { return filepath.Join(dir, "state.json") }
-func logPath(dir string) string   { return dir + ".log" }
+func logPath(dir string) string { return dir + ".log" }
 
 func upDetached(dir string, args []string) int {
-	if st, err := readState(dir); err == nil && processAlive(st.PID) {
+	if st, err := testbed.ReadState(dir); err == nil && processAlive(st.PID) {
 		fmt.Fprintf(os.Stderr, "a test bed is already running (pid %d, %s); run `tierflow-testbed down` first\n", st.PID, dir)
 		return 1
 	}
@@ -128,7 +111,7 @@ func upDetached(dir string, args []string) int {
 			return 1
 		case <-time.After(500 * time.Millisecond):
 		}
-		st, err := readState(dir)
+		st, err := testbed.ReadState(dir)
 		if err != nil || st.PID != cmd.Process.Pid {
 			continue
 		}
@@ -136,6 +119,12 @@ func upDetached(dir string, args []string) int {
 		fmt.Printf("  export KUBECONFIG=%s\n  kubectl: %s\n  OVSDB: unix:%s\n", filepath.Join(dir, "kubeconfig"), st.Kubectl, st.OVSDBSocket)
 		for _, n := range st.Nodes {
 			fmt.Printf("  %s  ip %s  bridge %s  uplink %s  pods %s\n", n.Name, n.IP, n.Bridge, n.UplinkPort, strings.Join(n.PodCIDRs, ","))
+		}
+		if tf := st.Tierflow; tf != nil {
+			fmt.Printf("tierflow: controller query API https://%s, %d agents (binaries in %s)\n", tf.QueryAddress, len(tf.AgentSockets), tf.BinDir)
+			fmt.Printf("  source %s   # KUBECONFIG, PATH (kubectl, tierctl), a tierctl alias\n", tf.EnvFile)
+		} else {
+			fmt.Println("tierflow: not running (--normal-flows): node bridges switch with NORMAL flows")
 		}
 		return 0
 	}
@@ -155,27 +144,23 @@ func runForeground(dir string, opts testbed.Options) int {
 		logger.Print("start failed; cleaning up")
 		return 1
 	}
-	st := State{
-		PID: os.Getpid(), Kubeconfig: tb.Cluster.Kubeconfig, Kubectl: filepath.Join(tb.Cluster.BinDir, "kubectl"),
-		OVSDBSocket: tb.OVS.DBSocketPath(), OVSDir: tb.OVS.Dir, Fabric: tb.Fabric.Name, NodeIface: tb.NodeInterface,
+	st := tb.State(os.Getpid())
+	if !opts.NormalFlows {
+		// The controller and agents stop (gracefully, before the bed) at
+		// runner.Close, like a test's cleanups.
+		var tf *framework.Tierflow
+		if !runner.Run(func(t testing.TB) { tf = framework.Start(t, tb, filepath.Join(dir, "tierflow")) }) {
+			logger.Print("starting tierflow failed; cleaning up")
+			return 1
+		}
+		env := filepath.Join(dir, "tierflow.env")
+		if err := tf.WriteEnv(env, filepath.Join(dir, "kubeconfig")); err != nil {
+			logger.Print(err)
+			return 1
+		}
+		tf.Record(&st, env)
 	}
-	for _, n := range tb.Nodes {
-		st.Nodes = append(st.Nodes, NodeState{Name: n.Name, IP: n.IP, Bridge: n.Bridge.Name, UplinkPort: n.UplinkPort, PodCIDRs: n.PodCIDRs, CNIConfig: n.CNIConfig})
-	}
-	kc, err := os.ReadFile(tb.Cluster.Kubeconfig)
-	if err == nil {
-		err = os.WriteFile(filepath.Join(dir, "kubeconfig"), kc, 0o600)
-	}
-	if err != nil {
-		logger.Print(err)
-		return 1
-	}
-	data, _ := json.MarshalIndent(st, "", "  ")
-	if err := os.WriteFile(statePath(dir)+".tmp", data, 0o644); err != nil {
-		logger.Print(err)
-		return 1
-	}
-	if err := os.Rename(statePath(dir)+".tmp", statePath(dir)); err != nil {
+	if err := testbed.WriteState(dir, st); err != nil {
 		logger.Print(err)
 		return 1
 	}
@@ -184,12 +169,12 @@ func runForeground(dir string, opts testbed.Options) int {
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	s := <-sig
 	logger.Printf("%v: stopping", s)
-	_ = os.Remove(statePath(dir))
+	_ = os.Remove(testbed.StatePath(dir))
 	return 0
 }
 
 func down(dir string) int {
-	st, err := readState(dir)
+	st, err := testbed.ReadState(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		fmt.Println("no test bed state in", dir)
 	} else if err != nil {
@@ -219,7 +204,7 @@ func down(dir string) int {
 // left: pod namespaces and veths (from the node runtimes' records and the
 // namespace prefix), the state's bridges and dummy interface, processes
 // running from the test bed's directory, /agnhost if dangling.
-func removeLeftovers(dir string, st *State) []string {
+func removeLeftovers(dir string, st *testbed.State) []string {
 	var found []string
 	records, _ := filepath.Glob(filepath.Join(dir, "nodes", "*", "pods", "*.json"))
 	for _, f := range records {
@@ -279,18 +264,6 @@ func removeLeftovers(dir string, st *State) []string {
 		_ = os.RemoveAll(dir)
 	}
 	return found
-}
-
-func readState(dir string) (*State, error) {
-	data, err := os.ReadFile(statePath(dir))
-	if err != nil {
-		return nil, err
-	}
-	st := &State{}
-	if err := json.Unmarshal(data, st); err != nil {
-		return nil, fmt.Errorf("%s: %w", statePath(dir), err)
-	}
-	return st, nil
 }
 
 func processAlive(pid int) bool {
