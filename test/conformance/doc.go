@@ -31,19 +31,19 @@
 // so no SCTP probe can succeed. A case whose only failed assertions are
 // SCTP probes is marked as such (Case.FailedOnSCTPOnly); it still counts as
 // failed in the tally, as upstream reports it, but does not fail
-// TestUpstreamConformance. Instead, the eight SCTP tests' policies (ANP,
-// BANP, CNP Admin and Baseline tier; egress and ingress) are applied again,
-// unmodified, after the suites, and every probe those tests make against
-// the policy as applied is checked with the agents' ofproto/trace of the
-// connection's first packet (sctp_test.go): across nodes, the client
-// node's egress verdict (did the packet leave by the uplink?) and then the
-// server node's ingress verdict (a trace of the same packet arriving by its
-// uplink). Every traced probe must agree with upstream's expectation or the
-// test fails. Not traced: the SCTP probes those tests make after patching
-// their policy (rule order swapped, ports changed) and the SCTP probes of
-// the mixed-protocol "gress" and inline-CIDR tests; their TCP and UDP
-// probes pass with real packets, and the same flows carry SCTP
-// (`sctp_dst` instead of `tcp_dst`).
+// TestUpstreamConformance. Instead, the eight SCTP tests (ANP, BANP, CNP
+// Admin and Baseline tier; egress and ingress) are replayed after the
+// suites (sctp_test.go): each manifest applied unmodified, then each
+// subtest's rule swaps and probes in order, every probe checked with the
+// agents' ofproto/trace of the connection's first packet. Across nodes
+// that is the client node's egress verdict (did the packet leave by the
+// uplink?) and then the server node's ingress verdict (a trace of the same
+// packet arriving by its uplink). Every traced probe must agree with
+// upstream's expectation or the test fails. This covers every SCTP probe
+// of the 40 SCTP-test cases. Not traced: the SCTP probes of the
+// mixed-protocol "gress" tests and the inline-CIDR tests (28 cases); their
+// TCP and UDP probes pass with real packets, and the agent builds the same
+// flows for SCTP (`sctp_dst` instead of `tcp_dst`).
 //
 // `make conformance` prints every case, a line on the SCTP cases and the
 // trace check, and ends with `N passed, M failed, K skipped`.

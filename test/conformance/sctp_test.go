@@ -2,6 +2,7 @@ package conformance_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -17,22 +18,26 @@ import (
 )
 
 // sctpManifests are the upstream suites' SCTP policies, by suite version,
-// relative to the module's conformance/ directory.
+// relative to the module's conformance/ directory, and how many of the
+// test's subtests (sctpEgressSteps / sctpIngressSteps, in order) run
+// against each: Admin-tier tests run all six, Baseline-tier tests the
+// first four (they have no Pass action).
 var sctpManifests = map[string][]struct {
-	file    string
-	ingress bool
+	file     string
+	ingress  bool
+	subtests int
 }{
 	"v0.1.7": {
-		{"base/admin_network_policy/standard-egress-sctp-rules.yaml", false},
-		{"base/admin_network_policy/standard-ingress-sctp-rules.yaml", true},
-		{"base/baseline_admin_network_policy/standard-egress-sctp-rules.yaml", false},
-		{"base/baseline_admin_network_policy/standard-ingress-sctp-rules.yaml", true},
+		{"base/admin_network_policy/standard-egress-sctp-rules.yaml", false, 6},
+		{"base/admin_network_policy/standard-ingress-sctp-rules.yaml", true, 6},
+		{"base/baseline_admin_network_policy/standard-egress-sctp-rules.yaml", false, 4},
+		{"base/baseline_admin_network_policy/standard-ingress-sctp-rules.yaml", true, 4},
 	},
 	"v0.2.0": {
-		{"base/admin_tier/standard-egress-sctp-rules.yaml", false},
-		{"base/admin_tier/standard-ingress-sctp-rules.yaml", true},
-		{"base/baseline_tier/standard-egress-sctp-rules.yaml", false},
-		{"base/baseline_tier/standard-ingress-sctp-rules.yaml", true},
+		{"base/admin_tier/standard-egress-sctp-rules.yaml", false, 6},
+		{"base/admin_tier/standard-ingress-sctp-rules.yaml", true, 6},
+		{"base/baseline_tier/standard-egress-sctp-rules.yaml", false, 4},
+		{"base/baseline_tier/standard-ingress-sctp-rules.yaml", true, 4},
 	},
 }
 
@@ -44,41 +49,75 @@ type sctpProbe struct {
 	allowed        bool
 }
 
-// The probes the upstream SCTP tests make against the policies as applied
-// (the subtests that run before any patch, plus "deny ... at the specified
-// port", whose rules the earlier patch of the first two rules leaves
-// alone). All eight SCTP tests of both suites make the same probes, egress
-// tests from ravenclaw, ingress tests into ravenclaw.
+// sctpStep is one subtest of an upstream SCTP test: the two rules it swaps
+// in the policy first (if any; the swaps accumulate, as in the suite, where
+// each subtest patches the policy the previous one left), then its probes.
+type sctpStep struct {
+	subtest string
+	swap    []int
+	probes  []sctpProbe
+}
+
+// The subtests of the upstream SCTP tests, in the order they run, as
+// written in both suites' tests/*-sctp-rules.go (v0.1.7 and v0.2.0 make the
+// same probes and patches): egress tests probe from ravenclaw, ingress
+// tests into ravenclaw, port 9003 from the first client and 9005 from the
+// second.
 var (
-	sctpEgressProbes = []sctpProbe{
-		{"ravenclaw/luna-lovegood-0", "gryffindor/harry-potter-0", 9003, true},
-		{"ravenclaw/luna-lovegood-1", "gryffindor/harry-potter-0", 9005, true},
-		{"ravenclaw/luna-lovegood-0", "hufflepuff/cedric-diggory-1", 9003, true},
-		{"ravenclaw/luna-lovegood-1", "hufflepuff/cedric-diggory-1", 9005, false},
-		{"ravenclaw/luna-lovegood-0", "slytherin/draco-malfoy-0", 9003, false},
-		{"ravenclaw/luna-lovegood-1", "slytherin/draco-malfoy-0", 9005, true},
+	sctpEgressSteps = []sctpStep{
+		{"allow-egress; rule ordering", nil, []sctpProbe{
+			{"ravenclaw/luna-lovegood-0", "gryffindor/harry-potter-0", 9003, true},
+			{"ravenclaw/luna-lovegood-1", "gryffindor/harry-potter-0", 9005, true}}},
+		{"allow-egress at the specified port", nil, []sctpProbe{
+			{"ravenclaw/luna-lovegood-0", "hufflepuff/cedric-diggory-1", 9003, true},
+			{"ravenclaw/luna-lovegood-1", "hufflepuff/cedric-diggory-1", 9005, false}}},
+		{"deny-egress; rule ordering", []int{0, 1}, []sctpProbe{
+			{"ravenclaw/luna-lovegood-0", "gryffindor/harry-potter-1", 9003, false},
+			{"ravenclaw/luna-lovegood-1", "gryffindor/harry-potter-1", 9005, false}}},
+		{"deny-egress at the specified port", nil, []sctpProbe{
+			{"ravenclaw/luna-lovegood-0", "slytherin/draco-malfoy-0", 9003, false},
+			{"ravenclaw/luna-lovegood-1", "slytherin/draco-malfoy-0", 9005, true}}},
+		{"pass-egress; rule ordering", []int{0, 2}, []sctpProbe{
+			{"ravenclaw/luna-lovegood-0", "gryffindor/harry-potter-1", 9003, true},
+			{"ravenclaw/luna-lovegood-1", "gryffindor/harry-potter-1", 9005, true}}},
+		{"pass-egress at the specified port", []int{3, 4}, []sctpProbe{
+			{"ravenclaw/luna-lovegood-0", "slytherin/draco-malfoy-0", 9003, true},
+			{"ravenclaw/luna-lovegood-1", "slytherin/draco-malfoy-0", 9005, true}}},
 	}
-	sctpIngressProbes = []sctpProbe{
-		{"gryffindor/harry-potter-0", "ravenclaw/luna-lovegood-0", 9003, true},
-		{"gryffindor/harry-potter-1", "ravenclaw/luna-lovegood-0", 9005, true},
-		{"hufflepuff/cedric-diggory-0", "ravenclaw/luna-lovegood-1", 9003, true},
-		{"hufflepuff/cedric-diggory-1", "ravenclaw/luna-lovegood-1", 9005, false},
-		{"slytherin/draco-malfoy-0", "ravenclaw/luna-lovegood-0", 9003, false},
-		{"slytherin/draco-malfoy-1", "ravenclaw/luna-lovegood-0", 9005, true},
+	sctpIngressSteps = []sctpStep{
+		{"allow-ingress; rule ordering", nil, []sctpProbe{
+			{"gryffindor/harry-potter-0", "ravenclaw/luna-lovegood-0", 9003, true},
+			{"gryffindor/harry-potter-1", "ravenclaw/luna-lovegood-0", 9005, true}}},
+		{"allow-ingress at the specified port", nil, []sctpProbe{
+			{"hufflepuff/cedric-diggory-0", "ravenclaw/luna-lovegood-1", 9003, true},
+			{"hufflepuff/cedric-diggory-1", "ravenclaw/luna-lovegood-1", 9005, false}}},
+		{"deny-ingress; rule ordering", []int{0, 1}, []sctpProbe{
+			{"gryffindor/harry-potter-0", "ravenclaw/luna-lovegood-1", 9003, false},
+			{"gryffindor/harry-potter-1", "ravenclaw/luna-lovegood-1", 9005, false}}},
+		{"deny-ingress at the specified port", nil, []sctpProbe{
+			{"slytherin/draco-malfoy-0", "ravenclaw/luna-lovegood-0", 9003, false},
+			{"slytherin/draco-malfoy-1", "ravenclaw/luna-lovegood-0", 9005, true}}},
+		{"pass-ingress; rule ordering", []int{0, 2}, []sctpProbe{
+			{"gryffindor/harry-potter-0", "ravenclaw/luna-lovegood-1", 9003, true},
+			{"gryffindor/harry-potter-1", "ravenclaw/luna-lovegood-1", 9005, true}}},
+		{"pass-ingress at the specified port", []int{3, 4}, []sctpProbe{
+			{"slytherin/draco-malfoy-0", "ravenclaw/luna-lovegood-0", 9003, true},
+			{"slytherin/draco-malfoy-1", "ravenclaw/luna-lovegood-0", 9005, true}}},
 	}
 )
 
 const housePrefix = "network-policy-conformance-"
 
-// checkSCTPByTrace applies each upstream SCTP manifest, unmodified, to the
-// houses the last suite left in place, waits until it is realized, and
-// checks every probe of the upstream tests with the agents' ofproto/trace
-// of the connection's first packet: dropped by the client node's bridge
-// (egress) or, when the server is elsewhere, by the server node's bridge
-// (ingress), or delivered (see traceSCTP). Every probe must agree with what
-// the upstream test expects. The kernel has no SCTP, so no real packet can
-// tell; the trace runs the very flows real packets would meet.
-// It returns how many probes it traced and how many agreed.
+// checkSCTPByTrace replays each upstream SCTP test against the houses the
+// last suite left in place: it applies the test's manifest, unmodified,
+// then runs its subtests in order — the rule swaps each subtest patches
+// into the policy, then its probes — waiting until every change is
+// realized, and checks every probe with the agents' ofproto/trace of the
+// connection's first packet: dropped by the client node's bridge (egress)
+// or, when the server is elsewhere, by the server node's bridge (ingress),
+// or delivered (see traceSCTP). Every probe must agree with what the
+// upstream test expects. It returns how many probes it traced and how many
+// agreed.
 func checkSCTPByTrace(t *testing.T, tf *framework.Tierflow) (traced, agreed int) {
 	for _, s := range conformance.Suites {
 		dir, err := s.ModuleDir(context.Background())
@@ -93,24 +132,34 @@ func checkSCTPByTrace(t *testing.T, tf *framework.Tierflow) (traced, agreed int)
 				t.Errorf("SCTP trace %s: %v", name, err)
 				continue
 			}
-			probes := sctpEgressProbes
+			steps := sctpEgressSteps
+			direction := "egress"
 			if m.ingress {
-				probes = sctpIngressProbes
+				steps, direction = sctpIngressSteps, "ingress"
 			}
-			if _, err := tf.WaitRealized(90 * time.Second); err != nil {
-				t.Errorf("SCTP trace %s: %v", name, err)
-			} else {
-				for _, p := range probes {
+		subtests:
+			for _, step := range steps[:m.subtests] {
+				if step.swap != nil {
+					if err := swapRules(tf, path, direction, step.swap[0], step.swap[1]); err != nil {
+						t.Errorf("SCTP trace %s, %s: %v", name, step.subtest, err)
+						break subtests
+					}
+				}
+				if _, err := tf.WaitRealized(90 * time.Second); err != nil {
+					t.Errorf("SCTP trace %s, %s: %v", name, step.subtest, err)
+					break subtests
+				}
+				for _, p := range step.probes {
 					traced++
 					allowed, detail, err := traceSCTP(tf, p)
 					switch {
 					case err != nil:
-						t.Errorf("SCTP trace %s: %s -> %s:%d: %v", name, p.client, p.server, p.port, err)
+						t.Errorf("SCTP trace %s, %s: %s -> %s:%d: %v", name, step.subtest, p.client, p.server, p.port, err)
 					case allowed != p.allowed:
-						t.Errorf("SCTP trace %s: %s -> %s:%d allowed=%v, upstream test wants %v\n%s", name, p.client, p.server, p.port, allowed, p.allowed, detail)
+						t.Errorf("SCTP trace %s, %s: %s -> %s:%d allowed=%v, upstream test wants %v\n%s", name, step.subtest, p.client, p.server, p.port, allowed, p.allowed, detail)
 					default:
 						agreed++
-						t.Logf("SCTP trace %s: %s -> %s:%d allowed=%v as the upstream test wants", name, p.client, p.server, p.port, allowed)
+						t.Logf("SCTP trace %s, %s: %s -> %s:%d allowed=%v as the upstream test wants", name, step.subtest, p.client, p.server, p.port, allowed)
 					}
 				}
 			}
@@ -123,6 +172,31 @@ func checkSCTPByTrace(t *testing.T, tf *framework.Tierflow) (traced, agreed int)
 		}
 	}
 	return traced, agreed
+}
+
+// swapRules swaps two rules of a direction (egress, ingress) in the policy
+// a manifest defines, as the upstream subtests patch it.
+func swapRules(tf *framework.Tierflow, manifest, direction string, i, j int) error {
+	out, err := tf.Kubectl("", "get", "-f", manifest, "-o", "json")
+	if err != nil {
+		return err
+	}
+	var obj map[string]any
+	if err := json.Unmarshal([]byte(out), &obj); err != nil {
+		return fmt.Errorf("policy of %s: %v", manifest, err)
+	}
+	spec, _ := obj["spec"].(map[string]any)
+	rules, _ := spec[direction].([]any)
+	if i >= len(rules) || j >= len(rules) {
+		return fmt.Errorf("policy %v has %d %s rules, cannot swap %d and %d", obj["metadata"], len(rules), direction, i, j)
+	}
+	rules[i], rules[j] = rules[j], rules[i]
+	patched, err := json.Marshal(obj)
+	if err != nil {
+		return err
+	}
+	_, err = tf.Kubectl(string(patched), "replace", "-f", "-")
+	return err
 }
 
 // traceSCTP traces the first packet of an SCTP connection from client to
