@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/netip"
 	"os/exec"
 	"regexp"
 	"slices"
@@ -426,7 +427,7 @@ func (o *flowsOptions) runCheck(ctx context.Context, w io.Writer) error {
 			if !local {
 				why = "no applied-to pod of this node is attached to the bridge"
 			} else {
-				why = matchesNothing(snap, r)
+				why = matchesNothing(snap, p, r, o.node, localPods)
 			}
 			switch {
 			case rc.ActionFlows > 0:
@@ -493,17 +494,95 @@ func hasLocalMember(snap *modelSnapshot, p *model.Policy, node string, local map
 }
 
 // matchesNothing says why a rule can match no packet whatever its pods
-// ("" when it can match some).
-func matchesNothing(snap *modelSnapshot, r model.Rule) string {
-	if len(r.Peer.IPBlocks) > 0 {
-		return ""
+// ("" when it can match some). It reads the rule as the agent's compiler
+// (pkg/agent/policyflows) does: no peer address means no flow; a rule whose
+// ports are all named ports has flows only for the names that resolve — on
+// the node's applied-to pods for ingress, on the destination pods (address
+// group members, and NamedPortGroups members inside an ipBlock) for egress.
+func matchesNothing(snap *modelSnapshot, p *model.Policy, r model.Rule, node string, local map[model.PodRef]bool) string {
+	hasPeer := false
+	for _, blk := range r.Peer.IPBlocks {
+		if blk.CIDR.IsValid() {
+			hasPeer = true
+		}
 	}
 	for _, id := range r.Peer.AddressGroups {
 		if g := snap.AddressGroups[id]; g != nil && len(g.Members) > 0 {
-			return ""
+			hasPeer = true
 		}
 	}
-	return "its peers hold no address"
+	if !hasPeer {
+		return "its peers hold no address"
+	}
+	var named []model.Port
+	for _, port := range r.Ports {
+		if port.Name == "" {
+			return "" // a numeric or protocol-only port matches something
+		}
+		named = append(named, port)
+	}
+	if len(named) == 0 {
+		return ""
+	}
+	resolves := func(m model.GroupMember) bool {
+		for _, want := range named {
+			for _, np := range m.Ports {
+				if np.Name == want.Name && (want.Protocol == "" || want.Protocol == np.Protocol) && np.Port >= 1 && np.Port <= 65535 {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	if r.Direction == model.DirectionIn {
+		for _, id := range p.AppliedToGroups {
+			if g := snap.AppliedToGroups[id]; g != nil {
+				for _, m := range g.MembersByNode[node] {
+					if m.Pod != nil && local[*m.Pod] && resolves(m) {
+						return ""
+					}
+				}
+			}
+		}
+		return "its named ports resolve on none of this node's applied-to pods"
+	}
+	for _, id := range r.Peer.AddressGroups {
+		if g := snap.AddressGroups[id]; g != nil {
+			for _, m := range g.Members {
+				if resolves(m) {
+					return ""
+				}
+			}
+		}
+	}
+	for _, id := range r.NamedPortGroups {
+		g := snap.AddressGroups[id]
+		if g == nil {
+			continue
+		}
+		for _, m := range g.Members {
+			if m.Pod == nil || !resolves(m) {
+				continue
+			}
+			for _, ip := range m.IPs {
+				for _, blk := range r.Peer.IPBlocks {
+					if blk.CIDR.IsValid() && blk.CIDR.Contains(ip.Unmap()) && !inExcept(blk, ip.Unmap()) {
+						return ""
+					}
+				}
+			}
+		}
+	}
+	return "its named ports resolve on none of its destination pods"
+}
+
+func inExcept(blk model.IPBlock, ip netip.Addr) bool {
+	for _, x := range blk.Except {
+		if x.Contains(ip) {
+			return true
+		}
+	}
+	return false
 }
 
 type modelSnapshot = model.Snapshot
