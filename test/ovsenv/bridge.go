@@ -320,3 +320,31 @@ func (p *Pod) Exec(args ...string) (string, error) {
 	}
 	return string(out), nil
 }
+
+// AdoptPod registers a pod that something else attached to the bridge —
+// the real tierflow-cni, in tests of it — so that the pod's probes and
+// listeners work as for AddPod: netns is its namespace (ip netns name),
+// hostIf the bridge-side interface (its ofport is looked up), addrs its
+// addresses. The namespace is deleted at cleanup.
+func (b *Bridge) AdoptPod(name, netns, hostIf string, addrs ...netip.Prefix) *Pod {
+	e := b.env
+	e.t.Helper()
+	p := &Pod{bridge: b, Name: name, Netns: netns, NetnsPath: "/run/netns/" + netns, IfName: PodInterfaceName, HostIf: hostIf, Addrs: addrs}
+	e.mu.Lock()
+	e.namespaces = append(e.namespaces, netns)
+	e.mu.Unlock()
+	out, err := exec.Command("ip", "netns", "exec", netns, "cat", "/sys/class/net/"+p.IfName+"/address").Output()
+	if err != nil {
+		e.t.Fatalf("ovsenv: pod %s: reading MAC: %v", name, err)
+	}
+	if p.MAC, err = net.ParseMAC(strings.TrimSpace(string(out))); err != nil {
+		e.t.Fatalf("ovsenv: pod %s: %v", name, err)
+	}
+	if p.OFPort, err = b.OFPort(hostIf); err != nil {
+		e.t.Fatalf("ovsenv: pod %s: %v", name, err)
+	}
+	b.mu.Lock()
+	b.pods = append(b.pods, p)
+	b.mu.Unlock()
+	return p
+}

@@ -260,6 +260,12 @@ func (m *Manager) ensureGateway(ctx context.Context, local Node) (pipeline.Gatew
 	defer cancel()
 	port, err := m.o.OVSDB.WaitOFPort(wctx, name)
 	if err != nil {
+		// ovs-vswitchd does not retry a port it failed to open (e.g. a
+		// device of that name already exists): remove it, so the next
+		// attempt creates it anew once the cause is gone.
+		if derr := m.o.OVSDB.DeletePort(ctx, m.o.Bridge, name); derr != nil {
+			err = errors.Join(err, fmt.Errorf("removing the failed port: %w", derr))
+		}
 		return pipeline.Gateway{}, fmt.Errorf("gateway port %s: %w", name, err)
 	}
 	prefixes := GatewayPrefixes(local.PodCIDRs)

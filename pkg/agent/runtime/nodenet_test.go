@@ -1,0 +1,568 @@
+package runtime_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	goruntime "runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	vnetns "github.com/vishvananda/netns"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/yaml"
+
+	"github.com/tierflow/tierflow/pkg/agent/nodenet"
+	"github.com/tierflow/tierflow/pkg/config"
+	"github.com/tierflow/tierflow/pkg/config/cniinstall"
+	"github.com/tierflow/tierflow/test/ovsenv"
+)
+
+// simNode is one simulated node of the noEncap test: its own network
+// namespace (the node's host stack) with its own ovsdb-server and
+// ovs-vswitchd, joined to the other node by a veth pair (the node network).
+type simNode struct {
+	name     string
+	env      *ovsenv.Env
+	br       *ovsenv.Bridge
+	ip4      netip.Prefix // on the node network
+	ip6      netip.Prefix
+	podCIDRs []string
+	cniConf  []byte
+	tokenDir string
+}
+
+// TestNoEncapTwoNodes runs two nodes the way a real cluster does in noEncap
+// mode: pods attached by the real tierflow-cni with the configuration
+// tierflow-install-cni writes (default route via the gateway), agents
+// watching Node objects with the agent's RBAC from manifests/, kernel
+// routes between the nodes. It checks pod-to-pod traffic across nodes
+// (TCP and UDP, IPv4 and IPv6), node-to-pod traffic, a NetworkPolicy
+// enforced at the destination node (the node's own traffic still passes,
+// another node's does not), a gateway port that cannot be created (nothing
+// leaves the node until it can), an agent restart (gateway and routes
+// unchanged), a Node without pod CIDRs (ignored), and a deleted Node (its
+// route goes).
+func TestNoEncapTwoNodes(t *testing.T) {
+	c := newCluster(t)
+	kubeconfig := agentKubeconfig(t, c)
+	cniBin := buildCNI(t)
+	ctx := context.Background()
+
+	n1 := &simNode{name: "nn-1", ip4: netip.MustParsePrefix("192.168.77.1/24"), ip6: netip.MustParsePrefix("fd00:77::1/64"),
+		podCIDRs: []string{"10.77.1.0/24", "fd00:77:1::/64"}}
+	n2 := &simNode{name: "nn-2", ip4: netip.MustParsePrefix("192.168.77.2/24"), ip6: netip.MustParsePrefix("fd00:77::2/64"),
+		podCIDRs: []string{"10.77.2.0/24", "fd00:77:2::/64"}}
+	nodes := []*simNode{n1, n2}
+	for _, n := range nodes {
+		n.env = ovsenv.Start(t, ovsenv.WithOwnNetns())
+		n.br = n.env.AddBridge("br")
+	}
+	// The node network: a veth pair between the two namespaces.
+	l1, l2 := "tfnn"+n1.env.ID, "tfnn"+n2.env.ID
+	mustRun(t, "ip", "link", "add", l1, "netns", n1.env.Netns(), "type", "veth", "peer", "name", l2, "netns", n2.env.Netns())
+	for _, x := range []struct {
+		n    *simNode
+		link string
+	}{{n1, l1}, {n2, l2}} {
+		ns := x.n.env.Netns()
+		mustRun(t, "ip", "-n", ns, "addr", "add", x.n.ip4.String(), "dev", x.link)
+		mustRun(t, "ip", "-n", ns, "addr", "add", x.n.ip6.String(), "dev", x.link, "nodad")
+		mustRun(t, "ip", "-n", ns, "link", "set", x.link, "up")
+	}
+
+	// Node objects as kube-controller-manager and the kubelet leave them.
+	for _, n := range nodes {
+		n.tokenDir = c.addNode(t, n.name)
+		setNode(t, c, n.name, n.podCIDRs, n.ip4.Addr(), n.ip6.Addr())
+		agentCfg := config.DefaultAgent()
+		agentCfg.BridgeName = n.br.Name
+		agentCfg.OVSDBSocket = n.env.DBSocketPath()
+		conf, err := cniinstall.Conflist(&agentCfg, n.podCIDRs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.cniConf = pluginConf(t, conf, filepath.Join(c.dir, n.name+"-ipam"))
+	}
+	// A node that has no pod CIDRs yet: the agents route nothing to it.
+	if _, err := c.kube.Kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "nn-unallocated"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	a := attachPod(t, c, n1, cniBin, "a", map[string]string{"app": "a"})
+	b := attachPod(t, c, n2, cniBin, "b", map[string]string{"app": "b"})
+	cc := attachPod(t, c, n1, cniBin, "c", map[string]string{"app": "c", "role": "friend"})
+	for _, p := range []*ovsenv.Pod{a, b, cc} {
+		p.ListenTCP(8080)
+		p.ListenUDP(5353)
+	}
+	for _, p := range []*ovsenv.Pod{a, b} {
+		if out, err := p.Exec("ip", "route", "show", "default"); err != nil || !strings.Contains(out, "via 10.77.") {
+			t.Fatalf("pod %s: default route %q (%v), want via its node's gateway", p.Name, out, err)
+		}
+	}
+
+	// Node 2's gateway cannot be created at first: a device of its name
+	// exists.
+	mustRun(t, "ip", "-n", n2.env.Netns(), "link", "add", "tierflow-gw0", "type", "veth", "peer", "name", "tfnn-squatter")
+
+	ctrl := c.startController(t)
+	_ = ctrl
+	start := func(n *simNode, zone uint16) *agentProc {
+		opts := c.agentOptions(t, n.env, n.br, n.name, n.tokenDir, zone)
+		opts.Config.NodeNetwork.Mode = config.NodeNetworkNoEncap
+		opts.Config.Kubeconfig = kubeconfig
+		opts.NodeNetNS = n.env.NetnsPath()
+		return startAgent(t, n.name, opts)
+	}
+	ag1, ag2 := start(n1, 1), start(n2, 2)
+	ag1.realizedOn(t)
+	ag2.realizedOn(t)
+
+	// Node 1 is fully up: gateway and a route to node 2.
+	eventually(t, 60*time.Second, "node 1 gateway and routes", func() error {
+		return checkNodeNet(n1, []string{"10.77.1.1/24", "fd00:77:1::1/64"},
+			[]string{"10.77.2.0/24 via 192.168.77.2", "fd00:77:2::/64 via fd00:77::2"})
+	})
+	// Node 2 has no gateway: its pod reaches nothing outside the node, and
+	// nobody reaches it (fail closed), while node-local traffic works.
+	time.Sleep(time.Second)
+	if out, _ := exec.Command("ip", "-n", n2.env.Netns(), "-d", "link", "show", "tierflow-gw0").CombinedOutput(); !strings.Contains(string(out), "veth") {
+		t.Fatalf("node 2's tierflow-gw0 was replaced: %s", out)
+	}
+	probe(t, "gateway missing on node 2", []flow{
+		{a, b, 8080, "tcp", false},
+		{b, a, 8080, "tcp", false},
+		{a, cc, 8080, "tcp", true},
+	}...)
+	// Once the device is gone the agent's retry creates the gateway.
+	mustRun(t, "ip", "-n", n2.env.Netns(), "link", "delete", "tierflow-gw0")
+	eventually(t, 60*time.Second, "node 2 gateway and routes", func() error {
+		return checkNodeNet(n2, []string{"10.77.2.1/24", "fd00:77:2::1/64"},
+			[]string{"10.77.1.0/24 via 192.168.77.1", "fd00:77:1::/64 via fd00:77::1"})
+	})
+
+	all := []flow{
+		{a, b, 8080, "tcp", true},
+		{a, b, 5353, "udp", true},
+		{b, a, 8080, "tcp", true},
+		{cc, b, 8080, "tcp", true},
+		{a, cc, 8080, "tcp", true},
+	}
+	probe(t, "no policy", all...)
+	t.Log("cross-node traffic works")
+	probe(t, "no policy, IPv6", flow{a, b, 8080, "tcp6", true}, flow{b, cc, 5353, "udp6", true})
+	probeHost(t, "no policy", []hostFlow{
+		{n1, a, true}, // the node to its own pod, through the gateway
+		{n1, b, true}, // the node to another node's pod, through the route
+		{n2, b, true},
+	})
+
+	// Ingress policy on b (node 2): only role=friend pods. It is realized
+	// on node 2 alone (the span of its applied-to pod) and enforced there.
+	np := &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "b-friends", Namespace: ovsenv.PodNamespace},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "b"}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{{
+				From: []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"role": "friend"}}}},
+			}},
+		},
+	}
+	if _, err := c.kube.Kube.NetworkingV1().NetworkPolicies(ovsenv.PodNamespace).Create(ctx, np, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	const npRef = "NetworkPolicy/default/b-friends"
+	ag2.realizedOn(t, npRef)
+	ag1.realizedOn(t)
+	if err := n2.env.WaitRevalidated(); err != nil {
+		t.Fatal(err)
+	}
+	probe(t, "b isolated", []flow{
+		{a, b, 8080, "tcp", false},
+		{a, b, 5353, "udp", false},
+		{a, b, 8080, "tcp6", false},
+		{cc, b, 8080, "tcp", true},
+		{b, a, 8080, "tcp", true}, // egress of b is not isolated
+	}...)
+	probeHost(t, "b isolated", []hostFlow{
+		{n2, b, true},  // its own node (kubelet probes) is always allowed
+		{n1, b, false}, // another node is not a friend pod
+		{n1, a, true},
+	})
+
+	// Agent restart: the gateway and the routes are adopted as they are.
+	gwBefore, _ := n1.env.Vsctl("get", "Interface", "tierflow-gw0", "ofport")
+	ag1.stop()
+	ag1 = start(n1, 1)
+	ag1.realizedOn(t)
+	gwAfter, _ := n1.env.Vsctl("get", "Interface", "tierflow-gw0", "ofport")
+	if strings.TrimSpace(gwBefore) != strings.TrimSpace(gwAfter) || strings.TrimSpace(gwAfter) == "" {
+		t.Fatalf("gateway ofport %q before the restart, %q after", gwBefore, gwAfter)
+	}
+	if err := checkNodeNet(n1, []string{"10.77.1.1/24", "fd00:77:1::1/64"},
+		[]string{"10.77.2.0/24 via 192.168.77.2", "fd00:77:2::/64 via fd00:77::2"}); err != nil {
+		t.Fatalf("after the restart: %v", err)
+	}
+	probe(t, "after agent restart", []flow{
+		{cc, b, 8080, "tcp", true},
+		{a, b, 8080, "tcp", false},
+		{b, a, 5353, "udp", true},
+	}...)
+
+	// Node 2 leaves the cluster: node 1 removes its routes.
+	if err := c.kube.Kube.CoreV1().Nodes().Delete(ctx, n2.name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, "node 1 routes after node 2 left", func() error {
+		return checkNodeNet(n1, []string{"10.77.1.1/24", "fd00:77:1::1/64"}, nil)
+	})
+	// Node 1's kernel has no route left: it answers "network unreachable".
+	if err := cc.ProbeTCP(netip.AddrPortFrom(b.IPv4(), 8080), time.Second); !errors.Is(err, syscall.ENETUNREACH) && !errors.Is(err, ovsenv.ErrNoReply) {
+		t.Errorf("node 2 gone: c -> b: %v, want network unreachable or no reply", err)
+	}
+	probe(t, "node 2 gone", flow{a, cc, 8080, "tcp", true})
+}
+
+// flow is one probe between pods; proto is tcp, udp, tcp6 or udp6.
+type flow struct {
+	src, dst *ovsenv.Pod
+	port     uint16
+	proto    string
+	allowed  bool
+}
+
+func probe(t *testing.T, step string, flows ...flow) {
+	t.Helper()
+	for _, f := range flows {
+		dstIP := f.dst.IPv4()
+		if strings.HasSuffix(f.proto, "6") {
+			dstIP = f.dst.IPv6()
+		}
+		dst := netip.AddrPortFrom(dstIP, f.port)
+		try := func(timeout time.Duration) error {
+			if strings.HasPrefix(f.proto, "udp") {
+				return f.src.ProbeUDP(dst, timeout)
+			}
+			return f.src.ProbeTCP(dst, timeout)
+		}
+		var err error
+		if f.allowed {
+			for i := 0; i < 3; i++ {
+				if err = try(3 * time.Second); err == nil {
+					break
+				}
+			}
+			if err != nil {
+				t.Errorf("%s: %s -> %s %s %s: %v, want allowed", step, f.src.Name, f.dst.Name, f.proto, dst, err)
+			}
+			continue
+		}
+		if err = try(time.Second); err == nil {
+			t.Errorf("%s: %s -> %s %s %s: allowed, want blocked", step, f.src.Name, f.dst.Name, f.proto, dst)
+		} else if !errors.Is(err, ovsenv.ErrNoReply) {
+			t.Errorf("%s: %s -> %s %s %s: %v, want no reply", step, f.src.Name, f.dst.Name, f.proto, dst, err)
+		}
+	}
+}
+
+// hostFlow is a TCP connection from a node's host stack to a pod.
+type hostFlow struct {
+	from    *simNode
+	dst     *ovsenv.Pod
+	allowed bool
+}
+
+func probeHost(t *testing.T, step string, flows []hostFlow) {
+	t.Helper()
+	for _, f := range flows {
+		dst := netip.AddrPortFrom(f.dst.IPv4(), 8080)
+		var err error
+		tries, timeout := 1, time.Second
+		if f.allowed {
+			tries, timeout = 3, 3*time.Second
+		}
+		for i := 0; i < tries; i++ {
+			if err = inNetNS(f.from.env.NetnsPath(), func() error { return echo(dst, timeout) }); err == nil {
+				break
+			}
+		}
+		if f.allowed && err != nil {
+			t.Errorf("%s: node %s -> %s %s: %v, want allowed", step, f.from.name, f.dst.Name, dst, err)
+		}
+		if !f.allowed && err == nil {
+			t.Errorf("%s: node %s -> %s %s: allowed, want blocked", step, f.from.name, f.dst.Name, dst)
+		}
+	}
+}
+
+// echo connects, sends a line and waits for the echo server's answer.
+func echo(dst netip.AddrPort, timeout time.Duration) error {
+	conn, err := net.DialTimeout("tcp", dst.String(), timeout)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(timeout))
+	if _, err := conn.Write([]byte("probe\n")); err != nil {
+		return err
+	}
+	buf := make([]byte, 64)
+	n, err := conn.Read(buf)
+	if err != nil {
+		return err
+	}
+	if !strings.HasPrefix(string(buf[:n]), "probe") {
+		return fmt.Errorf("echo %q", buf[:n])
+	}
+	return nil
+}
+
+// inNetNS runs fn on a thread in the namespace at path. The socket it
+// opens stays in that namespace.
+func inNetNS(path string, fn func() error) error {
+	goruntime.LockOSThread()
+	defer goruntime.UnlockOSThread()
+	orig, err := vnetns.Get()
+	if err != nil {
+		return err
+	}
+	defer orig.Close()
+	target, err := vnetns.GetFromPath(path)
+	if err != nil {
+		return err
+	}
+	defer target.Close()
+	if err := vnetns.Set(target); err != nil {
+		return err
+	}
+	defer func() {
+		if err := vnetns.Set(orig); err != nil {
+			panic(fmt.Sprintf("cannot return to the test's network namespace: %v", err))
+		}
+	}()
+	return fn()
+}
+
+// checkNodeNet compares a node's gateway addresses and the agent's routes
+// (proto 0x54) with the expected ones.
+func checkNodeNet(n *simNode, addrs, routes []string) error {
+	out, err := exec.Command("ip", "-n", n.env.Netns(), "addr", "show", "dev", "tierflow-gw0", "scope", "global").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("gateway: %v: %s", err, out)
+	}
+	if !strings.Contains(string(out), "state UP") && !strings.Contains(string(out), ",UP") {
+		return fmt.Errorf("gateway not up: %s", out)
+	}
+	for _, a := range addrs {
+		if !strings.Contains(string(out), "inet "+a) && !strings.Contains(string(out), "inet6 "+a) {
+			return fmt.Errorf("gateway lacks %s: %s", a, out)
+		}
+	}
+	var got []string
+	for _, fam := range []string{"-4", "-6"} {
+		out, err := exec.Command("ip", "-n", n.env.Netns(), fam, "route", "show", "proto", fmt.Sprint(int(nodenet.RouteProtocol))).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("routes: %v: %s", err, out)
+		}
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			if f := strings.Fields(line); len(f) >= 3 && f[1] == "via" {
+				got = append(got, strings.Join(f[:3], " "))
+			}
+		}
+	}
+	if strings.Join(got, ",") != strings.Join(routes, ",") {
+		return fmt.Errorf("agent routes %q, want %q", got, routes)
+	}
+	return nil
+}
+
+func mustRun(t *testing.T, args ...string) {
+	t.Helper()
+	if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v: %s", strings.Join(args, " "), err, out)
+	}
+}
+
+// setNode gives a Node its pod CIDRs and InternalIPs.
+func setNode(t *testing.T, c *cluster, name string, podCIDRs []string, ips ...netip.Addr) {
+	t.Helper()
+	ctx := context.Background()
+	nodes := c.kube.Kube.CoreV1().Nodes()
+	n, err := nodes.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Spec.PodCIDR, n.Spec.PodCIDRs = podCIDRs[0], podCIDRs
+	if n, err = nodes.Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	n.Status.Addresses = nil
+	for _, ip := range ips {
+		n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: ip.String()})
+	}
+	if _, err := nodes.UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// agentKubeconfig applies the agent's RBAC from manifests/tierflow.yaml
+// and returns a kubeconfig authenticating as the agent's service account
+// (a client certificate with its user name), so the agents run with
+// exactly the permissions a cluster gives them.
+func agentKubeconfig(t *testing.T, c *cluster) string {
+	t.Helper()
+	ctx := context.Background()
+	raw, err := os.ReadFile("../../../manifests/tierflow.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found int
+	for _, doc := range strings.Split(string(raw), "\n---\n") {
+		var meta struct {
+			Kind     string `json:"kind"`
+			Metadata struct {
+				Name string `json:"name"`
+			} `json:"metadata"`
+		}
+		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil || meta.Metadata.Name != "tierflow-agent" {
+			continue
+		}
+		switch meta.Kind {
+		case "ClusterRole":
+			var role rbacv1.ClusterRole
+			if err := yaml.Unmarshal([]byte(doc), &role); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.kube.Kube.RbacV1().ClusterRoles().Create(ctx, &role, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			found++
+		case "ClusterRoleBinding":
+			var b rbacv1.ClusterRoleBinding
+			if err := yaml.Unmarshal([]byte(doc), &b); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.kube.Kube.RbacV1().ClusterRoleBindings().Create(ctx, &b, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			found++
+		}
+	}
+	if found != 2 {
+		t.Fatalf("manifests/tierflow.yaml: found %d of the agent's ClusterRole and ClusterRoleBinding", found)
+	}
+	rc := c.kube.ConfigFor(t, "system:serviceaccount:"+agentNS+":"+agentSA, "system:serviceaccounts", "system:serviceaccounts:"+agentNS)
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["c"] = &clientcmdapi.Cluster{Server: rc.Host, CertificateAuthorityData: rc.CAData}
+	kc.AuthInfos["agent"] = &clientcmdapi.AuthInfo{ClientCertificateData: rc.CertData, ClientKeyData: rc.KeyData}
+	kc.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "agent"}
+	kc.CurrentContext = "c"
+	path := filepath.Join(c.dir, "agent.kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// buildCNI builds tierflow-cni and host-local.
+func buildCNI(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	cmd := exec.Command("go", "build", "-o", dir+"/", "../../../cmd/tierflow-cni",
+		"github.com/containernetworking/plugins/plugins/ipam/host-local")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building tierflow-cni and host-local: %v\n%s", err, out)
+	}
+	return dir
+}
+
+// pluginConf turns the conflist tierflow-install-cni writes into the
+// single plugin configuration a runtime passes to tierflow-cni, with the
+// IPAM state in dataDir (one per simulated node).
+func pluginConf(t *testing.T, conflist []byte, dataDir string) []byte {
+	t.Helper()
+	var list struct {
+		CNIVersion string           `json:"cniVersion"`
+		Name       string           `json:"name"`
+		Plugins    []map[string]any `json:"plugins"`
+	}
+	if err := json.Unmarshal(conflist, &list); err != nil || len(list.Plugins) != 1 {
+		t.Fatalf("conflist %s: %v", conflist, err)
+	}
+	p := list.Plugins[0]
+	p["cniVersion"], p["name"] = list.CNIVersion, list.Name
+	p["ipam"].(map[string]any)["dataDir"] = dataDir
+	out, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// attachPod creates a pod namespace, runs tierflow-cni ADD in the node's
+// namespace (as the node's container runtime would) and creates the Pod
+// object with the addresses it got.
+func attachPod(t *testing.T, c *cluster, n *simNode, cniBin, name string, labels map[string]string) *ovsenv.Pod {
+	t.Helper()
+	nsName := fmt.Sprintf("tfpod-nn-%d-%s-%s", os.Getpid(), n.env.ID, name)
+	mustRun(t, "ip", "netns", "add", nsName)
+	adopted := false
+	t.Cleanup(func() {
+		if !adopted { // else the Env deletes it
+			_ = exec.Command("ip", "netns", "delete", nsName).Run()
+		}
+	})
+	cmd := exec.Command("ip", "netns", "exec", n.env.Netns(), filepath.Join(cniBin, "tierflow-cni"))
+	cmd.Env = append(os.Environ(), "CNI_COMMAND=ADD", "CNI_CONTAINERID=ctr-"+name, "CNI_NETNS=/run/netns/"+nsName,
+		"CNI_IFNAME=eth0", "CNI_PATH="+cniBin,
+		fmt.Sprintf("CNI_ARGS=IgnoreUnknown=1;K8S_POD_NAMESPACE=%s;K8S_POD_NAME=%s", ovsenv.PodNamespace, name))
+	cmd.Stdin = bytes.NewReader(n.cniConf)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("tierflow-cni ADD %s: %v\n%s%s", name, err, out, stderr.String())
+	}
+	var res struct {
+		Interfaces []struct {
+			Name    string `json:"name"`
+			Sandbox string `json:"sandbox"`
+		} `json:"interfaces"`
+		IPs []struct {
+			Address string `json:"address"`
+		} `json:"ips"`
+	}
+	if err := json.Unmarshal(out, &res); err != nil {
+		t.Fatalf("tierflow-cni result %s: %v", out, err)
+	}
+	var hostIf string
+	for _, i := range res.Interfaces {
+		if i.Sandbox == "" {
+			hostIf = i.Name
+		}
+	}
+	var addrs []netip.Prefix
+	for _, ip := range res.IPs {
+		addrs = append(addrs, netip.MustParsePrefix(ip.Address))
+	}
+	p := n.br.AdoptPod(name, nsName, hostIf, addrs...)
+	adopted = true
+	c.addPod(t, p, n.name, labels)
+	return p
+}
