@@ -31,19 +31,21 @@
 // so no SCTP probe can succeed. A case whose only failed assertions are
 // SCTP probes is marked as such (Case.FailedOnSCTPOnly); it still counts as
 // failed in the tally, as upstream reports it, but does not fail
-// TestUpstreamConformance. Instead, the eight SCTP tests (ANP, BANP, CNP
-// Admin and Baseline tier; egress and ingress) are replayed after the
-// suites (sctp_test.go): each manifest applied unmodified, then each
-// subtest's rule swaps and probes in order, every probe checked with the
-// agents' ofproto/trace of the connection's first packet. Across nodes
-// that is the client node's egress verdict (did the packet leave by the
-// uplink?) and then the server node's ingress verdict (a trace of the same
-// packet arriving by its uplink). Every traced probe must agree with
-// upstream's expectation or the test fails. This covers every SCTP probe
-// of the 40 SCTP-test cases. Not traced: the SCTP probes of the
-// mixed-protocol "gress" tests and the inline-CIDR tests (28 cases); their
-// TCP and UDP probes pass with real packets, and the agent builds the same
-// flows for SCTP (`sctp_dst` instead of `tcp_dst`).
+// TestUpstreamConformance. Instead, every upstream test that probes SCTP
+// is replayed after the suites (sctp_test.go): the SCTP tests, the
+// mixed-protocol "gress" tests, the inline-CIDR tests and the node-peer
+// tests, of both suites and both tiers. Each manifest is applied
+// unmodified (v0.2.0's templates rendered as its suite renders them), then
+// each subtest's policy changes (rule swaps, the inline-CIDR test's
+// inserted allow rule) and its SCTP probes run in order, every probe
+// checked with the agents' ofproto/trace of the connection's first packet.
+// Across nodes that is the client node's egress verdict (did the packet
+// leave by the uplink?) and then the server node's ingress verdict (a
+// trace of the same packet arriving by its uplink). Every traced probe
+// must agree with upstream's expectation or the test fails. The replay is
+// a transcription of the upstream tests' patches and SCTP probes (pods,
+// ports, expected outcome), checked against both versions' sources; it
+// must be revisited when a suite version changes.
 //
 // `make conformance` prints every case, a line on the SCTP cases and the
 // trace check, and ends with `N passed, M failed, K skipped`.

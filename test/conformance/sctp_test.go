@@ -1,12 +1,15 @@
 package conformance_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"text/template"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -17,31 +20,44 @@ import (
 	"github.com/tierflow/tierflow/test/e2e/framework"
 )
 
-// sctpManifests are the upstream suites' SCTP policies, by suite version,
-// relative to the module's conformance/ directory, and how many of the
-// test's subtests (sctpEgressSteps / sctpIngressSteps, in order) run
-// against each: Admin-tier tests run all six, Baseline-tier tests the
-// first four (they have no Pass action).
-var sctpManifests = map[string][]struct {
-	file     string
-	ingress  bool
-	subtests int
+// sctpTests are the upstream tests that probe SCTP, by suite version:
+// the manifest each applies (relative to the module's conformance/
+// directory) and its subtests, in the order they run. Admin-tier tests
+// run all six subtests of a kind, Baseline-tier tests the first four
+// (they have no Pass action).
+var sctpTests = map[string][]struct {
+	file  string
+	steps []sctpStep
 }{
+	// tests/*-experimental-egress-rules.go, node peers: the one SCTP probe
+	// is expected to be denied (v0.2.0's manifests are templates).
 	"v0.1.7": {
-		{"base/admin_network_policy/standard-egress-sctp-rules.yaml", false, 6},
-		{"base/admin_network_policy/standard-ingress-sctp-rules.yaml", true, 6},
-		{"base/baseline_admin_network_policy/standard-egress-sctp-rules.yaml", false, 4},
-		{"base/baseline_admin_network_policy/standard-ingress-sctp-rules.yaml", true, 4},
+		{"base/admin_network_policy/experimental-egress-selector-rules.yaml", nodePeerSteps(9003)},
+		{"base/baseline_admin_network_policy/experimental-egress-selector-rules.yaml", nodePeerSteps(9003)},
+		{"base/admin_network_policy/standard-egress-sctp-rules.yaml", sctpEgressSteps},
+		{"base/admin_network_policy/standard-ingress-sctp-rules.yaml", sctpIngressSteps},
+		{"base/admin_network_policy/standard-gress-rules-combined.yaml", gressSteps},
+		{"base/admin_network_policy/standard-egress-inline-cidr-rules.yaml", inlineCIDRSteps},
+		{"base/baseline_admin_network_policy/standard-egress-sctp-rules.yaml", sctpEgressSteps[:4]},
+		{"base/baseline_admin_network_policy/standard-ingress-sctp-rules.yaml", sctpIngressSteps[:4]},
+		{"base/baseline_admin_network_policy/standard-gress-rules-combined.yaml", gressSteps[:4]},
+		{"base/baseline_admin_network_policy/standard-egress-inline-cidr-rules.yaml", inlineCIDRSteps},
 	},
 	"v0.2.0": {
-		{"base/admin_tier/standard-egress-sctp-rules.yaml", false, 6},
-		{"base/admin_tier/standard-ingress-sctp-rules.yaml", true, 6},
-		{"base/baseline_tier/standard-egress-sctp-rules.yaml", false, 4},
-		{"base/baseline_tier/standard-ingress-sctp-rules.yaml", true, 4},
+		{"base/admin_tier/experimental-egress-selector-rules.yaml", nodePeerSteps(hostNetworkPorts[6])},
+		{"base/baseline_tier/experimental-egress-selector-rules.yaml", nodePeerSteps(hostNetworkPorts[6])},
+		{"base/admin_tier/standard-egress-sctp-rules.yaml", sctpEgressSteps},
+		{"base/admin_tier/standard-ingress-sctp-rules.yaml", sctpIngressSteps},
+		{"base/admin_tier/standard-gress-rules-combined.yaml", gressSteps},
+		{"base/admin_tier/standard-egress-inline-cidr-rules.yaml", inlineCIDRSteps},
+		{"base/baseline_tier/standard-egress-sctp-rules.yaml", sctpEgressSteps[:4]},
+		{"base/baseline_tier/standard-ingress-sctp-rules.yaml", sctpIngressSteps[:4]},
+		{"base/baseline_tier/standard-gress-rules-combined.yaml", gressSteps[:4]},
+		{"base/baseline_tier/standard-egress-inline-cidr-rules.yaml", inlineCIDRSteps},
 	},
 }
 
-// sctpProbe is one PokeServer of an upstream SCTP test: client pod, server
+// sctpProbe is one SCTP PokeServer of an upstream test: client pod, server
 // pod, port, whether the connection must succeed.
 type sctpProbe struct {
 	client, server string // NAMESPACE-SUFFIX/POD
@@ -49,70 +65,141 @@ type sctpProbe struct {
 	allowed        bool
 }
 
-// sctpStep is one subtest of an upstream SCTP test: the two rules it swaps
-// in the policy first (if any; the swaps accumulate, as in the suite, where
-// each subtest patches the policy the previous one left), then its probes.
+// ruleSwap swaps two rules of a direction ("egress", "ingress").
+type ruleSwap struct {
+	direction string
+	i, j      int
+}
+
+// sctpStep is one subtest of an upstream test: how it patches the policy
+// first (the patches accumulate, as in the suite, where each subtest
+// patches the policy the previous one left), then its SCTP probes (its TCP
+// and UDP probes ran with real packets in the suite).
 type sctpStep struct {
 	subtest string
-	swap    []int
+	swaps   []ruleSwap
+	// allowTo: an Allow (v1alpha1) / Accept (v1alpha2) egress rule to
+	// these pods' addresses (/32 or /128) is put before the others.
+	allowTo []string
 	probes  []sctpProbe
 }
 
-// The subtests of the upstream SCTP tests, in the order they run, as
-// written in both suites' tests/*-sctp-rules.go (v0.1.7 and v0.2.0 make the
-// same probes and patches): egress tests probe from ravenclaw, ingress
-// tests into ravenclaw, port 9003 from the first client and 9005 from the
-// second.
+func swap(direction string, i, j int) []ruleSwap { return []ruleSwap{{direction, i, j}} }
+
+func swapBoth(i, j int) []ruleSwap { return []ruleSwap{{"egress", i, j}, {"ingress", i, j}} }
+
+// The subtests, as written in both suites' tests/*.go (v0.1.7 and v0.2.0
+// make the same patches and SCTP probes).
 var (
+	// tests/*-standard-egress-sctp-rules.go: from ravenclaw, port 9003
+	// from the first client and 9005 from the second.
 	sctpEgressSteps = []sctpStep{
-		{"allow-egress; rule ordering", nil, []sctpProbe{
+		{"allow-egress; rule ordering", nil, nil, []sctpProbe{
 			{"ravenclaw/luna-lovegood-0", "gryffindor/harry-potter-0", 9003, true},
 			{"ravenclaw/luna-lovegood-1", "gryffindor/harry-potter-0", 9005, true}}},
-		{"allow-egress at the specified port", nil, []sctpProbe{
+		{"allow-egress at the specified port", nil, nil, []sctpProbe{
 			{"ravenclaw/luna-lovegood-0", "hufflepuff/cedric-diggory-1", 9003, true},
 			{"ravenclaw/luna-lovegood-1", "hufflepuff/cedric-diggory-1", 9005, false}}},
-		{"deny-egress; rule ordering", []int{0, 1}, []sctpProbe{
+		{"deny-egress; rule ordering", swap("egress", 0, 1), nil, []sctpProbe{
 			{"ravenclaw/luna-lovegood-0", "gryffindor/harry-potter-1", 9003, false},
 			{"ravenclaw/luna-lovegood-1", "gryffindor/harry-potter-1", 9005, false}}},
-		{"deny-egress at the specified port", nil, []sctpProbe{
+		{"deny-egress at the specified port", nil, nil, []sctpProbe{
 			{"ravenclaw/luna-lovegood-0", "slytherin/draco-malfoy-0", 9003, false},
 			{"ravenclaw/luna-lovegood-1", "slytherin/draco-malfoy-0", 9005, true}}},
-		{"pass-egress; rule ordering", []int{0, 2}, []sctpProbe{
+		{"pass-egress; rule ordering", swap("egress", 0, 2), nil, []sctpProbe{
 			{"ravenclaw/luna-lovegood-0", "gryffindor/harry-potter-1", 9003, true},
 			{"ravenclaw/luna-lovegood-1", "gryffindor/harry-potter-1", 9005, true}}},
-		{"pass-egress at the specified port", []int{3, 4}, []sctpProbe{
+		{"pass-egress at the specified port", swap("egress", 3, 4), nil, []sctpProbe{
 			{"ravenclaw/luna-lovegood-0", "slytherin/draco-malfoy-0", 9003, true},
 			{"ravenclaw/luna-lovegood-1", "slytherin/draco-malfoy-0", 9005, true}}},
 	}
+	// tests/*-standard-ingress-sctp-rules.go: into ravenclaw.
 	sctpIngressSteps = []sctpStep{
-		{"allow-ingress; rule ordering", nil, []sctpProbe{
+		{"allow-ingress; rule ordering", nil, nil, []sctpProbe{
 			{"gryffindor/harry-potter-0", "ravenclaw/luna-lovegood-0", 9003, true},
 			{"gryffindor/harry-potter-1", "ravenclaw/luna-lovegood-0", 9005, true}}},
-		{"allow-ingress at the specified port", nil, []sctpProbe{
+		{"allow-ingress at the specified port", nil, nil, []sctpProbe{
 			{"hufflepuff/cedric-diggory-0", "ravenclaw/luna-lovegood-1", 9003, true},
 			{"hufflepuff/cedric-diggory-1", "ravenclaw/luna-lovegood-1", 9005, false}}},
-		{"deny-ingress; rule ordering", []int{0, 1}, []sctpProbe{
+		{"deny-ingress; rule ordering", swap("ingress", 0, 1), nil, []sctpProbe{
 			{"gryffindor/harry-potter-0", "ravenclaw/luna-lovegood-1", 9003, false},
 			{"gryffindor/harry-potter-1", "ravenclaw/luna-lovegood-1", 9005, false}}},
-		{"deny-ingress at the specified port", nil, []sctpProbe{
+		{"deny-ingress at the specified port", nil, nil, []sctpProbe{
 			{"slytherin/draco-malfoy-0", "ravenclaw/luna-lovegood-0", 9003, false},
 			{"slytherin/draco-malfoy-1", "ravenclaw/luna-lovegood-0", 9005, true}}},
-		{"pass-ingress; rule ordering", []int{0, 2}, []sctpProbe{
+		{"pass-ingress; rule ordering", swap("ingress", 0, 2), nil, []sctpProbe{
 			{"gryffindor/harry-potter-0", "ravenclaw/luna-lovegood-1", 9003, true},
 			{"gryffindor/harry-potter-1", "ravenclaw/luna-lovegood-1", 9005, true}}},
-		{"pass-ingress at the specified port", []int{3, 4}, []sctpProbe{
+		{"pass-ingress at the specified port", swap("ingress", 3, 4), nil, []sctpProbe{
 			{"slytherin/draco-malfoy-0", "ravenclaw/luna-lovegood-0", 9003, true},
 			{"slytherin/draco-malfoy-1", "ravenclaw/luna-lovegood-0", 9005, true}}},
+	}
+	// tests/*-standard-gress-rules.go: each subtest patches egress and
+	// ingress alike and probes both ways.
+	gressSteps = []sctpStep{
+		{"allow-gress", nil, nil, []sctpProbe{
+			{"gryffindor/harry-potter-0", "ravenclaw/luna-lovegood-0", 9003, true},
+			{"ravenclaw/luna-lovegood-1", "gryffindor/harry-potter-0", 9003, true}}},
+		{"allow-gress at the specified ports", nil, nil, []sctpProbe{
+			{"gryffindor/harry-potter-0", "hufflepuff/cedric-diggory-1", 9003, true},
+			{"gryffindor/harry-potter-1", "hufflepuff/cedric-diggory-1", 9005, false},
+			{"hufflepuff/cedric-diggory-0", "gryffindor/harry-potter-1", 9003, true},
+			{"hufflepuff/cedric-diggory-1", "gryffindor/harry-potter-1", 9005, false}}},
+		{"deny-gress", swapBoth(0, 1), nil, []sctpProbe{
+			{"gryffindor/harry-potter-0", "ravenclaw/luna-lovegood-1", 9003, false},
+			{"ravenclaw/luna-lovegood-1", "gryffindor/harry-potter-1", 9003, false}}},
+		{"deny-gress at the specified ports", nil, nil, []sctpProbe{
+			{"gryffindor/harry-potter-0", "slytherin/draco-malfoy-0", 9003, false},
+			{"gryffindor/harry-potter-1", "slytherin/draco-malfoy-0", 9005, true},
+			{"slytherin/draco-malfoy-0", "gryffindor/harry-potter-0", 9003, false},
+			{"slytherin/draco-malfoy-1", "gryffindor/harry-potter-0", 9005, true}}},
+		{"pass-gress", swapBoth(0, 2), nil, []sctpProbe{
+			{"gryffindor/harry-potter-0", "ravenclaw/luna-lovegood-0", 9003, true},
+			{"ravenclaw/luna-lovegood-1", "gryffindor/harry-potter-0", 9003, true}}},
+		{"pass-gress at the specified ports", swapBoth(3, 4), nil, []sctpProbe{
+			{"gryffindor/harry-potter-0", "slytherin/draco-malfoy-0", 9003, true},
+			{"gryffindor/harry-potter-1", "slytherin/draco-malfoy-0", 9005, true},
+			{"slytherin/draco-malfoy-0", "gryffindor/harry-potter-0", 9003, true},
+			{"slytherin/draco-malfoy-1", "gryffindor/harry-potter-0", 9005, true}}},
+	}
+)
+
+// v0.2.0's manifests are templates ({{ index .HostNetworkPorts N }}); its
+// suite fills them with HostNetworkPorts, by default the eight ports from
+// 34345 (utils/suite: HostNetworkPortRangeStart, hostNetworkPortsAmount),
+// which tierflow runs it with.
+var hostNetworkPorts = []int{34345, 34346, 34347, 34348, 34349, 34350, 34351, 34352}
+
+// nodePeerSteps is the SCTP probe of the node-peer tests
+// (tests/*-experimental-egress-rules.go): gryffindor to the hostNetwork
+// pod centaur-1, i.e. to its node's address, denied.
+func nodePeerSteps(port int) []sctpStep {
+	return []sctpStep{{"deny-egress to node peers", nil, nil, []sctpProbe{
+		{"gryffindor/harry-potter-1", "forbidden-forrest/centaur-1", port, false}}}}
+}
+
+var (
+	// tests/*-standard-egress-inline-cidr-rules.go: from gryffindor.
+	inlineCIDRSteps = []sctpStep{
+		{"deny-egress to CIDR peers", nil, nil, []sctpProbe{
+			{"gryffindor/harry-potter-1", "ravenclaw/luna-lovegood-0", 9003, false},
+			{"gryffindor/harry-potter-1", "hufflepuff/cedric-diggory-0", 9003, false},
+			{"gryffindor/harry-potter-1", "slytherin/draco-malfoy-0", 9003, true}}},
+		{"allow-egress to CIDR peers", nil, []string{"ravenclaw/luna-lovegood-0", "hufflepuff/cedric-diggory-0"}, []sctpProbe{
+			{"gryffindor/harry-potter-1", "ravenclaw/luna-lovegood-0", 9003, true},
+			{"gryffindor/harry-potter-1", "hufflepuff/cedric-diggory-0", 9003, true},
+			{"gryffindor/harry-potter-1", "ravenclaw/luna-lovegood-1", 9003, false},
+			{"gryffindor/harry-potter-1", "hufflepuff/cedric-diggory-1", 9003, false}}},
 	}
 )
 
 const housePrefix = "network-policy-conformance-"
 
-// checkSCTPByTrace replays each upstream SCTP test against the houses the
-// last suite left in place: it applies the test's manifest, unmodified,
-// then runs its subtests in order — the rule swaps each subtest patches
-// into the policy, then its probes — waiting until every change is
-// realized, and checks every probe with the agents' ofproto/trace of the
+// checkSCTPByTrace replays each upstream test that probes SCTP against the
+// houses the last suite left in place: it applies the test's manifest,
+// unmodified, then runs its subtests in order — the changes each subtest
+// patches into the policy, then its SCTP probes — waiting until every
+// change is realized, and checks every probe with the agents' ofproto/trace of the
 // connection's first packet: dropped by the client node's bridge (egress)
 // or, when the server is elsewhere, by the server node's bridge (ingress),
 // or delivered (see traceSCTP). Every probe must agree with what the
@@ -125,25 +212,22 @@ func checkSCTPByTrace(t *testing.T, tf *framework.Tierflow) (traced, agreed int)
 			t.Errorf("SCTP trace: %v", err)
 			continue
 		}
-		for _, m := range sctpManifests[s.Version] {
+		for _, m := range sctpTests[s.Version] {
 			name := s.Version + "/" + filepath.Base(filepath.Dir(m.file)) + "/" + filepath.Base(m.file)
-			path := filepath.Join(dir, "conformance", m.file)
+			path, err := renderManifest(filepath.Join(dir, "conformance", m.file), t.TempDir())
+			if err != nil {
+				t.Errorf("SCTP trace %s: %v", name, err)
+				continue
+			}
 			if _, err := tf.Kubectl("", "apply", "-f", path); err != nil {
 				t.Errorf("SCTP trace %s: %v", name, err)
 				continue
 			}
-			steps := sctpEgressSteps
-			direction := "egress"
-			if m.ingress {
-				steps, direction = sctpIngressSteps, "ingress"
-			}
 		subtests:
-			for _, step := range steps[:m.subtests] {
-				if step.swap != nil {
-					if err := swapRules(tf, path, direction, step.swap[0], step.swap[1]); err != nil {
-						t.Errorf("SCTP trace %s, %s: %v", name, step.subtest, err)
-						break subtests
-					}
+			for _, step := range m.steps {
+				if err := patchPolicy(tf, path, step); err != nil {
+					t.Errorf("SCTP trace %s, %s: %v", name, step.subtest, err)
+					break subtests
 				}
 				if _, err := tf.WaitRealized(90 * time.Second); err != nil {
 					t.Errorf("SCTP trace %s, %s: %v", name, step.subtest, err)
@@ -174,9 +258,36 @@ func checkSCTPByTrace(t *testing.T, tf *framework.Tierflow) (traced, agreed int)
 	return traced, agreed
 }
 
-// swapRules swaps two rules of a direction (egress, ingress) in the policy
-// a manifest defines, as the upstream subtests patch it.
-func swapRules(tf *framework.Tierflow, manifest, direction string, i, j int) error {
+// renderManifest returns the manifest's path, or for a template (v0.2.0's
+// node-peer manifests) the path of a copy rendered into dir as the suite
+// renders it (utils/kubernetes.Applier: text/template with
+// HostNetworkPorts).
+func renderManifest(path, dir string) (string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	if !strings.Contains(string(data), "{{") {
+		return path, nil
+	}
+	tmpl, err := template.New(filepath.Base(path)).Parse(string(data))
+	if err != nil {
+		return "", fmt.Errorf("template %s: %v", path, err)
+	}
+	var out bytes.Buffer
+	if err := tmpl.Execute(&out, struct{ HostNetworkPorts []int }{hostNetworkPorts}); err != nil {
+		return "", fmt.Errorf("template %s: %v", path, err)
+	}
+	rendered := filepath.Join(dir, filepath.Base(path))
+	return rendered, os.WriteFile(rendered, out.Bytes(), 0o644)
+}
+
+// patchPolicy makes a subtest's changes to the policy a manifest defines:
+// rule swaps, then an allow rule to given pods' addresses put first.
+func patchPolicy(tf *framework.Tierflow, manifest string, step sctpStep) error {
+	if step.swaps == nil && step.allowTo == nil {
+		return nil
+	}
 	out, err := tf.Kubectl("", "get", "-f", manifest, "-o", "json")
 	if err != nil {
 		return err
@@ -185,12 +296,39 @@ func swapRules(tf *framework.Tierflow, manifest, direction string, i, j int) err
 	if err := json.Unmarshal([]byte(out), &obj); err != nil {
 		return fmt.Errorf("policy of %s: %v", manifest, err)
 	}
-	spec, _ := obj["spec"].(map[string]any)
-	rules, _ := spec[direction].([]any)
-	if i >= len(rules) || j >= len(rules) {
-		return fmt.Errorf("policy %v has %d %s rules, cannot swap %d and %d", obj["metadata"], len(rules), direction, i, j)
+	spec, ok := obj["spec"].(map[string]any)
+	if !ok {
+		return fmt.Errorf("policy of %s has no spec", manifest)
 	}
-	rules[i], rules[j] = rules[j], rules[i]
+	for _, sw := range step.swaps {
+		rules, _ := spec[sw.direction].([]any)
+		if sw.i >= len(rules) || sw.j >= len(rules) {
+			return fmt.Errorf("policy %v has %d %s rules, cannot swap %d and %d", obj["metadata"], len(rules), sw.direction, sw.i, sw.j)
+		}
+		rules[sw.i], rules[sw.j] = rules[sw.j], rules[sw.i]
+	}
+	if step.allowTo != nil {
+		action := "Allow" // v1alpha1 AdminNetworkPolicy, BaselineAdminNetworkPolicy
+		if strings.HasSuffix(fmt.Sprint(obj["apiVersion"]), "/v1alpha2") {
+			action = "Accept" // v1alpha2 ClusterNetworkPolicy
+		}
+		var networks []any
+		for _, ref := range step.allowTo {
+			pod, err := housePod(tf, ref)
+			if err != nil {
+				return err
+			}
+			mask := "/32"
+			if strings.Contains(pod.Status.PodIP, ":") {
+				mask = "/128"
+			}
+			networks = append(networks, pod.Status.PodIP+mask)
+		}
+		rule := map[string]any{"name": "allow-egress-to-specific-podIPs", "action": action,
+			"to": []any{map[string]any{"networks": networks}}}
+		rules, _ := spec["egress"].([]any)
+		spec["egress"] = append([]any{rule}, rules...)
+	}
 	patched, err := json.Marshal(obj)
 	if err != nil {
 		return err
@@ -216,7 +354,9 @@ func swapRules(tf *framework.Tierflow, manifest, direction string, i, j int) err
 // ConntrackCommit table's drop before any output). The server node's
 // verdict (ingress policy, delivery to the pod) comes from a second trace
 // on the server node's bridge of the same packet arriving by its uplink,
-// which ends in that bridge (the output is the local pod's port).
+// which ends in that bridge (the output is the local pod's port). A
+// hostNetwork server (node peers) sits behind the fabric, in the host: the
+// client node's egress verdict is the whole verdict.
 func traceSCTP(tf *framework.Tierflow, p sctpProbe) (allowed bool, detail string, err error) {
 	client, err := housePod(tf, p.client)
 	if err != nil {
@@ -234,6 +374,11 @@ func traceSCTP(tf *framework.Tierflow, p sctpProbe) (allowed bool, detail string
 		return false, "", fmt.Errorf("trace on %s: %w", client.Spec.NodeName, err)
 	}
 	detail = fmt.Sprintf("%s: %s\n%s", client.Spec.NodeName, egress.Flow, egress.Output)
+	if server.Spec.HostNetwork {
+		// A node address: the packet leaves by the uplink for the host,
+		// where no bridge of ours decides anything.
+		return leftByUplink(egress, tf.Bed.Fabric.Name), detail, nil
+	}
 	if client.Spec.NodeName == server.Spec.NodeName {
 		return !egress.Dropped, detail, nil
 	}

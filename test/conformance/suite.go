@@ -307,6 +307,6 @@ func SCTPNote(cases []Case, traced, agreed int, traceOK bool) string {
 		verdict = "FAIL"
 	}
 	return fmt.Sprintf("SCTP: %d cases failed on SCTP probes only (no SCTP in the test bed's kernel; counted as failed, as upstream reports them); "+
-		"the SCTP tests replayed (manifests, rule swaps, probes) and every probe checked by ofproto/trace across nodes: %d/%d agree with upstream's expectations (SCTPByTrace %s; gress and inline-CIDR SCTP probes not traced)",
+		"every upstream test that probes SCTP replayed (manifests, policy patches, SCTP probes) and each probe checked by ofproto/trace across nodes: %d/%d agree with upstream's expectations (SCTPByTrace %s)",
 		n, agreed, traced, verdict)
 }

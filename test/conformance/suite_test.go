@@ -77,11 +77,11 @@ func TestParseAndClassify(t *testing.T) {
 		t.Errorf("tally %d passed, %d failed, %d skipped; want 1, 6, 1", p, f, k)
 	}
 	note := SCTPNote(cases, 48, 48, true)
-	if !strings.Contains(note, "SCTP: 2 cases failed on SCTP probes only") || !strings.Contains(note, "48/48 agree") || !strings.Contains(note, "(SCTPByTrace PASS;") {
+	if !strings.Contains(note, "SCTP: 2 cases failed on SCTP probes only") || !strings.Contains(note, "48/48 agree") || !strings.Contains(note, "(SCTPByTrace PASS)") {
 		t.Errorf("SCTP note: %s", note)
 	}
 	for _, bad := range []string{SCTPNote(cases, 48, 47, true), SCTPNote(cases, 48, 48, false), SCTPNote(cases, 0, 0, true)} {
-		if !strings.Contains(bad, "(SCTPByTrace FAIL;") {
+		if !strings.Contains(bad, "(SCTPByTrace FAIL)") {
 			t.Errorf("SCTP note of a failed or empty trace check: %s", bad)
 		}
 	}
