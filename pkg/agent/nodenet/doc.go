@@ -1,0 +1,91 @@
+// Package nodenet is the agent's node networking for real clusters
+// (config nodeNetwork.mode noEncap): how a node's pods reach everything
+// that is not a pod of the same node, and how the rest of the cluster
+// reaches them, without encapsulation.
+//
+// # What it sets up
+//
+//   - Gateway: an OVS internal port (nodeNetwork.gatewayName, default
+//     tierflow-gw0) on the agent's bridge. Its Linux interface owns the
+//     first address of each of the node's pod CIDRs with the CIDR's length
+//     (10.244.1.1/24, and fd00:10:244:1::1/64 on a dual-stack node; IPv6
+//     without duplicate address detection), has the pods' MTU (cni.mtu;
+//     0 leaves the default) and is up. The host therefore has a connected
+//     route to its own pods through the gateway. tierflow-install-cni's
+//     configuration gives pods host-local addresses from the same CIDRs
+//     and a default route via that same first address, so a pod sends
+//     everything off its own subnet to the gateway.
+//   - Routes: for every other Node, a kernel route "podCIDR via
+//     InternalIP" per address family (main table, protocol RouteProtocol
+//     0x54, so `ip route show proto 0x54` lists exactly the agent's routes).
+//     Routes of Nodes that went away or changed are removed; routes of any
+//     other protocol are never touched.
+//   - IP forwarding on for the families of the node's pod CIDRs (already on
+//     on Kubernetes nodes; where it is off and /proc/sys is read-only, as
+//     in an unprivileged container, the sync fails with a clear error).
+//
+// The agent's OpenFlow pipeline (pkg/agent/pipeline, see its DESIGN.md)
+// gets the gateway's OpenFlow port and addresses through Options.OnGateway
+// and rebuilds itself: the gateway is classified as a trusted source,
+// everything from a local pod that is not for a local pod goes to it, and
+// it reaches local pods like any other source. Path of a packet between
+// pods of two nodes: pod → OVS (egress policy of the source pod) →
+// gateway → host kernel → route via the other node's InternalIP → that
+// node's kernel → its gateway → OVS (ingress policy of the destination
+// pod) → pod. The host kernel resolves MAC addresses on both sides (ARP
+// and neighbour discovery pass through the bridge), so no MAC rewriting
+// is needed.
+//
+// # Where it works
+//
+// noEncap needs every node's InternalIP to be directly reachable from
+// every other node (L2-adjacent nodes, as kind's nodes on one docker
+// network), or an underlay that itself routes the pod CIDRs to the right
+// nodes. A route whose next hop is not on a connected network is refused
+// by the kernel; the error is logged and retried, and that node's pods are
+// unreachable (nothing else is affected).
+//
+// # Sources of truth and bad input
+//
+// Everything comes from Node objects, watched with the agent's own
+// credentials (RBAC: get, list, watch on nodes; nothing else). Each sync
+// is level-triggered from the informer's complete view, on every Node
+// event and every Options.Resync (30s) so routes or addresses changed
+// behind the agent's back are repaired. Failures are retried every
+// Options.RetryInterval. Bad input never opens a path:
+//
+//   - The local Node missing, without spec.podCIDRs, or with a malformed,
+//     host-bits-set, too small (no room for gateway and a pod) or
+//     duplicate-family CIDR: the sync fails with that error and changes
+//     nothing — no gateway is created, so the pipeline has none and pods
+//     reach only pods of their own node.
+//   - Another Node with such CIDRs, or without an InternalIP of a family,
+//     gets no route (of that family); a Node whose pod CIDR overlaps this
+//     node's (it would divert local pods' traffic) or another Node's (two
+//     nodes claiming one address: neither is routed, never a guess) gets
+//     none either. Each is logged as "node not routed".
+//   - The gateway port cannot be created (e.g. a device with its name
+//     exists): ovs-vswitchd reports the error, the port is removed again
+//     so the next attempt can succeed, and the pipeline has no gateway
+//     until then.
+//
+// # Restarts
+//
+// Everything is idempotent: a restarted agent adopts the existing port
+// (same OpenFlow port), addresses and routes, and changes only what
+// differs. Stopping the agent leaves gateway and routes in place, as it
+// leaves flows in place, so a rolling update does not cut the node off.
+//
+// # Not done here
+//
+// No encapsulation (Geneve/VXLAN) mode, no SNAT of pod traffic leaving the
+// cluster (pods reach destinations that route the pod CIDRs back, such as
+// other nodes and the hosts; the internet needs a masquerade rule or an
+// underlay that routes pod CIDRs), and no cleanup of routes and gateway
+// when tierflow is uninstalled (delete the tierflow-gw0 port and
+// `ip route flush proto 0x54`).
+//
+// Options.NetNS lets one process manage several simulated nodes' network
+// namespaces (tests): netlink operations use a handle in that namespace,
+// and /proc/sys is written from a thread moved into it.
+package nodenet

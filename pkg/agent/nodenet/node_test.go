@@ -1,0 +1,109 @@
+package nodenet
+
+import (
+	"errors"
+	"net/netip"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func node(name string, cidrs []string, ips ...string) *corev1.Node {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{PodCIDRs: cidrs}}
+	for _, ip := range ips {
+		n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: ip})
+	}
+	n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: "203.0.113.9"})
+	return n
+}
+
+func TestParseNode(t *testing.T) {
+	got, err := ParseNode(node("n1", []string{"10.244.1.0/24", "fd00:10:244:1::/64"}, "172.18.0.2", "fc00:f853::2", "172.18.0.3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.PodCIDRs) != 2 || got.PodCIDRs[1] != netip.MustParsePrefix("fd00:10:244:1::/64") {
+		t.Fatalf("pod CIDRs %v", got.PodCIDRs)
+	}
+	// One InternalIP per family (the first); ExternalIPs are not next hops.
+	if len(got.InternalIPs) != 2 || got.InternalIPs[0] != netip.MustParseAddr("172.18.0.2") {
+		t.Fatalf("internal IPs %v", got.InternalIPs)
+	}
+	legacy := node("n2", nil, "172.18.0.4")
+	legacy.Spec.PodCIDR = "10.244.2.0/24"
+	if got, err := ParseNode(legacy); err != nil || len(got.PodCIDRs) != 1 {
+		t.Fatalf("spec.podCIDR only: %v %v", got, err)
+	}
+	if gw := GatewayPrefixes(got.PodCIDRs); gw[0] != netip.MustParsePrefix("10.244.1.1/24") || gw[1] != netip.MustParsePrefix("fd00:10:244:1::1/64") {
+		t.Fatalf("gateway prefixes %v", gw)
+	}
+
+	for _, tc := range []struct {
+		cidrs []string
+		want  string
+	}{
+		{nil, "no spec.podCIDRs"},
+		{[]string{"10.244.1.0"}, "not a CIDR"},
+		{[]string{"bogus/24"}, "not a CIDR"},
+		{[]string{"10.244.1.5/24"}, "host bits set"},
+		{[]string{"10.244.1.0/31"}, "too small"},
+		{[]string{"10.244.1.0/24", "10.244.2.0/24"}, "more than one per address family"},
+	} {
+		_, err := ParseNode(node("bad", tc.cidrs, "172.18.0.9"))
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "node bad") {
+			t.Errorf("pod CIDRs %v: error %v, want %q", tc.cidrs, err, tc.want)
+		}
+	}
+	if _, err := ParseNode(node("bad", nil)); !errors.Is(err, ErrNoPodCIDR) {
+		t.Errorf("no pod CIDR: %v is not ErrNoPodCIDR", err)
+	}
+}
+
+func mustNode(t *testing.T, n *corev1.Node) Node {
+	t.Helper()
+	p, err := ParseNode(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestDesiredRoutes: one route per other node and family via its
+// InternalIP; nothing that could divert local or other nodes' traffic.
+func TestDesiredRoutes(t *testing.T) {
+	local := mustNode(t, node("n1", []string{"10.244.1.0/24", "fd00:1::/64"}, "172.18.0.2"))
+	others := []Node{
+		local, // the lister returns the local node too
+		mustNode(t, node("n2", []string{"10.244.2.0/24", "fd00:2::/64"}, "172.18.0.3", "fc00::3")),
+		mustNode(t, node("n3", []string{"10.244.3.0/24", "fd00:3::/64"}, "172.18.0.4")), // no IPv6 InternalIP
+		mustNode(t, node("n4", []string{"10.244.1.128/25"}, "172.18.0.5")),              // inside the local CIDR
+		mustNode(t, node("n5", []string{"10.244.3.0/25"}, "172.18.0.6")),                // inside n3's
+	}
+	bad := map[string]error{"n6": ErrNoPodCIDR}
+	routes, errs := DesiredRoutes(local, others, bad)
+	var got []string
+	for _, r := range routes {
+		got = append(got, r.String())
+	}
+	want := []string{"10.244.2.0/24 via 172.18.0.3 (node n2)", "fd00:2::/64 via fc00::3 (node n2)"}
+	// n3's IPv4 CIDR overlaps n5's, so neither is routed: two nodes
+	// claiming one address are never guessed between.
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("routes %q, want %q", got, want)
+	}
+	for name, frag := range map[string]string{
+		"n3": "pod CIDR 10.244.3.0/24 overlaps node n5's 10.244.3.0/25; not routed\nnode n3: no InternalIP of the family of pod CIDR fd00:3::/64",
+		"n4": "overlaps this node's 10.244.1.0/24",
+		"n5": "overlaps node n3's 10.244.3.0/24",
+		"n6": "no spec.podCIDRs",
+	} {
+		if errs[name] == nil || !strings.Contains(errs[name].Error(), frag) {
+			t.Errorf("node %s: error %v, want %q", name, errs[name], frag)
+		}
+	}
+	if errs["n1"] != nil || errs["n2"] != nil {
+		t.Errorf("unexpected errors %v", errs)
+	}
+}
