@@ -292,7 +292,11 @@ func testRBAC(t *testing.T, ctx context.Context, c *kubeapi.Cluster, checked *Ch
 		},
 		AgentName: {
 			{"get", "", "nodes", "", "", "node-a", true},
-			{"list", "", "nodes", "", "", "", false},
+			// The noEncap node network routes to every Node's pod CIDRs.
+			{"list", "", "nodes", "", "", "", true},
+			{"watch", "", "nodes", "", "", "", true},
+			{"update", "", "nodes", "", "", "node-a", false},
+			{"patch", "", "nodes", "", "", "node-a", false},
 			{"list", "", "pods", "", "", "", false},
 			{"get", "", "secrets", "", Namespace, TLSSecretName, false},
 			{"create", "authentication.k8s.io", "tokenreviews", "", "", "", false},
@@ -465,8 +469,7 @@ func testInstallCNI(t *testing.T, ctx context.Context, c *kubeapi.Cluster, check
 	}
 
 	// A node the agent's identity cannot read is a clear error, not a
-	// wait: the agent may get nodes by name but not list them, and a
-	// service account without the binding gets nothing.
+	// wait: a service account without the agent's binding gets nothing.
 	kc.AuthInfos[kc.Contexts[kc.CurrentContext].AuthInfo].Impersonate = "system:serviceaccount:" + Namespace + ":default"
 	if err := clientcmd.WriteToFile(*kc, agentKubeconfig); err != nil {
 		t.Fatal(err)
