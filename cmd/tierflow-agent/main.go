@@ -26,6 +26,9 @@ func main() {
 	}
 }
 
+// DefaultCtZone is the conntrack zone of the agent's connections.
+const DefaultCtZone = 65520
+
 func newCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:           "tierflow-agent",
@@ -42,7 +45,12 @@ func newCommand() *cobra.Command {
 	datapath := cmd.Flags().String("datapath", query.DatapathOVS,
 		"ovs: program the OVS bridge; none: no datapath, keep the rule cache and report policies realized (fan-out tests)")
 	querySocket := cmd.Flags().String("query-socket", query.DefaultSocket, "unix socket of the local query API (tierctl flows/trace); empty disables")
-	ctZone := cmd.Flags().Uint16("ct-zone", 0, "conntrack zone of this node's connections (agents whose bridges share one datapath need different zones)")
+	// Not zone 0: with the kernel datapath OVS's conntrack is the host's
+	// netfilter conntrack, and a connection OVS committed in zone 0 before
+	// the packet reaches the host through the gateway would be found
+	// there already confirmed, so kube-proxy's Service DNAT (applied to
+	// new connections only) would never happen. 65520 is also Antrea's.
+	ctZone := cmd.Flags().Uint16("ct-zone", DefaultCtZone, "conntrack zone of this node's connections, apart from the host's zone 0 (agents whose bridges share one datapath need different zones)")
 	vswitchdCtl := cmd.Flags().String("vswitchd-ctl", "", "ovs-vswitchd's control socket, for traces; empty: found through its pidfile in the OVSDB socket's directory")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if *datapath != query.DatapathOVS && *datapath != query.DatapathNone {

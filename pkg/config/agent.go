@@ -81,6 +81,9 @@ type NodeNetwork struct {
 	// GatewayName is the OVS internal port (and Linux interface) of the
 	// gateway in noEncap mode.
 	GatewayName string `json:"gatewayName" flag:"gateway-name" usage:"name of the gateway interface (OVS internal port) in noEncap mode"`
+	// Masquerade is needed unless the network beyond the nodes routes the
+	// pod CIDRs (replies to a pod address would be lost).
+	Masquerade bool `json:"masquerade" flag:"masquerade" usage:"noEncap: give pods' traffic to destinations outside every Node's pod CIDRs the node's address (iptables MASQUERADE)"`
 }
 
 // CNI configures how tierflow-cni is installed on the node.
@@ -117,6 +120,7 @@ func DefaultAgent() Agent {
 		NodeNetwork: NodeNetwork{
 			Mode:        NodeNetworkUplink,
 			GatewayName: "tierflow-gw0",
+			Masquerade:  true,
 		},
 	}
 }

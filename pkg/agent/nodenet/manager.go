@@ -37,6 +37,11 @@ type Options struct {
 	GatewayName string
 	// MTU of the gateway interface; 0 leaves the kernel's default.
 	MTU int
+	// Masquerade: local pods' traffic to destinations outside every
+	// Node's pod CIDRs, leaving the node other than through the gateway,
+	// gets the node's address as source (iptables nat chain
+	// MasqueradeChain). false removes the rules.
+	Masquerade bool
 	// NetNS is the node's network namespace (a path such as
 	// /run/netns/NAME); empty: the agent's own. Tests run several nodes
 	// on one machine this way.
@@ -230,6 +235,13 @@ func (m *Manager) sync(ctx context.Context, nodes []*corev1.Node) error {
 		m.log.Warn("node not routed", "node", name, "err", e)
 	}
 	rerr := m.host.syncRoutes(routes)
+	var cluster []netip.Prefix
+	for _, n := range others {
+		cluster = append(cluster, n.PodCIDRs...)
+	}
+	if err := m.host.syncMasquerade(m.o.Masquerade, local.PodCIDRs, cluster, m.o.GatewayName); err != nil {
+		rerr = errors.Join(rerr, err)
+	}
 	installed, lerr := m.host.routes()
 	byDst := map[netip.Prefix]string{}
 	for _, r := range routes {

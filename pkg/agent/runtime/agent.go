@@ -228,6 +228,7 @@ func (a *Agent) nodeNetwork(d *ovsDatapath) (*nodenet.Manager, error) {
 	return nodenet.New(nodenet.Options{
 		Kube: kube, NodeName: a.cfg.NodeName, OVSDB: d.db, Bridge: a.cfg.BridgeName,
 		GatewayName: a.cfg.NodeNetwork.GatewayName, MTU: a.cfg.CNI.MTU, NetNS: a.opts.NodeNetNS,
+		Masquerade:    a.cfg.NodeNetwork.Masquerade,
 		RetryInterval: a.opts.RetryInterval, Logger: a.log,
 		OnGateway: func(gw pipeline.Gateway) {
 			d.setGateway(gw)

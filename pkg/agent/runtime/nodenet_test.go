@@ -12,7 +12,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	goruntime "runtime"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -106,8 +108,9 @@ func TestNoEncapTwoNodes(t *testing.T) {
 	a := attachPod(t, c, n1, cniBin, "a", map[string]string{"app": "a"})
 	b := attachPod(t, c, n2, cniBin, "b", map[string]string{"app": "b"})
 	cc := attachPod(t, c, n1, cniBin, "c", map[string]string{"app": "c", "role": "friend"})
+	servers := map[*ovsenv.Pod]*ovsenv.Server{}
 	for _, p := range []*ovsenv.Pod{a, b, cc} {
-		p.ListenTCP(8080)
+		servers[p] = p.ListenTCP(8080)
 		p.ListenUDP(5353)
 	}
 	for _, p := range []*ovsenv.Pod{a, b} {
@@ -166,6 +169,19 @@ func TestNoEncapTwoNodes(t *testing.T) {
 	probe(t, "no policy", all...)
 	t.Log("cross-node traffic works")
 	probe(t, "no policy, IPv6", flow{a, b, 8080, "tcp6", true}, flow{b, cc, 5353, "udp6", true})
+	// Between nodes pods keep their addresses (policy at the destination
+	// sees the real source).
+	if peers := servers[a].Peers(); !slices.Contains(peers, b.IPv4()) {
+		t.Errorf("a's server saw %v, want b's address %s among them", peers, b.IPv4())
+	}
+	// Beyond the nodes (a network with no route to pod CIDRs) pods'
+	// traffic leaves with the node's address.
+	outside := outsideNetwork(t, n1)
+	if err := a.ProbeTCP(outside.addr, 3*time.Second); err != nil {
+		t.Errorf("pod a -> outside %s: %v", outside.addr, err)
+	} else if peers := outside.peers(); len(peers) == 0 || peers[len(peers)-1] != netip.MustParseAddr("192.168.78.1") {
+		t.Errorf("outside saw %v, want node 1's address 192.168.78.1", peers)
+	}
 	probeHost(t, "no policy", []hostFlow{
 		{n1, a, true}, // the node to its own pod, through the gateway
 		{n1, b, true}, // the node to another node's pod, through the route
@@ -565,4 +581,61 @@ func attachPod(t *testing.T, c *cluster, n *simNode, cniBin, name string, labels
 	adopted = true
 	c.addPod(t, p, n.name, labels)
 	return p
+}
+
+// outsideNet is a network beyond node 1 that has no route to the pod CIDRs
+// (the internet, the upstream DNS server), with a TCP echo server.
+type outsideNet struct {
+	addr netip.AddrPort
+	mu   sync.Mutex
+	seen []netip.Addr
+}
+
+func (o *outsideNet) peers() []netip.Addr {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Clone(o.seen)
+}
+
+func outsideNetwork(t *testing.T, n *simNode) *outsideNet {
+	t.Helper()
+	ns := fmt.Sprintf("tfpod-nn-%d-%s-outside", os.Getpid(), n.env.ID)
+	mustRun(t, "ip", "netns", "add", ns)
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "delete", ns).Run() })
+	mustRun(t, "ip", "link", "add", "tfnno"+n.env.ID, "netns", n.env.Netns(), "type", "veth", "peer", "name", "eth0", "netns", ns)
+	mustRun(t, "ip", "-n", n.env.Netns(), "addr", "add", "192.168.78.1/24", "dev", "tfnno"+n.env.ID)
+	mustRun(t, "ip", "-n", n.env.Netns(), "link", "set", "tfnno"+n.env.ID, "up")
+	mustRun(t, "ip", "-n", ns, "addr", "add", "192.168.78.2/24", "dev", "eth0")
+	mustRun(t, "ip", "-n", ns, "link", "set", "eth0", "up")
+	mustRun(t, "ip", "-n", ns, "link", "set", "lo", "up")
+	o := &outsideNet{addr: netip.MustParseAddrPort("192.168.78.2:9090")}
+	var ln net.Listener
+	if err := inNetNS("/run/netns/"+ns, func() error {
+		var err error
+		ln, err = net.Listen("tcp", o.addr.String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			o.mu.Lock()
+			o.seen = append(o.seen, conn.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap())
+			o.mu.Unlock()
+			go func() {
+				defer conn.Close()
+				buf := make([]byte, 256)
+				_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+				if n, err := conn.Read(buf); err == nil {
+					_, _ = conn.Write(buf[:n])
+				}
+			}()
+		}
+	}()
+	return o
 }
