@@ -44,7 +44,10 @@ func cpuTime() time.Duration {
 // this is computation only. It reports CPU seconds per run (all threads,
 // GC included; on a shared machine wall time overstates the cost) and the
 // heap in use after the run.
-func benchCompute(b *testing.B, c *scenarios.Cluster) {
+func benchCompute(b *testing.B, c *scenarios.Cluster) { benchComputeOrder(b, c, load) }
+
+// benchComputeOrder is benchCompute with a given load order.
+func benchComputeOrder(b *testing.B, c *scenarios.Cluster, load func(*Engine, *scenarios.Cluster)) {
 	b.ReportAllocs()
 	var e *Engine
 	cpu0 := cpuTime()
@@ -74,6 +77,34 @@ func BenchmarkComputeLargeNamespaces(b *testing.B) { benchCompute(b, scenarios.L
 func BenchmarkComputeOneNamespace(b *testing.B)    { benchCompute(b, scenarios.OneNamespace()) }
 func BenchmarkComputePolicyPerPod(b *testing.B)    { benchCompute(b, scenarios.PolicyPerPod()) }
 func BenchmarkComputeClusterScoped(b *testing.B)   { benchCompute(b, scenarios.ClusterScoped()) }
+
+// loadPoliciesFirst feeds the policies before the pods: the order a
+// controller sees when its policy informer lists before its (larger) pod
+// informer, so every pod joins groups already used by every policy.
+func loadPoliciesFirst(e *Engine, c *scenarios.Cluster) {
+	for _, o := range c.Namespaces {
+		e.UpsertNamespace(o)
+	}
+	for _, o := range c.Nodes {
+		e.UpsertNode(o)
+	}
+	for _, o := range c.NetworkPolicies {
+		e.UpsertNetworkPolicy(o)
+	}
+	for _, o := range c.AdminNetworkPolicies {
+		e.UpsertAdminNetworkPolicy(o)
+	}
+	for _, o := range c.Pods {
+		e.UpsertPod(o)
+	}
+}
+
+func BenchmarkComputeOneNamespacePoliciesFirst(b *testing.B) {
+	benchComputeOrder(b, scenarios.OneNamespace(), loadPoliciesFirst)
+}
+func BenchmarkComputeLargeNamespacesPoliciesFirst(b *testing.B) {
+	benchComputeOrder(b, scenarios.LargeNamespaces(), loadPoliciesFirst)
+}
 
 // BenchmarkComputeInitial: 10k pods / 1k namespaces / 1k NetworkPolicies /
 // 100 AdminNetworkPolicies × 20 rules, from nothing.

@@ -39,7 +39,20 @@
 // every policy whose subject or peer normalizes to the same selector shares
 // one group: 10,000 identical policies give one applied-to group and one
 // address group. Generations come from one engine-wide clock and change
-// only when an object's content (members, rules, conditions, span) changes.
+// only when an object's content (members, rules, conditions) changes. A
+// change of span alone (a pod of an applied-to group landing on a node that
+// group had no pod on) is reported as Updated with the generation kept:
+// nothing an agent already holding the object installs has changed, so
+// agents' rule caches and their realization reports stay valid; only the
+// nodes that receive it differ.
+//
+// # Batches
+//
+// Batch applies many object changes as one call, with one batch of Changes
+// in which each object appears once. The controller feeds informer events
+// through it, so the initial list of 10,000 pods joining a group that
+// 10,000 identical policies use does not report those policies once per
+// new node.
 //
 // # Spans
 //

@@ -140,12 +140,27 @@ func checkSnapshot(t *testing.T, s *model.Snapshot) {
 func FuzzIncremental(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20})
 	f.Add([]byte{7, 7, 7, 3, 9, 200, 100, 50, 25, 12, 6, 3, 1, 0, 255, 254})
+	f.Add([]byte{0, 1, 2, 250, 3, 0, 7, 7, 7, 1, 9, 4, 2, 17, 5, 6, 1, 1, 8, 3, 3, 253, 1, 0, 9, 200, 1, 3, 2, 2})
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		u := newUniverse()
 		inc := New()
+		m := newMirror(t, inc)
 		for len(ops) >= 3 {
-			u.apply(inc, ops[0], ops[1], ops[2])
-			ops = ops[3:]
+			if ops[0] >= batchMarker {
+				// The next 1–8 operations go into one Batch.
+				n := 1 + int(ops[1]%8)
+				ops = ops[3:]
+				inc.Batch(func(b *Batch) {
+					for ; n > 0 && len(ops) >= 3; n-- {
+						u.apply(b, ops[0]%batchMarker, ops[1], ops[2])
+						ops = ops[3:]
+					}
+				})
+			} else {
+				u.apply(inc, ops[0], ops[1], ops[2])
+				ops = ops[3:]
+			}
+			m.check(inc.Snapshot())
 		}
 		scratch := New()
 		u.replay(scratch)
@@ -207,7 +222,92 @@ var (
 	}
 )
 
-func (u *universe) apply(e *Engine, op, x, y byte) {
+// batchMarker: an operation byte at or above it starts a Batch.
+const batchMarker = 250
+
+// mirror is a subscriber that keeps a copy of every computed object by
+// reading each one a change reports, as distribution does. After every
+// engine call it must equal the engine's snapshot, generations and spans
+// included: no change may go unreported. A change that keeps an object's
+// generation may change its span only (what an agent holds stays valid);
+// any other change must raise the generation.
+type mirror struct {
+	t        *testing.T
+	policies map[string]*model.Policy
+	atgs     map[string]*model.AppliedToGroup
+	ags      map[string]*model.AddressGroup
+}
+
+func newMirror(t *testing.T, e *Engine) *mirror {
+	m := &mirror{t: t, policies: map[string]*model.Policy{}, atgs: map[string]*model.AppliedToGroup{}, ags: map[string]*model.AddressGroup{}}
+	e.Subscribe(func(cs []Change) {
+		for _, ch := range cs {
+			switch ch.Kind {
+			case KindPolicy:
+				p, ok := e.Policy(ch.ID)
+				mirrorChange(m, ch, m.policies, p, ok, func(p *model.Policy) *model.Meta { return &p.Meta })
+			case KindAppliedToGroup:
+				g, ok := e.AppliedToGroup(ch.ID)
+				mirrorChange(m, ch, m.atgs, g, ok, func(g *model.AppliedToGroup) *model.Meta { return &g.Meta })
+			case KindAddressGroup:
+				g, ok := e.AddressGroup(ch.ID)
+				mirrorChange(m, ch, m.ags, g, ok, func(g *model.AddressGroup) *model.Meta { return &g.Meta })
+			}
+		}
+	})
+	return m
+}
+
+func mirrorChange[T any](m *mirror, ch Change, have map[string]*T, obj *T, ok bool, meta func(*T) *model.Meta) {
+	m.t.Helper()
+	if ch.Type == Deleted {
+		if ok {
+			m.t.Fatalf("%s %s reported deleted but still readable", ch.Kind, ch.ID)
+		}
+		delete(have, ch.ID)
+		return
+	}
+	if !ok {
+		m.t.Fatalf("%s %s reported %s but not readable", ch.Kind, ch.ID, ch.Type)
+	}
+	if g := meta(obj).Generation; g != ch.Generation {
+		m.t.Fatalf("%s %s reported at generation %d, read at %d", ch.Kind, ch.ID, ch.Generation, g)
+	}
+	if old := have[ch.ID]; old != nil {
+		og, ng := meta(old).Generation, meta(obj).Generation
+		switch {
+		case ng < og:
+			m.t.Fatalf("%s %s generation went back from %d to %d", ch.Kind, ch.ID, og, ng)
+		case ng == og:
+			a, b := *old, *obj
+			meta(&a).Span, meta(&b).Span = nil, nil
+			if !reflect.DeepEqual(a, b) {
+				m.t.Fatalf("%s %s changed beyond its span at the same generation %d:\n%+v\n%+v", ch.Kind, ch.ID, og, a, b)
+			}
+		}
+	}
+	have[ch.ID] = obj
+}
+
+func (m *mirror) check(s *model.Snapshot) {
+	m.t.Helper()
+	pols := map[string]*model.Policy{}
+	for _, p := range s.Policies {
+		pols[p.ID] = p
+	}
+	for _, d := range []struct {
+		what      string
+		got, want any
+	}{{"policies", m.policies, pols}, {"applied-to groups", m.atgs, s.AppliedToGroups}, {"address groups", m.ags, s.AddressGroups}} {
+		if !reflect.DeepEqual(d.got, d.want) {
+			ja, _ := json.MarshalIndent(d.got, "", " ")
+			jb, _ := json.MarshalIndent(d.want, "", " ")
+			m.t.Fatalf("%s as a subscriber saw them differ from the snapshot:\n%s\n---\n%s", d.what, ja, jb)
+		}
+	}
+}
+
+func (u *universe) apply(e Writer, op, x, y byte) {
 	name := func(prefix string, n byte) string { return fmt.Sprintf("%s%d", prefix, n) }
 	ns := name("ns", x%3)
 	lbl := []string{fuzzLabels[y%4]}

@@ -2,6 +2,8 @@ package compute
 
 import (
 	"fmt"
+	"reflect"
+	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -367,5 +369,115 @@ func TestSnapshotIsStable(t *testing.T) {
 	}
 	if after := e.Snapshot(); len(after.Policies) != 1 || after.AddressGroups[id.dbAG] != nil {
 		t.Errorf("new snapshot: %d policies", len(after.Policies))
+	}
+}
+
+// TestSpanOnlyChangeKeepsGeneration: a pod landing on a new node widens the
+// span of the policies applied to its group (and of the address groups
+// they use). Those objects are reported, so distribution sends them to the
+// new node, but keep their generation: nothing an agent already holding
+// them installs has changed. The applied-to group's members did change, so
+// its generation moves.
+func TestSpanOnlyChangeKeepsGeneration(t *testing.T) {
+	e, rec, id := incWorld(t)
+	before := e.Snapshot()
+	var got []Change
+	e.Subscribe(func(cs []Change) { got = append(got, cs...) })
+	e.UpsertPod(mkPod("prod", "web3", "n3", "10.0.1.4", []string{"app=web"}))
+	rec.take()
+	after := e.Snapshot()
+	npBefore := policyByName(t, before, model.KindNetworkPolicy, "prod", "web")
+	npAfter := policyByName(t, after, model.KindNetworkPolicy, "prod", "web")
+	if npAfter.Generation != npBefore.Generation {
+		t.Errorf("policy generation %d -> %d on a span-only change", npBefore.Generation, npAfter.Generation)
+	}
+	equalStrings(t, "np span", npAfter.Span, []string{"n1", "n3"})
+	if g0, g1 := before.AddressGroups[id.dbAG].Generation, after.AddressGroups[id.dbAG].Generation; g0 != g1 {
+		t.Errorf("address group generation %d -> %d when only its span changed", g0, g1)
+	}
+	if g0, g1 := before.AppliedToGroups[id.webATG].Generation, after.AppliedToGroups[id.webATG].Generation; g1 <= g0 {
+		t.Errorf("applied-to group generation %d -> %d though its members changed", g0, g1)
+	}
+	for _, c := range got {
+		if c.Kind == KindPolicy && c.ID == "np-web" && (c.Type != Updated || c.Generation != npBefore.Generation) {
+			t.Errorf("policy change %+v, want Updated at generation %d", c, npBefore.Generation)
+		}
+	}
+
+	// A content change in the same call as a span change still takes a
+	// new generation.
+	got = nil
+	e.Batch(func(b *Batch) {
+		b.UpsertPod(mkPod("prod", "web4", "n4", "10.0.1.6", []string{"app=web"}))
+		b.UpsertNetworkPolicy(npYAML(t, `
+metadata: {name: web, namespace: prod, uid: np-web, generation: 2}
+spec:
+  podSelector: {matchLabels: {app: web}}
+  ingress: [{from: [{podSelector: {matchLabels: {app: db}}}], ports: [{port: 80}]}]
+`))
+	})
+	p, _ := e.Policy("np-web")
+	if p.Generation <= npBefore.Generation || !slices.Contains(p.Span, "n4") {
+		t.Errorf("after span and rule change: generation %d (was %d), span %v", p.Generation, npBefore.Generation, p.Span)
+	}
+	n := 0
+	for _, c := range got {
+		if c.Kind == KindPolicy && c.ID == "np-web" {
+			n++
+			if c.Generation != p.Generation {
+				t.Errorf("reported generation %d, policy has %d", c.Generation, p.Generation)
+			}
+		}
+	}
+	if n != 1 {
+		t.Errorf("policy reported %d times in one batch, want once", n)
+	}
+}
+
+// TestBatchEqualsSingleCalls: a Batch computes what the same calls made
+// one by one compute, and reports each object at most once.
+func TestBatchEqualsSingleCalls(t *testing.T) {
+	one, batched := New(), New()
+	world(one)
+	world(batched)
+	pods := []*corev1.Pod{
+		mkPod("prod", "a", "n1", "10.0.2.1", []string{"app=web"}),
+		mkPod("prod", "b", "n2", "10.0.2.2", []string{"app=web"}),
+		mkPod("prod", "c", "n3", "10.0.2.3", []string{"app=db"}),
+		mkPod("prod", "a", "n3", "10.0.2.1", []string{"app=db"}), // moves and relabels
+	}
+	np := npYAML(t, `
+metadata: {name: web, namespace: prod, uid: np-web}
+spec:
+  podSelector: {matchLabels: {app: web}}
+  ingress: [{from: [{podSelector: {matchLabels: {app: db}}}]}]
+`)
+	one.UpsertNetworkPolicy(np)
+	for _, p := range pods {
+		one.UpsertPod(p)
+	}
+	one.DeletePod("prod", "b")
+	var changes []Change
+	batched.Subscribe(func(cs []Change) { changes = append(changes, cs...) })
+	batched.Batch(func(b *Batch) {
+		b.UpsertNetworkPolicy(np)
+		for _, p := range pods {
+			b.UpsertPod(p)
+		}
+		b.DeletePod("prod", "b")
+	})
+	if a, b := normalize(one.Snapshot()), normalize(batched.Snapshot()); !reflect.DeepEqual(a, b) {
+		t.Fatalf("batched computation differs:\n%+v\n%+v", a, b)
+	}
+	seen := map[string]bool{}
+	for _, c := range changes {
+		k := string(c.Kind) + "/" + c.ID
+		if seen[k] {
+			t.Errorf("%s reported twice in one batch", k)
+		}
+		seen[k] = true
+	}
+	if !seen["Policy/np-web"] {
+		t.Errorf("the policy added in the batch was not reported: %v", changes)
 	}
 }

@@ -72,9 +72,11 @@ func (e *Engine) maybeDropNamespace(ns *nsState) {
 
 // UpsertNamespace adds or updates a namespace. Its labels decide which
 // namespace selectors select its pods.
-func (e *Engine) UpsertNamespace(ns *corev1.Namespace) {
+func (e *Engine) UpsertNamespace(ns *corev1.Namespace) { e.update(e.upsertNamespace(ns)) }
+
+func (e *Engine) upsertNamespace(ns *corev1.Namespace) func() {
 	if ns == nil || ns.Name == "" {
-		return
+		return nil
 	}
 	lbls := maps.Clone(ns.Labels)
 	if lbls == nil {
@@ -83,18 +85,20 @@ func (e *Engine) UpsertNamespace(ns *corev1.Namespace) {
 	if _, ok := lbls[metadataNameLabel]; !ok {
 		lbls[metadataNameLabel] = ns.Name
 	}
-	e.update(func() {
+	return func() {
 		st := e.nsFor(ns.Name)
 		st.known = true
 		e.relabelNamespace(st, lbls)
-	})
+	}
 }
 
 // DeleteNamespace forgets a namespace's labels: its pods (until deleted
 // themselves) are selected only by selectors that match a namespace known
 // by name alone.
-func (e *Engine) DeleteNamespace(name string) {
-	e.update(func() {
+func (e *Engine) DeleteNamespace(name string) { e.update(e.deleteNamespace(name)) }
+
+func (e *Engine) deleteNamespace(name string) func() {
+	return func() {
 		st := e.namespaces[name]
 		if st == nil {
 			return
@@ -102,7 +106,7 @@ func (e *Engine) DeleteNamespace(name string) {
 		st.known = false
 		e.relabelNamespace(st, map[string]string{metadataNameLabel: name})
 		e.maybeDropNamespace(st)
-	})
+	}
 }
 
 func (e *Engine) relabelNamespace(st *nsState, lbls map[string]string) {
@@ -200,62 +204,90 @@ func podNamedPorts(pod *corev1.Pod) []model.NamedPort {
 // UpsertPod adds or updates a pod. A pod that cannot take part in policy
 // (no IP yet, host network, terminated) is treated as absent.
 func (e *Engine) UpsertPod(pod *corev1.Pod) {
+	// What can be read from the object is read before taking the lock. A
+	// value, not a closure: pods are the most frequent event.
+	u, ok := preparePod(pod)
+	if !ok {
+		return
+	}
+	e.update(func() { e.applyPod(u) })
+}
+
+// podUpdate is a pod event, read from the object: an upsert, or a delete
+// for a pod that cannot take part in policy.
+type podUpdate struct {
+	key    podKey
+	delete bool
+	labels map[string]string
+	node   string
+	ips    []netip.Addr
+	ports  []model.NamedPort
+}
+
+func preparePod(pod *corev1.Pod) (podUpdate, bool) {
 	if pod == nil {
-		return
+		return podUpdate{}, false
 	}
-	key := podKey{pod.Namespace, pod.Name}
+	u := podUpdate{key: podKey{pod.Namespace, pod.Name}}
 	if !podEligible(pod) {
-		e.DeletePod(key.namespace, key.name)
+		u.delete = true
+		return u, true
+	}
+	u.labels = maps.Clone(pod.Labels)
+	if u.labels == nil {
+		u.labels = map[string]string{}
+	}
+	u.node, u.ips, u.ports = pod.Spec.NodeName, podIPs(pod), podNamedPorts(pod)
+	return u, true
+}
+
+func (e *Engine) applyPod(u podUpdate) {
+	if u.delete {
+		e.removePodState(u.key)
 		return
 	}
-	lbls := maps.Clone(pod.Labels)
-	if lbls == nil {
-		lbls = map[string]string{}
+	key, lbls, node, ips, ports := u.key, u.labels, u.node, u.ips, u.ports
+	p := e.pods[key]
+	if p == nil {
+		ns := e.nsFor(key.namespace)
+		p = &podState{key: key, ns: ns, labels: lbls, groups: set[*group]{}}
+		p.setInfo(node, ips, ports)
+		ns.pods[p] = struct{}{}
+		ns.podLabels.add(lbls, p)
+		e.pods[key] = p
+		e.addToMatchingGroups(p)
+		return
 	}
-	node, ips, ports := pod.Spec.NodeName, podIPs(pod), podNamedPorts(pod)
-	e.update(func() {
-		p := e.pods[key]
-		if p == nil {
-			ns := e.nsFor(key.namespace)
-			p = &podState{key: key, ns: ns, labels: lbls, groups: set[*group]{}}
+	infoChanged := p.node != node || !slices.Equal(p.ips, ips) || !slices.Equal(p.ports, ports)
+	labelsChanged := !maps.Equal(p.labels, lbls)
+	if !infoChanged && !labelsChanged {
+		return
+	}
+	if labelsChanged {
+		p.ns.podLabels.remove(p.labels, p)
+		p.ns.podLabels.add(lbls, p)
+		p.labels = lbls
+	}
+	if p.node != node {
+		// Leave and re-join: keeps per-node counts (spans) right.
+		for g := range p.groups {
+			e.removePod(g, p)
+		}
+		p.setInfo(node, ips, ports)
+	} else {
+		if infoChanged {
 			p.setInfo(node, ips, ports)
-			ns.pods[p] = struct{}{}
-			ns.podLabels.add(lbls, p)
-			e.pods[key] = p
-			e.addToMatchingGroups(p)
-			return
-		}
-		infoChanged := p.node != node || !slices.Equal(p.ips, ips) || !slices.Equal(p.ports, ports)
-		labelsChanged := !maps.Equal(p.labels, lbls)
-		if !infoChanged && !labelsChanged {
-			return
-		}
-		if labelsChanged {
-			p.ns.podLabels.remove(p.labels, p)
-			p.ns.podLabels.add(lbls, p)
-			p.labels = lbls
-		}
-		if p.node != node {
-			// Leave and re-join: keeps per-node counts (spans) right.
 			for g := range p.groups {
+				e.touchGroup(g)
+			}
+		}
+		for g := range p.groups {
+			if !e.podMatches(g, p) {
 				e.removePod(g, p)
 			}
-			p.setInfo(node, ips, ports)
-		} else {
-			if infoChanged {
-				p.setInfo(node, ips, ports)
-				for g := range p.groups {
-					e.touchGroup(g)
-				}
-			}
-			for g := range p.groups {
-				if !e.podMatches(g, p) {
-					e.removePod(g, p)
-				}
-			}
 		}
-		e.addToMatchingGroups(p)
-	})
+	}
+	e.addToMatchingGroups(p)
 }
 
 func (p *podState) setInfo(node string, ips []netip.Addr, ports []model.NamedPort) {
@@ -307,19 +339,21 @@ func (e *Engine) addToMatchingGroups(p *podState) {
 
 // DeletePod removes a pod from every group.
 func (e *Engine) DeletePod(namespace, name string) {
-	e.update(func() {
-		p := e.pods[podKey{namespace, name}]
-		if p == nil {
-			return
-		}
-		for g := range p.groups {
-			e.removePod(g, p)
-		}
-		delete(p.ns.pods, p)
-		p.ns.podLabels.remove(p.labels, p)
-		delete(e.pods, p.key)
-		e.maybeDropNamespace(p.ns)
-	})
+	e.update(func() { e.removePodState(podKey{namespace, name}) })
+}
+
+func (e *Engine) removePodState(key podKey) {
+	p := e.pods[key]
+	if p == nil {
+		return
+	}
+	for g := range p.groups {
+		e.removePod(g, p)
+	}
+	delete(p.ns.pods, p)
+	p.ns.podLabels.remove(p.labels, p)
+	delete(e.pods, p.key)
+	e.maybeDropNamespace(p.ns)
 }
 
 // nodeAddresses lists a node's InternalIP and ExternalIP addresses.
@@ -345,16 +379,18 @@ func nodeAddresses(node *corev1.Node) []netip.Addr {
 // UpsertNode adds or updates a node: its labels decide which node
 // selectors (egress "nodes" peers) select it, its addresses are what they
 // resolve to.
-func (e *Engine) UpsertNode(node *corev1.Node) {
+func (e *Engine) UpsertNode(node *corev1.Node) { e.update(e.upsertNode(node)) }
+
+func (e *Engine) upsertNode(node *corev1.Node) func() {
 	if node == nil || node.Name == "" {
-		return
+		return nil
 	}
 	lbls := maps.Clone(node.Labels)
 	if lbls == nil {
 		lbls = map[string]string{}
 	}
 	ips := nodeAddresses(node)
-	e.update(func() {
+	return func() {
 		n := e.nodes[node.Name]
 		if n == nil {
 			n = &nodeState{name: node.Name, labels: lbls, groups: set[*group]{}}
@@ -385,12 +421,14 @@ func (e *Engine) UpsertNode(node *corev1.Node) {
 				e.addNode(g, n)
 			}
 		})
-	})
+	}
 }
 
 // DeleteNode removes a node from every node group.
-func (e *Engine) DeleteNode(name string) {
-	e.update(func() {
+func (e *Engine) DeleteNode(name string) { e.update(e.deleteNode(name)) }
+
+func (e *Engine) deleteNode(name string) func() {
+	return func() {
 		n := e.nodes[name]
 		if n == nil {
 			return
@@ -400,5 +438,5 @@ func (e *Engine) DeleteNode(name string) {
 		}
 		e.nodeLabels.remove(n.labels, n)
 		delete(e.nodes, name)
-	})
+	}
 }

@@ -290,7 +290,9 @@ func (e *Engine) UpsertNetworkPolicy(np *networkingv1.NetworkPolicy) {
 
 // DeleteNetworkPolicy removes a NetworkPolicy.
 func (e *Engine) DeleteNetworkPolicy(namespace, name string) {
-	e.deletePolicy(model.PolicyRef{Kind: model.KindNetworkPolicy, Namespace: namespace, Name: name})
+	e.update(func() {
+		e.setPolicy(model.PolicyRef{Kind: model.KindNetworkPolicy, Namespace: namespace, Name: name}, nil, nil)
+	})
 }
 
 // UpsertAdminNetworkPolicy adds or updates an AdminNetworkPolicy.
@@ -304,7 +306,7 @@ func (e *Engine) UpsertAdminNetworkPolicy(anp *v1alpha1.AdminNetworkPolicy) {
 
 // DeleteAdminNetworkPolicy removes an AdminNetworkPolicy.
 func (e *Engine) DeleteAdminNetworkPolicy(name string) {
-	e.deletePolicy(model.PolicyRef{Kind: model.KindAdminNetworkPolicy, Name: name})
+	e.update(func() { e.setPolicy(model.PolicyRef{Kind: model.KindAdminNetworkPolicy, Name: name}, nil, nil) })
 }
 
 // UpsertBaselineAdminNetworkPolicy adds or updates a
@@ -315,13 +317,16 @@ func (e *Engine) UpsertBaselineAdminNetworkPolicy(banp *v1alpha1.BaselineAdminNe
 		return
 	}
 	c, ignored := compileBaselineAdminNetworkPolicy(banp)
-	key := refKey(model.PolicyRef{Kind: model.KindBaselineAdminNetworkPolicy, Name: banp.Name})
-	e.update(func() { e.setPolicy(key, c, ignored) })
+	e.update(func() { e.setPolicy(banpKey(banp.Name), c, ignored) })
+}
+
+func banpKey(name string) model.PolicyRef {
+	return model.PolicyRef{Kind: model.KindBaselineAdminNetworkPolicy, Name: name}
 }
 
 // DeleteBaselineAdminNetworkPolicy removes a BaselineAdminNetworkPolicy.
 func (e *Engine) DeleteBaselineAdminNetworkPolicy(name string) {
-	e.deletePolicy(model.PolicyRef{Kind: model.KindBaselineAdminNetworkPolicy, Name: name})
+	e.update(func() { e.setPolicy(model.PolicyRef{Kind: model.KindBaselineAdminNetworkPolicy, Name: name}, nil, nil) })
 }
 
 // UpsertClusterNetworkPolicy adds or updates a ClusterNetworkPolicy.
@@ -335,11 +340,7 @@ func (e *Engine) UpsertClusterNetworkPolicy(cnp *v1alpha2.ClusterNetworkPolicy) 
 
 // DeleteClusterNetworkPolicy removes a ClusterNetworkPolicy.
 func (e *Engine) DeleteClusterNetworkPolicy(name string) {
-	e.deletePolicy(model.PolicyRef{Kind: model.KindClusterNetworkPolicy, Name: name})
-}
-
-func (e *Engine) deletePolicy(ref model.PolicyRef) {
-	e.update(func() { e.setPolicy(ref, nil, nil) })
+	e.update(func() { e.setPolicy(model.PolicyRef{Kind: model.KindClusterNetworkPolicy, Name: name}, nil, nil) })
 }
 
 // Policy returns the computed policy with the given ID.
