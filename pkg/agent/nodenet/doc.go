@@ -33,8 +33,10 @@
 // gateway → host kernel → route via the other node's InternalIP → that
 // node's kernel → its gateway → OVS (ingress policy of the destination
 // pod) → pod. The host kernel resolves MAC addresses on both sides (ARP
-// and neighbour discovery pass through the bridge), so no MAC rewriting
-// is needed.
+// and neighbour discovery pass through the bridge). Replies of connections
+// that came in through the gateway go back through it (MAC rewritten to
+// the gateway's), so the host can undo a Service DNAT to a pod of its own
+// node.
 //
 // # Where it works
 //
@@ -78,12 +80,20 @@
 //
 // # Not done here
 //
-// No encapsulation (Geneve/VXLAN) mode, no SNAT of pod traffic leaving the
-// cluster (pods reach destinations that route the pod CIDRs back, such as
-// other nodes and the hosts; the internet needs a masquerade rule or an
-// underlay that routes pod CIDRs), and no cleanup of routes and gateway
-// when tierflow is uninstalled (delete the tierflow-gw0 port and
-// `ip route flush proto 0x54`).
+// No encapsulation (Geneve/VXLAN) mode, and no cleanup of routes, gateway
+// and masquerade chain when tierflow is uninstalled (delete the
+// tierflow-gw0 port, `ip route flush proto 0x54`, and the nat chain
+// TIERFLOW-POSTROUTING with its POSTROUTING jump).
+//
+// # Masquerade
+//
+// With Options.Masquerade (config nodeNetwork.masquerade, on by default)
+// the nat chain MasqueradeChain, jumped to first from POSTROUTING, lets
+// traffic to any Node's pod CIDRs keep its pod source address and
+// masquerades what local pods send elsewhere out of the node (not back
+// through the gateway): the internet and the nodes' upstream DNS server
+// have no route to pod CIDRs. The chain is rewritten only when its rules
+// differ. It uses the iptables command (the agent image's is nft).
 //
 // Options.NetNS lets one process manage several simulated nodes' network
 // namespaces (tests): netlink operations use a handle in that namespace,

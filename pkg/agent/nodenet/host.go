@@ -113,20 +113,32 @@ func (h *host) ensureForwarding(v4, v6 bool) error {
 }
 
 // configureGateway gives the gateway interface exactly the addresses want
-// (besides link-local ones), the MTU (0: leave it) and brings it up.
-func (h *host) configureGateway(name string, want []netip.Prefix, mtu int) error {
+// (besides link-local ones), the MTU (0: leave it), brings it up and
+// returns its MAC address.
+func (h *host) configureGateway(name string, want []netip.Prefix, mtu int) (net.HardwareAddr, error) {
+	mac, err := h.configureGatewayLink(name, want, mtu)
+	if err != nil {
+		return nil, err
+	}
+	if len(mac) != 6 {
+		return nil, fmt.Errorf("gateway %s: MAC %v is not an Ethernet address", name, mac)
+	}
+	return mac, nil
+}
+
+func (h *host) configureGatewayLink(name string, want []netip.Prefix, mtu int) (net.HardwareAddr, error) {
 	link, err := h.h.LinkByName(name)
 	if err != nil {
-		return fmt.Errorf("gateway interface %s: %w", name, err)
+		return nil, fmt.Errorf("gateway interface %s: %w", name, err)
 	}
 	if mtu != 0 && link.Attrs().MTU != mtu {
 		if err := h.h.LinkSetMTU(link, mtu); err != nil {
-			return fmt.Errorf("gateway %s: MTU %d: %w", name, mtu, err)
+			return nil, fmt.Errorf("gateway %s: MTU %d: %w", name, mtu, err)
 		}
 	}
 	have, err := h.h.AddrList(link, netlink.FAMILY_ALL)
 	if err != nil {
-		return fmt.Errorf("gateway %s: addresses: %w", name, err)
+		return nil, fmt.Errorf("gateway %s: addresses: %w", name, err)
 	}
 	wanted := map[netip.Prefix]bool{}
 	for _, p := range want {
@@ -145,7 +157,7 @@ func (h *host) configureGateway(name string, want []netip.Prefix, mtu int) error
 		// A previous pod CIDR of this node (or someone's manual address):
 		// the gateway owns only the current ones.
 		if err := h.h.AddrDel(link, &a); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
-			return fmt.Errorf("gateway %s: removing stale address %s: %w", name, p, err)
+			return nil, fmt.Errorf("gateway %s: removing stale address %s: %w", name, p, err)
 		}
 	}
 	for _, p := range want {
@@ -159,15 +171,15 @@ func (h *host) configureGateway(name string, want []netip.Prefix, mtu int) error
 			addr.Flags = unix.IFA_F_NODAD
 		}
 		if err := h.h.AddrAdd(link, addr); err != nil && !errors.Is(err, unix.EEXIST) {
-			return fmt.Errorf("gateway %s: adding %s: %w", name, p, err)
+			return nil, fmt.Errorf("gateway %s: adding %s: %w", name, p, err)
 		}
 	}
 	if link.Attrs().Flags&net.FlagUp == 0 {
 		if err := h.h.LinkSetUp(link); err != nil {
-			return fmt.Errorf("gateway %s: link up: %w", name, err)
+			return nil, fmt.Errorf("gateway %s: link up: %w", name, err)
 		}
 	}
-	return nil
+	return link.Attrs().HardwareAddr, nil
 }
 
 // syncRoutes makes the agent's routes (RouteProtocol, main table) exactly

@@ -1,6 +1,7 @@
 package nodenet
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -281,10 +282,11 @@ func (m *Manager) ensureGateway(ctx context.Context, local Node) (pipeline.Gatew
 		return pipeline.Gateway{}, fmt.Errorf("gateway port %s: %w", name, err)
 	}
 	prefixes := GatewayPrefixes(local.PodCIDRs)
-	if err := m.host.configureGateway(name, prefixes, m.o.MTU); err != nil {
+	mac, err := m.host.configureGateway(name, prefixes, m.o.MTU)
+	if err != nil {
 		return pipeline.Gateway{}, err
 	}
-	gw := pipeline.Gateway{Port: port}
+	gw := pipeline.Gateway{Port: port, MAC: mac}
 	for _, p := range prefixes {
 		gw.IPs = append(gw.IPs, p.Addr())
 	}
@@ -293,7 +295,7 @@ func (m *Manager) ensureGateway(ctx context.Context, local Node) (pipeline.Gatew
 }
 
 func sameGateway(a, b pipeline.Gateway) bool {
-	return a.Port == b.Port && slices.Equal(a.IPs, b.IPs)
+	return a.Port == b.Port && slices.Equal(a.IPs, b.IPs) && bytes.Equal(a.MAC, b.MAC)
 }
 
 // String summarizes a status for logs and errors.

@@ -83,6 +83,12 @@ const (
 	// CtMarkBlocked is set on a connection a policy stopped allowing: its
 	// replies are dropped until an original-direction packet is allowed again.
 	CtMarkBlocked uint32 = 0x1
+	// CtMarkFromGateway is set on a connection that entered the bridge
+	// through the gateway (routed mode): its replies go back through the
+	// gateway even when their destination is a local pod, because the host
+	// may have translated the connection (a Service's DNAT to a pod of
+	// this node) and must see the replies to undo it.
+	CtMarkFromGateway uint32 = 0x2
 	// The egress rule ID is in ct_label bits 0-31, the ingress rule ID in
 	// bits 32-63 (0: no rule decided, i.e. a default allow or no policy).
 	CtLabelEgressShift  = 0

@@ -63,7 +63,7 @@ func TestStaticFlowsClassifyOnlyAfterSync(t *testing.T) {
 }
 
 func TestGatewayConfigValidate(t *testing.T) {
-	gw := Gateway{Port: 2, IPs: []netip.Addr{netip.MustParseAddr("10.244.1.1")}}
+	gw := Gateway{Port: 2, IPs: []netip.Addr{netip.MustParseAddr("10.244.1.1")}, MAC: net.HardwareAddr{2, 0, 0, 0, 0, 1}}
 	for _, tc := range []struct {
 		name string
 		cfg  Config
@@ -73,9 +73,10 @@ func TestGatewayConfigValidate(t *testing.T) {
 		{"gateway only", Config{Gateway: gw}, true},
 		{"neither", Config{}, true},
 		{"both", Config{UplinkPort: 1, Gateway: gw}, false},
-		{"gateway without address", Config{Gateway: Gateway{Port: 2}}, false},
-		{"reserved gateway port", Config{Gateway: Gateway{Port: 0xfffe, IPs: gw.IPs}}, false},
-		{"invalid address", Config{Gateway: Gateway{Port: 2, IPs: []netip.Addr{{}}}}, false},
+		{"gateway without address", Config{Gateway: Gateway{Port: 2, MAC: gw.MAC}}, false},
+		{"gateway without MAC", Config{Gateway: Gateway{Port: 2, IPs: gw.IPs}}, false},
+		{"reserved gateway port", Config{Gateway: Gateway{Port: 0xfffe, IPs: gw.IPs, MAC: gw.MAC}}, false},
+		{"invalid address", Config{Gateway: Gateway{Port: 2, IPs: []netip.Addr{{}}, MAC: gw.MAC}}, false},
 	} {
 		if err := tc.cfg.Validate(); (err == nil) != tc.ok {
 			t.Errorf("%s: Validate() = %v, want ok=%v", tc.name, err, tc.ok)
@@ -90,17 +91,22 @@ func TestGatewayConfigValidate(t *testing.T) {
 func TestGatewayFlows(t *testing.T) {
 	pod := LocalPod{Pod: model.PodRef{Namespace: "ns", Name: "a"}, OFPort: 3, MAC: net.HardwareAddr{2, 0, 0, 0, 0, 3},
 		IPs: []netip.Addr{netip.MustParseAddr("10.244.1.3")}}
-	gw := Gateway{Port: 2, IPs: []netip.Addr{netip.MustParseAddr("fd00:10:244:1::1"), netip.MustParseAddr("10.244.1.1")}}
+	gw := Gateway{Port: 2, IPs: []netip.Addr{netip.MustParseAddr("fd00:10:244:1::1"), netip.MustParseAddr("10.244.1.1")},
+		MAC: net.HardwareAddr{2, 0, 0, 0, 0, 1}}
 	flows := StaticFlows(Config{Gateway: gw, CtZone: 1}, []LocalPod{pod}, true, 1)
-	var classified, toGateway, leaving, outGW bool
+	var classified, toGateway, leaving, outGW, replyToGW, markFromGW bool
 	hostBypass := map[string]bool{}
 	for _, f := range flows {
 		text := f.String()
 		switch {
 		case f.Table == Classifier.ID() && f.Match.InPort == 2:
 			classified = true
+		case f.Table == Forwarding.ID() && strings.Contains(text, "set_field:02:00:00:00:00:01->eth_dst") && f.Match.CtMark != nil:
+			replyToGW = true
 		case f.Table == Forwarding.ID() && strings.Contains(text, "load:0x2->NXM_NX_REG1"):
 			toGateway = true
+		case f.Table == ConntrackCommit.ID() && f.Match.Regs[RegFlags] == MatchSrc(SrcGateway) && strings.Contains(text, "load:0x2->NXM_NX_CT_MARK[0..1]"):
+			markFromGW = true
 		case f.Table == IngressAdmin.ID() && f.Match.IPSrc.IsValid():
 			hostBypass[f.Match.IPSrc.Addr().String()] = true
 		case f.Table == IngressAdmin.ID() && f.Match.Regs[RegFlags] == MatchDst(DstGateway):
@@ -109,8 +115,9 @@ func TestGatewayFlows(t *testing.T) {
 			outGW = true
 		}
 	}
-	if !classified || !toGateway || !leaving || !outGW {
-		t.Fatalf("classified %v, to gateway %v, leaving skips ingress %v, output %v:\n%v", classified, toGateway, leaving, outGW, flows)
+	if !classified || !toGateway || !leaving || !outGW || !replyToGW || !markFromGW {
+		t.Fatalf("classified %v, to gateway %v, leaving skips ingress %v, output %v, replies to gateway %v, gateway connections marked %v:\n%v",
+			classified, toGateway, leaving, outGW, replyToGW, markFromGW, flows)
 	}
 	if len(hostBypass) != 2 || !hostBypass["10.244.1.1"] || !hostBypass["fd00:10:244:1::1"] {
 		t.Fatalf("host bypass for %v, want both gateway addresses", hostBypass)

@@ -36,6 +36,10 @@ type Gateway struct {
 	// the node's pod CIDRs). Packets from the gateway with one of them as
 	// source are the node's own traffic (kubelet probes): see DESIGN.md.
 	IPs []netip.Addr
+	// MAC is the gateway interface's address: replies of connections that
+	// came in through the gateway are sent back to it with this
+	// destination MAC.
+	MAC net.HardwareAddr
 }
 
 // Validate reports why the configuration cannot be installed.
@@ -51,6 +55,9 @@ func (c Config) Validate() error {
 	}
 	if c.Gateway.Port != 0 && len(c.Gateway.IPs) == 0 {
 		return errors.New("pipeline: gateway without an address")
+	}
+	if c.Gateway.Port != 0 && len(c.Gateway.MAC) != 6 {
+		return fmt.Errorf("pipeline: gateway MAC %v is not an Ethernet address", c.Gateway.MAC)
 	}
 	for _, ip := range c.Gateway.IPs {
 		if !ip.IsValid() || ip.Is4In6() || ip.Zone() != "" {
@@ -272,6 +279,14 @@ func StaticFlows(cfg Config, pods []LocalPod, synced bool, round uint8) []openfl
 	if gw.Port != 0 {
 		add(Forwarding, PriorityLow, openflow.Match{Regs: map[int]openflow.Masked{RegFlags: MatchSrc(SrcLocalPod)}},
 			openflow.LoadReg{Reg: RegOutPort, Start: 0, End: 31, Value: gw.Port}, LoadDst(DstGateway), goTo(IngressAdmin))
+		// A local pod's reply on a connection that came in through the
+		// gateway goes back through it (to the gateway's MAC), even to a
+		// local pod: the host may have DNATed the connection (a Service
+		// backed by a pod of this node) and must undo it on the reply.
+		fromGW := &openflow.Masked{Value: CtMarkFromGateway, Mask: CtMarkFromGateway}
+		add(Forwarding, PriorityHigh+10, openflow.Match{Regs: map[int]openflow.Masked{RegFlags: MatchSrc(SrcLocalPod)},
+			CtState: ctState(ctRpl|ctTrk, ctRpl|ctTrk), CtMark: fromGW},
+			openflow.SetEthDst{MAC: gw.MAC}, openflow.LoadReg{Reg: RegOutPort, Start: 0, End: 31, Value: gw.Port}, LoadDst(DstGateway), goTo(IngressAdmin))
 	}
 	add(Forwarding, PriorityDefault, openflow.Match{})
 
@@ -316,6 +331,12 @@ func StaticFlows(cfg Config, pods []LocalPod, synced bool, round uint8) []openfl
 			openflow.CT{Commit: true, Zone: cfg.CtZone, SetMark: &openflow.Masked{Value: CtMarkBlocked, Mask: CtMarkBlocked}})
 		add(ConntrackCommit, PriorityNormal, openflow.Match{EthType: et, CtState: ctState(ctNew|ctTrk, ctNew|ctTrk)},
 			openflow.CT{Commit: true, Zone: cfg.CtZone, SetMark: &openflow.Masked{Value: 0, Mask: CtMarkBlocked}, LabelFromRegs: labels}, goTo(Output))
+		if gw.Port != 0 {
+			// Connections entering through the gateway are marked, so
+			// their replies return through it (see Forwarding).
+			add(ConntrackCommit, PriorityNormal+5, openflow.Match{EthType: et, Regs: map[int]openflow.Masked{RegFlags: MatchSrc(SrcGateway)}, CtState: ctState(ctNew|ctTrk, ctNew|ctTrk)},
+				openflow.CT{Commit: true, Zone: cfg.CtZone, SetMark: &openflow.Masked{Value: CtMarkFromGateway, Mask: CtMarkBlocked | CtMarkFromGateway}, LabelFromRegs: labels}, goTo(Output))
+		}
 		add(ConntrackCommit, PriorityNormal, openflow.Match{EthType: et, CtState: ctState(ctEst|ctTrk, ctEst|ctTrk), CtMark: blocked},
 			openflow.CT{Commit: true, Zone: cfg.CtZone, SetMark: &openflow.Masked{Value: 0, Mask: CtMarkBlocked}, LabelFromRegs: labels}, goTo(Output))
 	}

@@ -174,6 +174,26 @@ func TestNoEncapTwoNodes(t *testing.T) {
 	if peers := servers[a].Peers(); !slices.Contains(peers, b.IPv4()) {
 		t.Errorf("a's server saw %v, want b's address %s among them", peers, b.IPv4())
 	}
+	// Services: the host DNATs (as kube-proxy does) a service address to a
+	// pod of the same node (the reply must go back through the host to be
+	// un-DNATed, not straight to the client pod) and to a pod of the other
+	// node.
+	for _, svc := range []struct {
+		vip string
+		dst *ovsenv.Pod
+	}{{"10.96.7.7", cc}, {"10.96.7.8", b}} {
+		mustRun(t, "ip", "netns", "exec", n1.env.Netns(), "iptables", "-t", "nat", "-A", "PREROUTING", "-d", svc.vip, "-p", "tcp", "--dport", "80",
+			"-j", "DNAT", "--to-destination", svc.dst.IPv4().String()+":8080")
+		var err error
+		for i := 0; i < 3; i++ {
+			if err = a.ProbeTCP(netip.MustParseAddrPort(svc.vip+":80"), 3*time.Second); err == nil {
+				break
+			}
+		}
+		if err != nil {
+			t.Errorf("pod a -> service %s (pod %s): %v", svc.vip, svc.dst.Name, err)
+		}
+	}
 	// Beyond the nodes (a network with no route to pod CIDRs) pods'
 	// traffic leaves with the node's address.
 	outside := outsideNetwork(t, n1)

@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -218,7 +219,7 @@ func (d *ovsDatapath) ports() ([]ovsdb.PortInfo, uint32, error) {
 }
 
 func sameGateway(a, b pipeline.Gateway) bool {
-	return a.Port == b.Port && slices.Equal(a.IPs, b.IPs)
+	return a.Port == b.Port && slices.Equal(a.IPs, b.IPs) && bytes.Equal(a.MAC, b.MAC)
 }
 
 // pod returns the port of a local pod.

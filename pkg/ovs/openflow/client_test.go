@@ -52,6 +52,8 @@ func allFeatureFlows() []openflow.Flow {
 			Actions: []openflow.Action{openflow.Output{Port: openflow.PortLocal}}},
 		{Table: 0, Priority: 107, Cookie: 0xe, Match: openflow.Match{InPort: openflow.PortLocal},
 			Actions: []openflow.Action{openflow.Output{Port: 1}}},
+		{Table: 0, Priority: 108, Cookie: 0xf, Match: openflow.Match{InPort: 4},
+			Actions: []openflow.Action{openflow.SetEthDst{MAC: mac("0a:00:00:00:00:05")}, openflow.Output{Port: 1}}},
 		{Table: 0, Priority: 104, Cookie: 0x5, Match: openflow.Match{
 			EthType: 0x86dd, IPProto: 58, ICMPType: u8(135), ICMPCode: u8(0),
 			NDTarget: netip.MustParsePrefix("fd00::1/128"), NDSll: mac("0a:00:00:00:00:03")}},
@@ -104,6 +106,7 @@ var goldenDump = []string{
 	`cookie=0xc, table=20, priority=0 actions=drop`,
 	`cookie=0xd, table=30, priority=5,ct_state=est|trk,ipv6 actions=load:0xdeadbeef->NXM_NX_REG15[],ct(commit,zone=65000,exec(load:0x1->NXM_NX_CT_MARK[0..3],load:0x1->NXM_NX_CT_MARK[8..11],load:0x5->NXM_NX_CT_LABEL[0..63]))`,
 	`cookie=0xe, table=0, priority=107,in_port=LOCAL actions=output:1`,
+	`cookie=0xf, table=0, priority=108,in_port=4 actions=set_field:0a:00:00:00:00:05->eth_dst,output:1`,
 }
 
 func dialBridge(t *testing.T, br *ovsenv.Bridge, opts openflow.Options) *openflow.Client {

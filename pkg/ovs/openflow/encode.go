@@ -398,6 +398,11 @@ func (f *Flow) encodeInstructions() ([]of13.Instruction, error) {
 			_ = apply.AddAction(out, false)
 		case Normal:
 			_ = apply.AddAction(of13.NewActionOutput(PortNormal), false)
+		case SetEthDst:
+			if len(a.MAC) != 6 {
+				return nil, fmt.Errorf("SetEthDst: invalid MAC %v", a.MAC)
+			}
+			_ = apply.AddAction(of13.NewActionSetField(*of13.NewEthDstField(a.MAC, nil)), false)
 		case GotoTable:
 			if a.Table <= f.Table {
 				return nil, fmt.Errorf("GotoTable %d from table %d: the pipeline only moves forward", a.Table, f.Table)

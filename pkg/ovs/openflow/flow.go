@@ -119,6 +119,10 @@ type LabelSet struct {
 // Normal hands the packet to the OVS normal L2 pipeline.
 type Normal struct{}
 
+// SetEthDst rewrites the destination MAC address (OpenFlow 1.3
+// set_field eth_dst), e.g. to hand a packet to a router port.
+type SetEthDst struct{ MAC net.HardwareAddr }
+
 func (Output) isAction()      {}
 func (GotoTable) isAction()   {}
 func (Resubmit) isAction()    {}
@@ -126,3 +130,4 @@ func (Conjunction) isAction() {}
 func (LoadReg) isAction()     {}
 func (CT) isAction()          {}
 func (Normal) isAction()      {}
+func (SetEthDst) isAction()   {}

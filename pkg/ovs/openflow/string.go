@@ -342,6 +342,10 @@ func appendAction(b []byte, a Action) []byte {
 		return appendPort(b, a.Port)
 	case Normal:
 		return append(b, "NORMAL"...)
+	case SetEthDst:
+		b = append(b, "set_field:"...)
+		b = append(b, a.MAC.String()...)
+		return append(b, "->eth_dst"...)
 	case GotoTable:
 		b = append(b, "goto_table:"...)
 		return strconv.AppendUint(b, uint64(a.Table), 10)
