@@ -70,10 +70,11 @@ type Controller struct {
 
 	mu    sync.Mutex
 	kinds map[model.PolicyKind]*policyKind // network-policy-api kinds, by kind
-	// refs remembers the API object of each computed policy ID, so that a
-	// Deleted change (after which the engine no longer knows the ID) still
-	// reaches the right queue key.
-	refs map[string]model.PolicyRef
+	// refs remembers the API object and last seen generation of each
+	// computed policy ID, so that a Deleted change (after which the engine
+	// no longer knows the ID) still reaches the right queue key, and a
+	// change of span alone (same generation) queues no status sync.
+	refs map[string]knownPolicy
 	// npFindings is the last set of findings emitted as Events per
 	// NetworkPolicy, so Events are emitted only when findings change.
 	npFindings map[model.PolicyRef]string
@@ -81,6 +82,11 @@ type Controller struct {
 	// for resolveChanges; policiesChanged wakes it.
 	changedPolicies map[string]compute.ChangeType
 	policiesChanged chan struct{}
+	// computedGauges are the computedObjects gauges, by object kind.
+	computedGauges map[compute.ObjectKind]prometheus.Gauge
+
+	// events carries informer events to the engine in batches.
+	events *eventQueue
 
 	queue       workqueue.TypedRateLimitingInterface[model.PolicyRef]
 	broadcaster record.EventBroadcaster
@@ -117,7 +123,8 @@ func New(cfg Config) (*Controller, error) {
 		engine:     cfg.Engine,
 		metrics:    m,
 		kinds:      map[model.PolicyKind]*policyKind{},
-		refs:       map[string]model.PolicyRef{},
+		refs:       map[string]knownPolicy{},
+		events:     newEventQueue(cfg.Engine),
 		npFindings: map[model.PolicyRef]string{},
 
 		changedPolicies: map[string]compute.ChangeType{},
@@ -125,6 +132,10 @@ func New(cfg Config) (*Controller, error) {
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[model.PolicyRef](),
 			workqueue.TypedRateLimitingQueueConfig[model.PolicyRef]{Name: "tierflow-status"}),
+	}
+	c.computedGauges = map[compute.ObjectKind]prometheus.Gauge{}
+	for _, k := range []compute.ObjectKind{compute.KindPolicy, compute.KindAppliedToGroup, compute.KindAddressGroup} {
+		c.computedGauges[k] = m.computedObjects.WithLabelValues(string(k))
 	}
 	// Managed fields are large and never read: drop them from the caches.
 	c.kubeFactory = informers.NewSharedInformerFactoryWithOptions(cfg.Kube, cfg.ResyncPeriod, informers.WithTransform(stripManagedFields))
@@ -173,10 +184,14 @@ func (c *Controller) Run(ctx context.Context) error {
 	defer unsubscribe()
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	wg.Add(1)
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
 		c.resolveChanges(ctx)
+	}()
+	go func() {
+		defer wg.Done()
+		c.events.run(ctx)
 	}()
 
 	c.kubeFactory.Start(ctx.Done())
@@ -219,7 +234,7 @@ func (c *Controller) HasSynced() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, k := range c.kinds {
-		if k.informer != nil && !k.registration.HasSynced() {
+		if k.informer != nil && !k.synced() {
 			return false
 		}
 	}
@@ -243,7 +258,7 @@ func (c *Controller) policyKindsSettled() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, k := range c.kinds {
-		if k.informer != nil && !k.registration.HasSynced() && time.Since(k.watchedSince) < c.cfg.KindSyncGrace {
+		if k.informer != nil && !k.synced() && time.Since(k.watchedSince) < c.cfg.KindSyncGrace {
 			return false
 		}
 	}
@@ -270,38 +285,55 @@ func (c *Controller) RealizationChanged(ref model.PolicyRef) {
 	c.queue.Add(queueKey(ref))
 }
 
+// knownPolicy is what the controller remembers of a computed policy.
+type knownPolicy struct {
+	ref        model.PolicyRef
+	generation int64
+}
+
 func queueKey(ref model.PolicyRef) model.PolicyRef {
 	ref.UID = ""
 	return ref
 }
 
-// handlerFuncs wraps engine feeding with tombstone handling, timing and
-// object counting.
-func (c *Controller) handlerFuncs(kind string, upsert func(obj interface{}), del func(obj interface{})) cache.ResourceEventHandlerFuncs {
+// handlerFuncs queues one kind's events for the engine (see eventQueue),
+// with tombstone handling and object counting. after, when set, runs once
+// the engine has applied an event of that object.
+func (c *Controller) handlerFuncs(kind string, upsert func(w compute.Writer, obj interface{}), del func(w compute.Writer, m metav1.Object), after func(m metav1.Object)) cache.ResourceEventHandlerFuncs {
 	objects := c.metrics.apiObjects.WithLabelValues(kind)
-	timed := func(f func(interface{}), obj interface{}) {
-		start := time.Now()
-		f(obj)
-		c.metrics.syncDuration.WithLabelValues(kind, "engine").Observe(time.Since(start).Seconds())
+	latency := c.metrics.syncDuration.WithLabelValues(kind, "engine")
+	queue := func(m metav1.Object, apply func(compute.Writer)) {
+		var follow func()
+		if after != nil {
+			follow = func() { after(m) }
+		}
+		c.events.push(eventKey{kind: kind, namespace: m.GetNamespace(), name: m.GetName()}, apply, follow, latency)
 	}
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj interface{}) {
 			objects.Inc()
-			timed(upsert, obj)
+			if m, ok := obj.(metav1.Object); ok {
+				queue(m, func(w compute.Writer) { upsert(w, obj) })
+			}
 		},
-		UpdateFunc: func(_, obj interface{}) { timed(upsert, obj) },
+		UpdateFunc: func(_, obj interface{}) {
+			if m, ok := obj.(metav1.Object); ok {
+				queue(m, func(w compute.Writer) { upsert(w, obj) })
+			}
+		},
 		DeleteFunc: func(obj interface{}) {
 			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = tomb.Obj
 			}
 			objects.Dec()
-			timed(del, obj)
+			if m, ok := obj.(metav1.Object); ok {
+				queue(m, func(w compute.Writer) { del(w, m) })
+			}
 		},
 	}
 }
 
 func (c *Controller) registerCoreHandlers() error {
-	e := c.engine
 	var errs []error
 	add := func(inf cache.SharedIndexInformer, h cache.ResourceEventHandler) {
 		// AddEventHandler fails only on a stopped informer; these are new.
@@ -311,42 +343,31 @@ func (c *Controller) registerCoreHandlers() error {
 			return
 		}
 		// The registration's HasSynced (unlike the informer's) is true only
-		// once the handler, and so the engine, has seen the initial list.
-		c.coreSynced = append(c.coreSynced, reg.HasSynced)
+		// once the handler has seen the initial list; syncedAfter adds
+		// that the engine has applied it.
+		c.coreSynced = append(c.coreSynced, c.events.syncedAfter(reg.HasSynced))
 	}
 	add(c.kubeFactory.Core().V1().Namespaces().Informer(), c.handlerFuncs("Namespace",
-		func(obj interface{}) {
+		func(w compute.Writer, obj interface{}) {
 			if ns, ok := obj.(*corev1.Namespace); ok {
-				e.UpsertNamespace(ns)
+				w.UpsertNamespace(ns)
 			}
 		},
-		func(obj interface{}) {
-			if m, ok := obj.(metav1.Object); ok {
-				e.DeleteNamespace(m.GetName())
-			}
-		}))
+		func(w compute.Writer, m metav1.Object) { w.DeleteNamespace(m.GetName()) }, nil))
 	add(c.kubeFactory.Core().V1().Pods().Informer(), c.handlerFuncs("Pod",
-		func(obj interface{}) {
+		func(w compute.Writer, obj interface{}) {
 			if p, ok := obj.(*corev1.Pod); ok {
-				e.UpsertPod(p)
+				w.UpsertPod(p)
 			}
 		},
-		func(obj interface{}) {
-			if m, ok := obj.(metav1.Object); ok {
-				e.DeletePod(m.GetNamespace(), m.GetName())
-			}
-		}))
+		func(w compute.Writer, m metav1.Object) { w.DeletePod(m.GetNamespace(), m.GetName()) }, nil))
 	add(c.kubeFactory.Core().V1().Nodes().Informer(), c.handlerFuncs("Node",
-		func(obj interface{}) {
+		func(w compute.Writer, obj interface{}) {
 			if n, ok := obj.(*corev1.Node); ok {
-				e.UpsertNode(n)
+				w.UpsertNode(n)
 			}
 		},
-		func(obj interface{}) {
-			if m, ok := obj.(metav1.Object); ok {
-				e.DeleteNode(m.GetName())
-			}
-		}))
+		func(w compute.Writer, m metav1.Object) { w.DeleteNode(m.GetName()) }, nil))
 	c.npInformer = c.kubeFactory.Networking().V1().NetworkPolicies().Informer()
 	add(c.npInformer, c.networkPolicyHandler())
 	return errors.Join(errs...)
@@ -356,17 +377,14 @@ func (c *Controller) registerCoreHandlers() error {
 // their findings for Events.
 func (c *Controller) networkPolicyHandler() cache.ResourceEventHandlerFuncs {
 	return c.handlerFuncs(string(model.KindNetworkPolicy),
-		func(obj interface{}) {
+		func(w compute.Writer, obj interface{}) {
 			if np, ok := obj.(*networkingv1.NetworkPolicy); ok {
-				c.engine.UpsertNetworkPolicy(np)
-				c.queue.Add(model.PolicyRef{Kind: model.KindNetworkPolicy, Namespace: np.Namespace, Name: np.Name})
+				w.UpsertNetworkPolicy(np)
 			}
 		},
-		func(obj interface{}) {
-			if m, ok := obj.(metav1.Object); ok {
-				c.engine.DeleteNetworkPolicy(m.GetNamespace(), m.GetName())
-				c.queue.Add(model.PolicyRef{Kind: model.KindNetworkPolicy, Namespace: m.GetNamespace(), Name: m.GetName()})
-			}
+		func(w compute.Writer, m metav1.Object) { w.DeleteNetworkPolicy(m.GetNamespace(), m.GetName()) },
+		func(m metav1.Object) {
+			c.queue.Add(model.PolicyRef{Kind: model.KindNetworkPolicy, Namespace: m.GetNamespace(), Name: m.GetName()})
 		})
 }
 
@@ -376,21 +394,44 @@ func (c *Controller) networkPolicyHandler() cache.ResourceEventHandlerFuncs {
 // runs under the engine's notification lock, and another engine call may
 // be holding the engine's main lock while waiting for it. resolveChanges
 // turns the IDs into queue keys outside that lock.
+//
+// A policy reported at the generation already seen changed its span only:
+// its status (findings; realization comes from the distribution layer) is
+// what it was, so no sync is queued. On a large cluster's start that is
+// most policy changes.
 func (c *Controller) onEngineChanges(changes []compute.Change) {
+	var delta [3]float64 // Policy, AppliedToGroup, AddressGroup
+	kindIndex := func(k compute.ObjectKind) int {
+		switch k {
+		case compute.KindPolicy:
+			return 0
+		case compute.KindAppliedToGroup:
+			return 1
+		}
+		return 2
+	}
 	c.mu.Lock()
 	for _, ch := range changes {
-		gauge := c.metrics.computedObjects.WithLabelValues(string(ch.Kind))
 		switch ch.Type {
 		case compute.Added:
-			gauge.Inc()
+			delta[kindIndex(ch.Kind)]++
 		case compute.Deleted:
-			gauge.Dec()
+			delta[kindIndex(ch.Kind)]--
 		}
-		if ch.Kind == compute.KindPolicy {
-			c.changedPolicies[ch.ID] = ch.Type
+		if ch.Kind != compute.KindPolicy {
+			continue
 		}
+		if k, ok := c.refs[ch.ID]; ok && ch.Type == compute.Updated && k.generation == ch.Generation {
+			continue
+		}
+		c.changedPolicies[ch.ID] = ch.Type
 	}
 	c.mu.Unlock()
+	for i, k := range []compute.ObjectKind{compute.KindPolicy, compute.KindAppliedToGroup, compute.KindAddressGroup} {
+		if delta[i] != 0 {
+			c.computedGauges[k].Add(delta[i])
+		}
+	}
 	select {
 	case c.policiesChanged <- struct{}{}:
 	default: // a wake-up is already pending
@@ -416,18 +457,18 @@ func (c *Controller) resolveChanges(ctx context.Context) {
 			if typ == compute.Deleted || !ok {
 				// Gone: the engine no longer knows its source; use what
 				// it was last seen as.
-				ref, known := c.refs[id]
+				k, known := c.refs[id]
 				if !ok {
 					delete(c.refs, id)
 				}
 				c.mu.Unlock()
 				if known {
-					c.queue.Add(ref)
+					c.queue.Add(k.ref)
 				}
 				continue
 			}
 			ref := queueKey(p.Source)
-			c.refs[id] = ref
+			c.refs[id] = knownPolicy{ref: ref, generation: p.Generation}
 			c.mu.Unlock()
 			c.queue.Add(ref)
 		}

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/network-policy-api/apis/v1alpha1"
 	"sigs.k8s.io/network-policy-api/apis/v1alpha2"
 
+	"github.com/tierflow/tierflow/pkg/compute"
 	"github.com/tierflow/tierflow/pkg/model"
 )
 
@@ -24,8 +25,8 @@ type policyKind struct {
 	resource     string
 	// newInformer registers the kind's informer with the policy factory.
 	newInformer func() cache.SharedIndexInformer
-	upsert      func(obj interface{})
-	remove      func(name string)
+	upsert      func(w compute.Writer, obj interface{})
+	remove      func(w compute.Writer, name string)
 	// view reads what status sync needs from a cached object.
 	view func(obj interface{}) (objectView, bool)
 	// updateStatus writes conditions onto a copy of a cached object.
@@ -33,6 +34,9 @@ type policyKind struct {
 
 	informer     cache.SharedIndexInformer // nil until the CRD is served
 	registration cache.ResourceEventHandlerRegistration
+	// synced: the registration has seen the initial list and the engine
+	// has applied it.
+	synced       func() bool
 	watchedSince time.Time
 }
 
@@ -44,7 +48,7 @@ type objectView struct {
 }
 
 func policyKinds(c *Controller) []*policyKind {
-	e, pc := c.engine, c.cfg.Policy
+	pc := c.cfg.Policy
 	v1a1 := v1alpha1.SchemeGroupVersion.String()
 	v1a2 := v1alpha2.SchemeGroupVersion.String()
 	return []*policyKind{
@@ -53,12 +57,12 @@ func policyKinds(c *Controller) []*policyKind {
 			newInformer: func() cache.SharedIndexInformer {
 				return c.policyFactory.Policy().V1alpha1().AdminNetworkPolicies().Informer()
 			},
-			upsert: func(obj interface{}) {
+			upsert: func(w compute.Writer, obj interface{}) {
 				if o, ok := obj.(*v1alpha1.AdminNetworkPolicy); ok {
-					e.UpsertAdminNetworkPolicy(o)
+					w.UpsertAdminNetworkPolicy(o)
 				}
 			},
-			remove: e.DeleteAdminNetworkPolicy,
+			remove: func(w compute.Writer, name string) { w.DeleteAdminNetworkPolicy(name) },
 			view: func(obj interface{}) (objectView, bool) {
 				o, ok := obj.(*v1alpha1.AdminNetworkPolicy)
 				if !ok {
@@ -78,12 +82,12 @@ func policyKinds(c *Controller) []*policyKind {
 			newInformer: func() cache.SharedIndexInformer {
 				return c.policyFactory.Policy().V1alpha1().BaselineAdminNetworkPolicies().Informer()
 			},
-			upsert: func(obj interface{}) {
+			upsert: func(w compute.Writer, obj interface{}) {
 				if o, ok := obj.(*v1alpha1.BaselineAdminNetworkPolicy); ok {
-					e.UpsertBaselineAdminNetworkPolicy(o)
+					w.UpsertBaselineAdminNetworkPolicy(o)
 				}
 			},
-			remove: e.DeleteBaselineAdminNetworkPolicy,
+			remove: func(w compute.Writer, name string) { w.DeleteBaselineAdminNetworkPolicy(name) },
 			view: func(obj interface{}) (objectView, bool) {
 				o, ok := obj.(*v1alpha1.BaselineAdminNetworkPolicy)
 				if !ok {
@@ -103,12 +107,12 @@ func policyKinds(c *Controller) []*policyKind {
 			newInformer: func() cache.SharedIndexInformer {
 				return c.policyFactory.Policy().V1alpha2().ClusterNetworkPolicies().Informer()
 			},
-			upsert: func(obj interface{}) {
+			upsert: func(w compute.Writer, obj interface{}) {
 				if o, ok := obj.(*v1alpha2.ClusterNetworkPolicy); ok {
-					e.UpsertClusterNetworkPolicy(o)
+					w.UpsertClusterNetworkPolicy(o)
 				}
 			},
-			remove: e.DeleteClusterNetworkPolicy,
+			remove: func(w compute.Writer, name string) { w.DeleteClusterNetworkPolicy(name) },
 			view: func(obj interface{}) (objectView, bool) {
 				o, ok := obj.(*v1alpha2.ClusterNetworkPolicy)
 				if !ok {
@@ -161,6 +165,7 @@ func (c *Controller) discoverPolicyKinds(ctx context.Context) {
 			continue
 		}
 		k.informer, k.registration, k.watchedSince = inf, reg, time.Now()
+		k.synced = c.events.syncedAfter(reg.HasSynced)
 		c.metrics.crdsServed.WithLabelValues(string(k.kind)).Set(1)
 		logger.Info("policy CRD served; watching", "kind", k.kind)
 		startedAny = true
@@ -184,7 +189,7 @@ func (c *Controller) waitPolicyKindsSynced(ctx context.Context) {
 	var synced []cache.InformerSynced
 	for _, k := range c.kinds {
 		if k.informer != nil {
-			synced = append(synced, k.registration.HasSynced)
+			synced = append(synced, k.synced)
 		}
 	}
 	c.mu.Unlock()
@@ -194,17 +199,12 @@ func (c *Controller) waitPolicyKindsSynced(ctx context.Context) {
 }
 
 func (c *Controller) policyHandler(k *policyKind) cache.ResourceEventHandler {
-	return c.handlerFuncs(string(k.kind),
-		func(obj interface{}) {
-			k.upsert(obj)
-			if m, ok := obj.(metav1.Object); ok {
-				c.queue.Add(model.PolicyRef{Kind: k.kind, Name: m.GetName()})
-			}
-		},
-		func(obj interface{}) {
-			if m, ok := obj.(metav1.Object); ok {
-				k.remove(m.GetName())
-			}
+	return c.handlerFuncs(string(k.kind), k.upsert,
+		func(w compute.Writer, m metav1.Object) { k.remove(w, m.GetName()) },
+		func(m metav1.Object) {
+			// Deleted objects have no status to write; the sync finds
+			// the object gone.
+			c.queue.Add(model.PolicyRef{Kind: k.kind, Name: m.GetName()})
 		})
 }
 
@@ -217,7 +217,7 @@ func (c *Controller) kindSynced(kind model.PolicyKind) (*policyKind, bool) {
 	if k == nil || k.informer == nil {
 		return nil, false
 	}
-	return k, k.registration.HasSynced()
+	return k, k.synced()
 }
 
 func (k *policyKind) String() string { return fmt.Sprintf("%s (%s)", k.kind, k.groupVersion) }

@@ -14,8 +14,9 @@ import (
 // so that several controllers can live in one process (tests).
 type metrics struct {
 	registry *prometheus.Registry
-	// syncDuration times feeding one API event into the engine
-	// (operation="engine") and one status/event sync (operation="status").
+	// syncDuration times one API event from its arrival until the engine
+	// has applied it (operation="engine"; events are applied in batches)
+	// and one status/event sync (operation="status").
 	syncDuration *prometheus.HistogramVec
 	// apiObjects counts the API objects the informers hold, by kind.
 	apiObjects *prometheus.GaugeVec
@@ -38,7 +39,7 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 		registry: reg,
 		syncDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "tierflow", Subsystem: "controller", Name: "sync_duration_seconds",
-			Help:    "Time to process one API event into the engine (operation=engine) or one policy's status sync (operation=status).",
+			Help:    "Time from an API event's arrival until the engine has applied it (operation=engine), or of one policy's status sync (operation=status).",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
 		}, []string{"kind", "operation"}),
 		apiObjects: prometheus.NewGaugeVec(prometheus.GaugeOpts{

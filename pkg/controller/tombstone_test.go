@@ -32,11 +32,13 @@ func TestDeleteTombstonesReachTheEngine(t *testing.T) {
 	npHandler := c.networkPolicyHandler()
 	anpHandler.OnAdd(anp, false)
 	npHandler.OnAdd(np, false)
+	c.events.applyPending() // Run's event goroutine is not running here
 	if n := len(c.engine.Snapshot().Policies); n != 2 {
 		t.Fatalf("%d policies after adds, want 2", n)
 	}
 	anpHandler.OnDelete(cache.DeletedFinalStateUnknown{Key: "a", Obj: anp})
 	npHandler.OnDelete(cache.DeletedFinalStateUnknown{Key: "ns/n", Obj: np})
+	c.events.applyPending()
 	if n := len(c.engine.Snapshot().Policies); n != 0 {
 		t.Fatalf("%d policies after tombstone deletes, want 0", n)
 	}

@@ -2,6 +2,8 @@ package scenarios_test
 
 import (
 	"context"
+
+	"github.com/go-logr/logr"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -9,13 +11,19 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	npfake "sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned/fake"
 
 	"github.com/tierflow/tierflow/pkg/compute"
 	"github.com/tierflow/tierflow/pkg/compute/scenarios"
+	"github.com/tierflow/tierflow/pkg/controller"
 )
 
 // Package scenarios_test holds the from-informer-start benchmarks, kept out
@@ -111,4 +119,129 @@ func BenchmarkFromInformerStartOneNamespace(b *testing.B) {
 }
 func BenchmarkFromInformerStartPolicyPerPod(b *testing.B) {
 	benchFromInformerStart(b, scenarios.PolicyPerPod())
+}
+
+// benchControllerFromInformerStart is benchFromInformerStart through
+// pkg/controller (its handlers, event batching and engine subscriber), the
+// way tierflow-controller starts. With policiesFirst, the pod list is held
+// back until the engine holds every policy: the order a real API server
+// tends to produce (its policy list is smaller than its pod list), in which
+// every pod joins groups that every policy already uses.
+func benchControllerFromInformerStart(b *testing.B, c *scenarios.Cluster, policiesFirst bool) {
+	klog.SetLogger(logr.Discard()) // the controller's progress logs are not the point
+	objs := make([]runtime.Object, 0, c.Objects())
+	for _, o := range c.Namespaces {
+		objs = append(objs, o)
+	}
+	for _, o := range c.Nodes {
+		objs = append(objs, o)
+	}
+	for _, o := range c.Pods {
+		objs = append(objs, o)
+	}
+	for _, o := range c.NetworkPolicies {
+		objs = append(objs, o)
+	}
+	b.ReportAllocs()
+	var cpu time.Duration
+	for b.Loop() {
+		b.StopTimer()
+		kube := fake.NewSimpleClientset(objs...) //nolint:staticcheck // as benchFromInformerStart
+		e := compute.New()
+		policiesIn := make(chan struct{})
+		var policies atomic.Int64
+		e.Subscribe(func(cs []compute.Change) {
+			for _, ch := range cs {
+				if ch.Kind == compute.KindPolicy && ch.Type == compute.Added &&
+					policies.Add(1) == int64(len(c.NetworkPolicies)) {
+					close(policiesIn)
+				}
+			}
+		})
+		var client kubernetes.Interface = kube
+		if policiesFirst {
+			client = podsListedAfter{kube, policiesIn}
+		}
+		ctl, err := controller.New(controller.Config{Kube: client, Policy: npfake.NewSimpleClientset(), Engine: e})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		b.StartTimer()
+		cpu0 := cpuTime()
+		go func() { done <- ctl.Run(ctx) }()
+		for !ctl.HasSynced() {
+			time.Sleep(time.Millisecond)
+		}
+		s := e.Snapshot()
+		cpu += cpuTime() - cpu0
+		b.StopTimer()
+		cancel()
+		if err := <-done; err != nil {
+			b.Fatal(err)
+		}
+		if len(s.Policies) != len(c.NetworkPolicies) {
+			b.Fatalf("computed %d policies, want %d", len(s.Policies), len(c.NetworkPolicies))
+		}
+		members := 0
+		for _, g := range s.AppliedToGroups {
+			for _, ms := range g.MembersByNode {
+				members += len(ms)
+			}
+		}
+		if members == 0 {
+			b.Fatal("no pod in any applied-to group")
+		}
+		b.StartTimer()
+	}
+	b.ReportMetric(cpu.Seconds()/float64(b.N), "cpu-s/op")
+}
+
+func BenchmarkControllerFromInformerStartOneNamespace(b *testing.B) {
+	benchControllerFromInformerStart(b, scenarios.OneNamespace(), false)
+}
+func BenchmarkControllerFromInformerStartOneNamespacePoliciesFirst(b *testing.B) {
+	benchControllerFromInformerStart(b, scenarios.OneNamespace(), true)
+}
+func BenchmarkControllerFromInformerStartLargeNamespacesPoliciesFirst(b *testing.B) {
+	benchControllerFromInformerStart(b, scenarios.LargeNamespaces(), true)
+}
+func BenchmarkControllerFromInformerStartPolicyPerPod(b *testing.B) {
+	benchControllerFromInformerStart(b, scenarios.PolicyPerPod(), false)
+}
+
+// podsListedAfter is a clientset whose pod lists wait for a channel to
+// close. (A blocking reactor would not do: the fake clientset runs its
+// reactors under one lock, so it would hold back every other list too.)
+type podsListedAfter struct {
+	*fake.Clientset
+	wait <-chan struct{}
+}
+
+func (c podsListedAfter) CoreV1() typedcorev1.CoreV1Interface {
+	return coreListedAfter{c.Clientset.CoreV1(), c.wait}
+}
+
+type coreListedAfter struct {
+	typedcorev1.CoreV1Interface
+	wait <-chan struct{}
+}
+
+func (c coreListedAfter) Pods(namespace string) typedcorev1.PodInterface {
+	return podListAfter{c.CoreV1Interface.Pods(namespace), c.wait}
+}
+
+type podListAfter struct {
+	typedcorev1.PodInterface
+	wait <-chan struct{}
+}
+
+func (p podListAfter) List(ctx context.Context, opts metav1.ListOptions) (*corev1.PodList, error) {
+	select {
+	case <-p.wait:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return p.PodInterface.List(ctx, opts)
 }

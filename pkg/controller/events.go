@@ -1,0 +1,198 @@
+package controller
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tierflow/tierflow/pkg/compute"
+)
+
+// maxEventBatch bounds how many queued events one engine batch applies:
+// large enough that a burst (an informer's initial list) is applied in few
+// batches, small enough that the engine's lock, which readers such as the
+// distribution server and status sync wait for, is never held for long.
+const maxEventBatch = 1000
+
+// eventKey names one API object: informer events for the same object
+// coalesce, since the engine only needs an object's latest state.
+type eventKey struct {
+	kind            string
+	namespace, name string
+}
+
+// queuedEvent is the latest pending event of one object.
+type queuedEvent struct {
+	key eventKey
+	// apply feeds the event into the engine (an upsert or a delete).
+	apply func(compute.Writer)
+	// after runs once the engine has applied it (status sync queueing:
+	// the sync reads what the engine computed).
+	after func()
+	// seq is the sequence number of the object's first event still
+	// pending: every event merged into this entry has a higher one.
+	seq uint64
+	// arrived is when that first event reached the controller.
+	arrived  time.Time
+	observer prometheus.Observer
+}
+
+// eventQueue carries informer events to the engine. Handlers only queue
+// (cheap, so an informer's list is drained at once); one goroutine applies
+// whatever has queued up as one compute.Engine.Batch. Under a burst the
+// batches grow and the engine reports each computed object once per batch
+// instead of once per event: the initial list of 10,000 pods selected by
+// 10,000 identical policies reports each policy's span change a few
+// times, not once per node. A lone event is applied at once.
+type eventQueue struct {
+	engine *compute.Engine
+
+	mu      sync.Mutex
+	pending []*queuedEvent
+	byKey   map[eventKey]*queuedEvent
+	seq     uint64 // last sequence number handed out
+	// inflight is the first sequence number of the batch being applied
+	// (0: none).
+	inflight uint64
+	wake     chan struct{}
+}
+
+func newEventQueue(e *compute.Engine) *eventQueue {
+	return &eventQueue{engine: e, byKey: map[eventKey]*queuedEvent{}, wake: make(chan struct{}, 1)}
+}
+
+// push queues one object's event; a pending event of the same object is
+// replaced (keeping its place in line).
+func (q *eventQueue) push(key eventKey, apply func(compute.Writer), after func(), observer prometheus.Observer) {
+	q.mu.Lock()
+	q.seq++
+	if ev := q.byKey[key]; ev != nil {
+		ev.apply = apply
+		if after != nil {
+			// Both follow-ups run: they may differ (a delete's and an
+			// upsert's queue keys are the same, but be safe).
+			if prev := ev.after; prev != nil {
+				ev.after = func() { prev(); after() }
+			} else {
+				ev.after = after
+			}
+		}
+	} else {
+		ev := &queuedEvent{key: key, apply: apply, after: after, seq: q.seq, arrived: time.Now(), observer: observer}
+		q.pending = append(q.pending, ev)
+		q.byKey[key] = ev
+	}
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default: // a wake-up is already pending
+	}
+}
+
+// take removes up to maxEventBatch events from the head of the line and
+// marks them in flight.
+func (q *eventQueue) take() []*queuedEvent {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := min(len(q.pending), maxEventBatch)
+	if n == 0 {
+		return nil
+	}
+	batch := make([]*queuedEvent, n)
+	copy(batch, q.pending)
+	clear(q.pending[:n])
+	q.pending = q.pending[n:]
+	if len(q.pending) == 0 {
+		q.pending = nil // let a large backing array go
+	}
+	for _, ev := range batch {
+		delete(q.byKey, ev.key)
+	}
+	q.inflight = batch[0].seq
+	return batch
+}
+
+// applyPending applies every queued event, batch by batch, and returns
+// when the queue is empty.
+func (q *eventQueue) applyPending() {
+	for {
+		batch := q.take()
+		if batch == nil {
+			return
+		}
+		q.engine.Batch(func(b *compute.Batch) {
+			for _, ev := range batch {
+				ev.apply(b)
+			}
+		})
+		q.mu.Lock()
+		q.inflight = 0
+		q.mu.Unlock()
+		now := time.Now()
+		for _, ev := range batch {
+			if ev.after != nil {
+				ev.after()
+			}
+			if ev.observer != nil {
+				ev.observer.Observe(now.Sub(ev.arrived).Seconds())
+			}
+		}
+	}
+}
+
+// run applies events as they come until ctx is done.
+func (q *eventQueue) run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-q.wake:
+		}
+		q.applyPending()
+	}
+}
+
+// mark returns the sequence number of the last event queued so far.
+func (q *eventQueue) mark() uint64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.seq
+}
+
+// appliedThrough reports whether every event up to sequence number m has
+// been applied: no entry waiting or in flight holds one (an entry's events
+// all have sequence numbers from its seq on, and entries wait in order).
+func (q *eventQueue) appliedThrough(m uint64) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.inflight != 0 && q.inflight <= m {
+		return false
+	}
+	return len(q.pending) == 0 || q.pending[0].seq > m
+}
+
+// syncedAfter wraps an event handler registration's HasSynced: true once
+// the registration has seen its informer's initial list and the engine has
+// applied every event queued until then.
+func (q *eventQueue) syncedAfter(handlerSynced func() bool) func() bool {
+	var (
+		mu     sync.Mutex
+		marked bool
+		m      uint64
+	)
+	return func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if !marked {
+			if !handlerSynced() {
+				return false
+			}
+			// The handler has been called for every item of the initial
+			// list, so each is queued with a sequence number up to m.
+			m, marked = q.mark(), true
+		}
+		return q.appliedThrough(m)
+	}
+}
