@@ -152,6 +152,21 @@ func TestNoEncapTwoNodes(t *testing.T) {
 		{b, a, 8080, "tcp", false},
 		{a, cc, 8080, "tcp", true},
 	}...)
+	// The agent says why (query socket, as tierctl reads it).
+	eventually(t, 30*time.Second, "node 2's gateway error in the agent status", func() error {
+		st, err := ag2.q.Status(ctx)
+		if err != nil {
+			return err
+		}
+		if st.NodeNetwork == nil || st.NodeNetwork.GatewayPort != 0 || !strings.Contains(st.NodeNetwork.Error, "gateway port tierflow-gw0") {
+			return fmt.Errorf("node network status %+v", st.NodeNetwork)
+		}
+		return nil
+	})
+	// The Node without pod CIDRs is reported, not routed.
+	if st, err := ag1.q.Status(ctx); err != nil || st.NodeNetwork == nil || !strings.Contains(st.NodeNetwork.NodeErrors["nn-unallocated"], "no spec.podCIDRs") {
+		t.Errorf("node 1 status %+v (%v): want nn-unallocated reported", st, err)
+	}
 	// Once the device is gone the agent's retry creates the gateway.
 	mustRun(t, "ip", "-n", n2.env.Netns(), "link", "delete", "tierflow-gw0")
 	eventually(t, 60*time.Second, "node 2 gateway and routes", func() error {

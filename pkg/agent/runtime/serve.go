@@ -204,6 +204,19 @@ func (a *Agent) status() query.Status {
 			st.LocalPods = len(ports)
 		}
 	}
+	a.mu.Lock()
+	nm := a.nodenet
+	a.mu.Unlock()
+	if nm != nil {
+		ns := nm.Status()
+		st.NodeNetwork = &query.NodeNetwork{GatewayPort: ns.Gateway.Port, Error: ns.Error, NodeErrors: ns.NodeErrors}
+		for _, ip := range ns.Gateway.IPs {
+			st.NodeNetwork.GatewayIPs = append(st.NodeNetwork.GatewayIPs, ip.String())
+		}
+		for _, r := range ns.Routes {
+			st.NodeNetwork.Routes = append(st.NodeNetwork.Routes, r.String())
+		}
+	}
 	if a.client != nil {
 		st.ControllerConnected = a.client.Connected()
 		st.Epoch, st.Version, _ = a.client.State()

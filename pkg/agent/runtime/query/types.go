@@ -47,6 +47,22 @@ type Status struct {
 	// Warnings are rules compiled differently from their text (always
 	// towards denying), from the last realization.
 	Warnings []string `json:"warnings,omitempty"`
+	// NodeNetwork is the noEncap node network (nil in uplink mode).
+	NodeNetwork *NodeNetwork `json:"nodeNetwork,omitempty"`
+}
+
+// NodeNetwork is the state of the noEncap node network (pkg/agent/nodenet).
+type NodeNetwork struct {
+	// GatewayPort and GatewayIPs: the gateway the pipeline uses (0 and
+	// none while it is not ready: pods then reach only local pods).
+	GatewayPort uint32   `json:"gatewayPort"`
+	GatewayIPs  []string `json:"gatewayIPs,omitempty"`
+	// Routes are the agent's kernel routes, "CIDR via IP (node NAME)".
+	Routes []string `json:"routes,omitempty"`
+	// Error is why the last sync failed; NodeErrors why nodes are not
+	// routed.
+	Error      string            `json:"error,omitempty"`
+	NodeErrors map[string]string `json:"nodeErrors,omitempty"`
 }
 
 // PolicyRealization is one policy's state on this node.
