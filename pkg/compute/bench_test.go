@@ -148,3 +148,71 @@ func BenchmarkPodLabelChange(b *testing.B) {
 		})
 	}
 }
+
+func BenchmarkComputeAdminHeavy(b *testing.B) { benchCompute(b, scenarios.AdminHeavy()) }
+
+// BenchmarkIncremental times one change on a fully computed engine plus
+// reading back every object it reported (what distribution does next),
+// as test/bench's incremental driver does; the undo is not timed.
+func BenchmarkIncremental(b *testing.B) {
+	type change struct {
+		name     string
+		do, undo func(e *Engine)
+	}
+	shapes := []struct {
+		name    string
+		cluster func() *scenarios.Cluster
+		changes func(c *scenarios.Cluster) []change
+	}{
+		{"one-namespace", scenarios.OneNamespace, func(c *scenarios.Cluster) []change {
+			orig := c.Pods[0]
+			relabelled := orig.DeepCopy()
+			relabelled.Labels = map[string]string{"app-1": "scale-2"}
+			return []change{{"pod-relabel", func(e *Engine) { e.UpsertPod(relabelled) }, func(e *Engine) { e.UpsertPod(orig) }}}
+		}},
+		{"admin-heavy", scenarios.AdminHeavy, func(c *scenarios.Cluster) []change {
+			orig, pod := c.Namespaces[0], c.Pods[0]
+			ns := orig.DeepCopy()
+			ns.Labels = map[string]string{"team": "t1"}
+			relabelled := pod.DeepCopy()
+			relabelled.Labels = map[string]string{"app": "app-5"}
+			return []change{
+				{"ns-relabel", func(e *Engine) { e.UpsertNamespace(ns) }, func(e *Engine) { e.UpsertNamespace(orig) }},
+				{"pod-relabel", func(e *Engine) { e.UpsertPod(relabelled) }, func(e *Engine) { e.UpsertPod(pod) }},
+			}
+		}},
+	}
+	for _, sh := range shapes {
+		c := sh.cluster()
+		e := New()
+		load(e, c)
+		e.Snapshot()
+		var changed []Change
+		e.Subscribe(func(cs []Change) { changed = append(changed, cs...) })
+		for _, ch := range sh.changes(c) {
+			b.Run(sh.name+"/"+ch.name, func(b *testing.B) {
+				b.ReportAllocs()
+				n := 0
+				for b.Loop() {
+					changed = changed[:0]
+					ch.do(e)
+					for _, c := range changed {
+						switch c.Kind {
+						case KindPolicy:
+							e.Policy(c.ID)
+						case KindAppliedToGroup:
+							e.AppliedToGroup(c.ID)
+						case KindAddressGroup:
+							e.AddressGroup(c.ID)
+						}
+					}
+					n = len(changed)
+					b.StopTimer()
+					ch.undo(e)
+					b.StartTimer()
+				}
+				b.ReportMetric(float64(n), "changes/op")
+			})
+		}
+	}
+}

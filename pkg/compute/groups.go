@@ -3,7 +3,6 @@ package compute
 import (
 	"encoding/hex"
 	"hash/fnv"
-	"slices"
 	"sort"
 	"strings"
 
@@ -89,11 +88,15 @@ type group struct {
 	podsPerNode map[string]int
 
 	// AppliedToGroup role.
-	atgID       string
-	atgSlot     pendSlot
-	atgRefs     int
-	atgGen      int64
-	atgCache    *model.AppliedToGroup
+	atgID    string
+	atgSlot  pendSlot
+	atgRefs  int
+	atgGen   int64
+	atgCache *model.AppliedToGroup
+	// atgBase is the last built applied-to group and atgDelta the pods
+	// noted since (see members.go); nil base: the next build is a full one.
+	atgBase     *model.AppliedToGroup
+	atgDelta    map[*podState]podDelta
 	atgPolicies set[*policyState]
 	// agUsers counts, per address group, the policies applied to this group
 	// that use that address group: the address group's span includes this
@@ -110,6 +113,8 @@ type group struct {
 	agRefs   int
 	agGen    int64
 	agCache  *model.AddressGroup
+	agBase   *model.AddressGroup
+	agDelta  map[*podState]podDelta
 	atgUsers set[*group]
 	// spanCount counts, per node, the applied-to groups in atgUsers whose
 	// span has that node.
@@ -274,6 +279,7 @@ func (e *Engine) addPod(g *group, p *podState) {
 	if g.pods == nil {
 		g.pods, g.podsPerNode = set[*podState]{}, map[string]int{}
 	}
+	g.notePod(p)
 	g.pods[p] = struct{}{}
 	p.groups[g] = struct{}{}
 	g.podsPerNode[p.node]++
@@ -287,6 +293,7 @@ func (e *Engine) removePod(g *group, p *podState) {
 	if _, ok := g.pods[p]; !ok {
 		return
 	}
+	g.notePod(p)
 	delete(g.pods, p)
 	delete(p.groups, g)
 	g.podsPerNode[p.node]--
@@ -298,6 +305,7 @@ func (e *Engine) removePod(g *group, p *podState) {
 }
 
 func (e *Engine) addNode(g *group, n *nodeState) {
+	g.noteNodes()
 	g.nodes[n] = struct{}{}
 	n.groups[g] = struct{}{}
 	e.touchGroup(g)
@@ -307,6 +315,7 @@ func (e *Engine) removeNode(g *group, n *nodeState) {
 	if _, ok := g.nodes[n]; !ok {
 		return
 	}
+	g.noteNodes()
 	delete(g.nodes, n)
 	delete(n.groups, g)
 	e.touchGroup(g)
@@ -399,18 +408,18 @@ func (e *Engine) appliedToGroup(g *group) *model.AppliedToGroup {
 	if g.atgCache != nil {
 		return g.atgCache
 	}
-	byNode := make(map[string][]model.GroupMember, len(g.podsPerNode))
-	for p := range g.pods {
-		byNode[p.node] = append(byNode[p.node], p.member)
-	}
-	for _, ms := range byNode {
-		slices.SortFunc(ms, comparePodMembers)
+	var byNode map[string][]model.GroupMember
+	if g.atgBase != nil {
+		byNode = g.patchedMembersByNode(g.atgBase.MembersByNode, g.atgDelta)
+	} else {
+		byNode = g.podMembersByNode()
 	}
 	g.atgCache = &model.AppliedToGroup{
 		Meta:          model.Meta{ID: g.atgID, Generation: g.atgGen, Span: g.atgSpan()},
 		Selector:      g.spec.key,
 		MembersByNode: byNode,
 	}
+	g.atgBase, g.atgDelta = g.atgCache, nil
 	return g.atgCache
 }
 
@@ -418,18 +427,17 @@ func (e *Engine) addressGroup(g *group) *model.AddressGroup {
 	if g.agCache != nil {
 		return g.agCache
 	}
-	ms := make([]model.GroupMember, 0, len(g.pods)+len(g.nodes))
-	for p := range g.pods {
-		ms = append(ms, p.member)
+	var ms []model.GroupMember
+	if g.agBase != nil {
+		ms = g.patchedAddressMembers(g.agBase.Members, g.agDelta)
+	} else {
+		ms = g.addressMembers()
 	}
-	for n := range g.nodes {
-		ms = append(ms, n.member)
-	}
-	slices.SortFunc(ms, comparePodMembers)
 	g.agCache = &model.AddressGroup{
 		Meta:     model.Meta{ID: g.agID, Generation: g.agGen, Span: g.agSpan()},
 		Selector: g.spec.key,
 		Members:  ms,
 	}
+	g.agBase, g.agDelta = g.agCache, nil
 	return g.agCache
 }

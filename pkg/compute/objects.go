@@ -276,6 +276,9 @@ func (e *Engine) applyPod(u podUpdate) {
 		p.setInfo(node, ips, ports)
 	} else {
 		if infoChanged {
+			for g := range p.groups {
+				g.notePod(p)
+			}
 			p.setInfo(node, ips, ports)
 			for g := range p.groups {
 				e.touchGroup(g)
@@ -401,6 +404,7 @@ func (e *Engine) upsertNode(node *corev1.Node) func() {
 			if !slices.Equal(n.member.IPs, ips) {
 				n.member = model.GroupMember{Node: node.Name, IPs: ips}
 				for g := range n.groups {
+					g.noteNodes()
 					e.touchGroup(g)
 				}
 			}

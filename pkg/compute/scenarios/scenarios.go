@@ -239,3 +239,40 @@ func Mixed(nps int) *Cluster {
 	}
 	return c
 }
+
+// AdminHeavy: 1,001 AdminNetworkPolicies (every priority 0–1000) × 25
+// ingress rules (Allow / Deny / Pass in turn) over 10,000 pods in 1,000
+// namespaces of ten teams; each policy's subject is one team's
+// namespaces, each rule's peer one app in one team (test/bench's
+// admin-heavy shape).
+func AdminHeavy() *Cluster {
+	bd := newBuilder()
+	c := &Cluster{Nodes: bd.nodeObjs()}
+	for i := 0; i < 1000; i++ {
+		ns := fmt.Sprintf("ns-%d", i)
+		c.Namespaces = append(c.Namespaces, namespace(ns, fmt.Sprintf("team=t%d", i%10)))
+		for p := 0; p < 10; p++ {
+			c.Pods = append(c.Pods, bd.pod(ns, fmt.Sprintf("pod-%d", p), map[string]string{"app": fmt.Sprintf("app-%d", p)}))
+		}
+	}
+	actions := []v1alpha1.AdminNetworkPolicyRuleAction{"Allow", "Deny", "Pass"}
+	for k := 0; k <= 1000; k++ {
+		anp := &v1alpha1.AdminNetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("anp-%d", k), UID: bd.nextUID()}}
+		anp.Spec.Priority = int32(k)
+		anp.Spec.Subject.Namespaces = &metav1.LabelSelector{MatchLabels: map[string]string{"team": fmt.Sprintf("t%d", k%10)}}
+		port := int32(80 + k%20)
+		for r := 0; r < 25; r++ {
+			anp.Spec.Ingress = append(anp.Spec.Ingress, v1alpha1.AdminNetworkPolicyIngressRule{
+				Name:   fmt.Sprintf("r%d", r),
+				Action: actions[r%3],
+				From: []v1alpha1.AdminNetworkPolicyIngressPeer{{Pods: &v1alpha1.NamespacedPod{
+					NamespaceSelector: metav1.LabelSelector{MatchLabels: map[string]string{"team": fmt.Sprintf("t%d", (k+r)%10)}},
+					PodSelector:       metav1.LabelSelector{MatchLabels: map[string]string{"app": fmt.Sprintf("app-%d", r%10)}},
+				}}},
+				Ports: &[]v1alpha1.AdminNetworkPolicyPort{{PortNumber: &v1alpha1.Port{Protocol: corev1.ProtocolTCP, Port: port}}},
+			})
+		}
+		c.AdminNetworkPolicies = append(c.AdminNetworkPolicies, anp)
+	}
+	return c
+}

@@ -1,0 +1,198 @@
+package compute
+
+import (
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/tierflow/tierflow/pkg/model"
+)
+
+// Model objects of large groups are patched, not rebuilt. Rebuilding an
+// address group of 10,000 pods means sorting 10,000 members by namespace
+// and name on every read after a change, even when one pod changed; a
+// patch copies the previous (immutable, shared) member list once and
+// inserts or drops the few members that changed, found by binary search.
+//
+// Between two builds of a role's model object, the group notes which pods
+// may have changed (joined, left, or changed address, node or ports), with
+// where each was at the last build. A build patches from the last object
+// when few pods changed and rebuilds in full otherwise (and a group stops
+// noting once so many changed that a patch would not pay, as during an
+// informer's initial list).
+
+// podDelta is where a noted pod was at the last build.
+type podDelta struct {
+	member bool   // it was a member
+	node   string // its node then
+}
+
+// maxDeltaFraction: a patch is used while fewer than 1/maxDeltaFraction
+// of the members changed.
+const maxDeltaFraction = 4
+
+// notePod records, before a pod's membership or member value in g
+// changes, what it was at the last build of each role's model object.
+func (g *group) notePod(p *podState) {
+	if g.atgBase != nil {
+		g.atgDelta = g.noteIn(g.atgDelta, p)
+		if len(g.atgDelta) > 16 && len(g.atgDelta)*maxDeltaFraction > len(g.pods) {
+			g.atgBase, g.atgDelta = nil, nil
+		}
+	}
+	if g.agBase != nil {
+		g.agDelta = g.noteIn(g.agDelta, p)
+		if len(g.agDelta) > 16 && len(g.agDelta)*maxDeltaFraction > len(g.pods) {
+			g.agBase, g.agDelta = nil, nil
+		}
+	}
+}
+
+func (g *group) noteIn(d map[*podState]podDelta, p *podState) map[*podState]podDelta {
+	if d == nil {
+		d = map[*podState]podDelta{}
+	}
+	if _, ok := d[p]; !ok {
+		_, member := g.pods[p]
+		d[p] = podDelta{member: member, node: p.node}
+	}
+	return d
+}
+
+// noteNodes makes the next address group build a full one: node members
+// are few and rarely change.
+func (g *group) noteNodes() { g.agBase, g.agDelta = nil, nil }
+
+// compareMemberKey orders a member against a pod key the way
+// comparePodMembers orders members (pods by namespace and name, then
+// nodes).
+func compareMemberKey(m model.GroupMember, k podKey) int {
+	if m.Pod == nil {
+		return 1
+	}
+	if c := strings.Compare(m.Pod.Namespace, k.namespace); c != 0 {
+		return c
+	}
+	return strings.Compare(m.Pod.Name, k.name)
+}
+
+// patchMembers returns a new sorted member list: old without the members
+// of the pods in drop, with adds (sorted) inserted. old is not modified.
+func patchMembers(old []model.GroupMember, drop []podKey, adds []model.GroupMember) []model.GroupMember {
+	dropIdx := make([]int, 0, len(drop))
+	for _, k := range drop {
+		if i, ok := slices.BinarySearchFunc(old, k, compareMemberKey); ok {
+			dropIdx = append(dropIdx, i)
+		}
+	}
+	slices.Sort(dropIdx)
+	slices.SortFunc(adds, comparePodMembers)
+	out := make([]model.GroupMember, 0, len(old)-len(dropIdx)+len(adds))
+	d := 0
+	// keep appends old[from:to] without the dropped indices.
+	keep := func(from, to int) {
+		for from < to {
+			for d < len(dropIdx) && dropIdx[d] < from {
+				d++
+			}
+			end := to
+			if d < len(dropIdx) && dropIdx[d] < to {
+				end = dropIdx[d]
+			}
+			out = append(out, old[from:end]...)
+			from = end
+			if from < to && d < len(dropIdx) && dropIdx[d] == from {
+				from++
+				d++
+			}
+		}
+	}
+	i := 0
+	for _, a := range adds {
+		pos, _ := slices.BinarySearchFunc(old, a, comparePodMembers)
+		keep(i, pos)
+		out = append(out, a)
+		i = max(i, pos)
+	}
+	keep(i, len(old))
+	return out
+}
+
+// podMembersByNode builds an applied-to group's members from scratch.
+func (g *group) podMembersByNode() map[string][]model.GroupMember {
+	byNode := make(map[string][]model.GroupMember, len(g.podsPerNode))
+	for p := range g.pods {
+		byNode[p.node] = append(byNode[p.node], p.member)
+	}
+	for _, ms := range byNode {
+		slices.SortFunc(ms, comparePodMembers)
+	}
+	return byNode
+}
+
+// patchedMembersByNode patches base's members with the noted pods: only
+// the lists of the nodes those pods were or are on are copied.
+func (g *group) patchedMembersByNode(base map[string][]model.GroupMember, delta map[*podState]podDelta) map[string][]model.GroupMember {
+	drops := map[string][]podKey{}
+	adds := map[string][]model.GroupMember{}
+	for p, was := range delta {
+		if was.member {
+			drops[was.node] = append(drops[was.node], p.key)
+		}
+		if _, ok := g.pods[p]; ok {
+			adds[p.node] = append(adds[p.node], p.member)
+		}
+	}
+	byNode := maps.Clone(base)
+	if byNode == nil {
+		byNode = map[string][]model.GroupMember{}
+	}
+	patch := func(node string) {
+		ms := patchMembers(base[node], drops[node], adds[node])
+		if len(ms) == 0 {
+			delete(byNode, node)
+		} else {
+			byNode[node] = ms
+		}
+	}
+	for node := range drops {
+		patch(node)
+	}
+	for node := range adds {
+		if _, done := drops[node]; !done {
+			patch(node)
+		}
+	}
+	return byNode
+}
+
+// addressMembers builds an address group's members from scratch.
+func (g *group) addressMembers() []model.GroupMember {
+	ms := make([]model.GroupMember, 0, len(g.pods)+len(g.nodes))
+	for p := range g.pods {
+		ms = append(ms, p.member)
+	}
+	for n := range g.nodes {
+		ms = append(ms, n.member)
+	}
+	slices.SortFunc(ms, comparePodMembers)
+	return ms
+}
+
+// patchedAddressMembers patches base's members with the noted pods.
+func (g *group) patchedAddressMembers(base []model.GroupMember, delta map[*podState]podDelta) []model.GroupMember {
+	if len(delta) == 0 {
+		return base // immutable: shared with the previous object
+	}
+	var drops []podKey
+	var adds []model.GroupMember
+	for p, was := range delta {
+		if was.member {
+			drops = append(drops, p.key)
+		}
+		if _, ok := g.pods[p]; ok {
+			adds = append(adds, p.member)
+		}
+	}
+	return patchMembers(base, drops, adds)
+}

@@ -1,0 +1,79 @@
+package compute
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"testing"
+
+	"github.com/tierflow/tierflow/pkg/model"
+)
+
+// TestPatchMembers compares patchMembers with sorting the wanted members
+// from scratch, on random lists, drops and additions.
+func TestPatchMembers(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	member := func(i int, node string) model.GroupMember {
+		return model.GroupMember{Pod: &model.PodRef{Namespace: fmt.Sprintf("ns%d", i%3), Name: fmt.Sprintf("p%d", i)}, Node: node}
+	}
+	for round := 0; round < 2000; round++ {
+		n := rng.IntN(20)
+		in := map[int]bool{}
+		var old []model.GroupMember
+		for i := 0; i < n; i++ {
+			k := rng.IntN(30)
+			if !in[k] {
+				in[k] = true
+				old = append(old, member(k, "a"))
+			}
+		}
+		if rng.IntN(3) == 0 {
+			old = append(old, model.GroupMember{Node: "node-x"})
+		}
+		slices.SortFunc(old, comparePodMembers)
+		want := map[int]model.GroupMember{}
+		for k := range in {
+			want[k] = member(k, "a")
+		}
+		var drop []podKey
+		var adds []model.GroupMember
+		touched := map[int]bool{}
+		for j := rng.IntN(8); j > 0; j-- {
+			k := rng.IntN(30)
+			key := podKey{fmt.Sprintf("ns%d", k%3), fmt.Sprintf("p%d", k)}
+			if touched[k] {
+				continue
+			}
+			touched[k] = true
+			if in[k] {
+				drop = append(drop, key)
+				delete(want, k)
+			}
+			if rng.IntN(2) == 0 {
+				m := member(k, "b")
+				adds = append(adds, m)
+				want[k] = m
+			}
+		}
+		var wantList []model.GroupMember
+		for _, m := range want {
+			wantList = append(wantList, m)
+		}
+		if old != nil && old[len(old)-1].Pod == nil {
+			wantList = append(wantList, old[len(old)-1])
+		}
+		slices.SortFunc(wantList, comparePodMembers)
+		oldCopy := slices.Clone(old)
+		got := patchMembers(old, drop, adds)
+		if !reflect.DeepEqual(old, oldCopy) {
+			t.Fatalf("round %d: old list modified", round)
+		}
+		if len(got) == 0 && len(wantList) == 0 {
+			continue
+		}
+		if !reflect.DeepEqual(got, wantList) {
+			t.Fatalf("round %d: patch of %v dropping %v adding %v:\n got %v\nwant %v", round, old, drop, adds, got, wantList)
+		}
+	}
+}
