@@ -3,7 +3,6 @@ package compute
 import (
 	"encoding/hex"
 	"hash/fnv"
-	"sort"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/labels"
@@ -101,8 +100,8 @@ type group struct {
 	// agUsers counts, per address group, the policies applied to this group
 	// that use that address group: the address group's span includes this
 	// group's span while the count is positive.
-	agUsers   map[*group]int
-	spanCache []string
+	agUsers map[*group]int
+	span    spanList // of podsPerNode
 	// spanEpoch is the engine call (epoch) that last reported this
 	// group's span change to its policies.
 	spanEpoch uint64
@@ -118,33 +117,13 @@ type group struct {
 	atgUsers set[*group]
 	// spanCount counts, per node, the applied-to groups in atgUsers whose
 	// span has that node.
-	spanCount   map[string]int
-	agSpanCache []string
+	spanCount map[string]int
+	agSpan    spanList // of spanCount
 }
 
-func (g *group) atgSpan() []string {
-	if g.spanCache == nil {
-		s := make([]string, 0, len(g.podsPerNode))
-		for n := range g.podsPerNode {
-			s = append(s, n)
-		}
-		sort.Strings(s)
-		g.spanCache = s
-	}
-	return g.spanCache
-}
+func (g *group) atgSpan() []string { return g.span.get(g.podsPerNode) }
 
-func (g *group) agSpan() []string {
-	if g.agSpanCache == nil {
-		s := make([]string, 0, len(g.spanCount))
-		for n := range g.spanCount {
-			s = append(s, n)
-		}
-		sort.Strings(s)
-		g.agSpanCache = s
-	}
-	return g.agSpanCache
-}
+func (g *group) addressSpan() []string { return g.agSpan.get(g.spanCount) }
 
 func (e *Engine) touchGroup(g *group) {
 	if g.atgRefs > 0 {
@@ -159,8 +138,8 @@ func (e *Engine) touchGroup(g *group) {
 
 // agSpanChanged notes a change of an address group's span (not of its
 // members): reported, but the generation stays.
-func (e *Engine) agSpanChanged(g *group) {
-	g.agSpanCache = nil
+func (e *Engine) agSpanChanged(g *group, node string) {
+	g.agSpan.changed(node)
 	if g.agRefs > 0 {
 		g.agCache = nil
 		g.agGen = e.recordSpan(&g.agSlot, KindAddressGroup, g.agID, g.agGen)
@@ -330,7 +309,7 @@ func (e *Engine) removeNode(g *group, n *nodeState) {
 // policies on one group, a batch of pods landing on new nodes costs 10,000
 // records, not 10,000 per node.
 func (e *Engine) atgSpanChanged(g *group, node string, delta int) {
-	g.spanCache = nil
+	g.span.changed(node)
 	if g.spanEpoch != e.epoch {
 		g.spanEpoch = e.epoch
 		for p := range g.atgPolicies {
@@ -351,10 +330,10 @@ func (e *Engine) addSpan(ag *group, node string, delta int) {
 	switch ag.spanCount[node] {
 	case 0:
 		delete(ag.spanCount, node)
-		e.agSpanChanged(ag)
+		e.agSpanChanged(ag, node)
 	case 1:
 		if delta > 0 {
-			e.agSpanChanged(ag)
+			e.agSpanChanged(ag, node)
 		}
 	}
 }
@@ -434,7 +413,7 @@ func (e *Engine) addressGroup(g *group) *model.AddressGroup {
 		ms = g.addressMembers()
 	}
 	g.agCache = &model.AddressGroup{
-		Meta:     model.Meta{ID: g.agID, Generation: g.agGen, Span: g.agSpan()},
+		Meta:     model.Meta{ID: g.agID, Generation: g.agGen, Span: g.addressSpan()},
 		Selector: g.spec.key,
 		Members:  ms,
 	}

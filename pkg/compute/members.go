@@ -85,9 +85,15 @@ func patchMembers(old []model.GroupMember, drop []podKey, adds []model.GroupMemb
 			dropIdx = append(dropIdx, i)
 		}
 	}
-	slices.Sort(dropIdx)
 	slices.SortFunc(adds, comparePodMembers)
-	out := make([]model.GroupMember, 0, len(old)-len(dropIdx)+len(adds))
+	return patchSorted(old, dropIdx, adds, comparePodMembers)
+}
+
+// patchSorted returns a new list sorted by cmp: old (sorted) without the
+// elements at dropIdx, with adds (sorted) inserted. old is not modified.
+func patchSorted[T any](old []T, dropIdx []int, adds []T, cmp func(a, b T) int) []T {
+	slices.Sort(dropIdx)
+	out := make([]T, 0, len(old)-len(dropIdx)+len(adds))
 	d := 0
 	// keep appends old[from:to] without the dropped indices.
 	keep := func(from, to int) {
@@ -109,12 +115,74 @@ func patchMembers(old []model.GroupMember, drop []podKey, adds []model.GroupMemb
 	}
 	i := 0
 	for _, a := range adds {
-		pos, _ := slices.BinarySearchFunc(old, a, comparePodMembers)
+		pos, _ := slices.BinarySearchFunc(old, a, cmp)
 		keep(i, pos)
 		out = append(out, a)
 		i = max(i, pos)
 	}
 	keep(i, len(old))
+	return out
+}
+
+// spanList is a span as a sorted list of node names, kept the way member
+// lists are: the valid list (nil: stale), the last built one (shared by
+// model objects, immutable) and the nodes whose count went to or from
+// zero since. A group of 1,000 nodes whose span gains or loses one node
+// is patched, not re-sorted.
+type spanList struct {
+	cur   []string
+	base  []string
+	delta map[string]struct{}
+}
+
+// changed notes that node entered or left the span.
+func (s *spanList) changed(node string) {
+	s.cur = nil
+	if s.base == nil {
+		return
+	}
+	if s.delta == nil {
+		s.delta = map[string]struct{}{}
+	}
+	s.delta[node] = struct{}{}
+	if len(s.delta) > 16 && len(s.delta)*maxDeltaFraction > len(s.base) {
+		s.base, s.delta = nil, nil
+	}
+}
+
+// get returns the span of the nodes with a positive count.
+func (s *spanList) get(counts map[string]int) []string {
+	if s.cur != nil {
+		return s.cur
+	}
+	var out []string
+	if s.base != nil {
+		var dropIdx []int
+		var adds []string
+		for n := range s.delta {
+			i, in := slices.BinarySearch(s.base, n)
+			now := counts[n] > 0
+			switch {
+			case in && !now:
+				dropIdx = append(dropIdx, i)
+			case now && !in:
+				adds = append(adds, n)
+			}
+		}
+		if len(dropIdx)+len(adds) == 0 {
+			out = s.base
+		} else {
+			slices.Sort(adds)
+			out = patchSorted(s.base, dropIdx, adds, strings.Compare)
+		}
+	} else {
+		out = make([]string, 0, len(counts))
+		for n := range counts {
+			out = append(out, n)
+		}
+		slices.Sort(out)
+	}
+	s.cur, s.base, s.delta = out, out, nil
 	return out
 }
 

@@ -151,7 +151,6 @@ func (e *Engine) acquireGroups(p *policyState) {
 		ag.agRefs++
 		if ag.agRefs == 1 {
 			ag.agCache = nil
-			ag.agSpanCache = nil
 			ag.agGen = e.record(&ag.agSlot, KindAddressGroup, Added, ag.agID, 0)
 		}
 		e.link(atg, ag)
