@@ -187,8 +187,17 @@ func (s *spanList) get(counts map[string]int) []string {
 }
 
 // podMembersByNode builds an applied-to group's members from scratch.
+// The lists share one backing array, carved by the per-node counts (most
+// nodes hold one or two of a group's pods: one allocation instead of one
+// per node); each is capped, so appending to one cannot overwrite the next.
 func (g *group) podMembersByNode() map[string][]model.GroupMember {
 	byNode := make(map[string][]model.GroupMember, len(g.podsPerNode))
+	all := make([]model.GroupMember, len(g.pods))
+	off := 0
+	for n, c := range g.podsPerNode {
+		byNode[n] = all[off : off : off+c]
+		off += c
+	}
 	for p := range g.pods {
 		byNode[p.node] = append(byNode[p.node], p.member)
 	}

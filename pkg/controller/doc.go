@@ -5,6 +5,15 @@
 // change into the incremental engine of package compute, and reports the
 // engine's validation findings back to users.
 //
+// Informer handlers only queue events; one goroutine applies whatever has
+// queued up as one compute.Engine.Batch (events of one object coalesce to
+// its latest state). A lone event is applied at once; a burst, such as
+// the initial lists, is applied in batches, so an object every event
+// touches (10,000 policies whose span grows with each pod landing on a new
+// node) is computed and reported once per batch, not once per event.
+// HasSynced is true once the initial lists are in the engine, not merely
+// queued.
+//
 // Findings on the network-policy-api kinds become status conditions (see
 // docs/status.md in this directory for the condition types and when they
 // are written); findings on NetworkPolicies, which have no status, become
