@@ -47,14 +47,25 @@ func (o *liveOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.context, "context", "", "the kubeconfig context to use")
 	f.StringVarP(&o.namespace, "namespace", "n", "", "namespace: filters get; the namespace of pod names given without one (default: the context's, or default)")
 	f.StringVar(&o.controller, "controller", os.Getenv("TIERCTL_CONTROLLER"), "the controller's query API, HOST:PORT or https://HOST:PORT (default $TIERCTL_CONTROLLER)")
-	f.StringVar(&o.token, "token", "", "bearer token for the controller (default: the kubeconfig user's token)")
-	f.StringVar(&o.caFile, "controller-ca-file", "", "CA certificate that signed the controller's serving certificate (default: system roots)")
-	f.StringVar(&o.serverName, "controller-server-name", "", "name to verify the controller's certificate against (default: the host of --controller)")
+	f.StringVar(&o.token, "token", os.Getenv("TIERCTL_TOKEN"), "bearer token for the controller (default $TIERCTL_TOKEN, else the kubeconfig user's token)")
+	f.StringVar(&o.caFile, "controller-ca-file", os.Getenv("TIERCTL_CONTROLLER_CA_FILE"), "CA certificate that signed the controller's serving certificate (default $TIERCTL_CONTROLLER_CA_FILE, else system roots)")
+	f.StringVar(&o.serverName, "controller-server-name", os.Getenv("TIERCTL_CONTROLLER_SERVER_NAME"), "name to verify the controller's certificate against (default $TIERCTL_CONTROLLER_SERVER_NAME, else the host of --controller)")
 	f.BoolVar(&o.insecure, "insecure-skip-tls-verify", false, "do not verify the controller's certificate (insecure)")
-	f.StringArrayVar(&o.agentSockets, "agent-socket", nil, "an agent's query socket, PATH or NODE=PATH; repeatable (default "+query.DefaultSocket+", or through --controller when given)")
+	f.StringArrayVar(&o.agentSockets, "agent-socket", envList("TIERCTL_AGENT_SOCKETS"), "an agent's query socket, PATH or NODE=PATH; repeatable (default $TIERCTL_AGENT_SOCKETS, comma-separated; else "+query.DefaultSocket+", or through --controller when given)")
 	f.StringVar(&o.ovsRundir, "ovs-rundir", "", "OVS run directory for ovs-ofctl and ovs-appctl (sets OVS_RUNDIR; default: theirs)")
-	f.StringVar(&o.vswitchdCtl, "vswitchd-ctl", "", "ovs-vswitchd control socket for ovs-appctl -t (default: ovs-appctl's)")
+	f.StringVar(&o.vswitchdCtl, "vswitchd-ctl", os.Getenv("TIERCTL_VSWITCHD_CTL"), "ovs-vswitchd control socket for ovs-appctl -t (default $TIERCTL_VSWITCHD_CTL, else ovs-appctl's)")
 	f.DurationVar(&o.timeout, "request-timeout", 30*time.Second, "time limit of each request")
+}
+
+// envList reads a comma-separated list from the environment (nil if unset).
+func envList(name string) []string {
+	var out []string
+	for _, v := range strings.Split(os.Getenv(name), ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 // kubeToken reads the kubeconfig (only when no --token is given).

@@ -44,7 +44,7 @@ type TierflowState struct {
 	BinDir string `json:"binDir"`
 	// AgentSockets maps a node name to its agent's query socket.
 	AgentSockets map[string]string `json:"agentSockets"`
-	// EnvFile is a shell file to source: KUBECONFIG, PATH, a tierctl alias.
+	// EnvFile is a shell file to source: KUBECONFIG, PATH, TIERCTL_*.
 	EnvFile string `json:"envFile,omitempty"`
 }
 

@@ -306,20 +306,31 @@ func (tf *Tierflow) Record(st *testbed.State, envFile string) {
 	st.Tierflow = &testbed.TierflowState{QueryAddress: tf.QueryAddress, CAFile: tf.CAFile, BinDir: tf.BinDir, AgentSockets: sockets, EnvFile: envFile}
 }
 
-// WriteEnv writes a shell file that points kubectl and tierctl at this
-// cluster: KUBECONFIG, PATH (kubectl, tierctl), TIERCTL_CONTROLLER,
-// OVS_RUNDIR (for ovs-ofctl) and a tierctl alias carrying the rest of
-// TierctlArgs.
+// WriteEnv writes a shell file that points kubectl, tierctl and ovs-ofctl
+// at this cluster: KUBECONFIG, PATH (kubectl, tierctl), OVS_RUNDIR and the
+// TIERCTL_* variables tierctl reads for its connection flags (the
+// controller's address, CA and server name, the query token, the agents'
+// sockets, the vswitchd control socket). Plain exports, so scripts that
+// source it work as well as shells.
 func (tf *Tierflow) WriteEnv(path, kubeconfig string) error {
-	var flags []string
-	for _, a := range tf.TierctlArgs() {
-		if strings.HasPrefix(a, "--controller=") || strings.HasPrefix(a, "--kubeconfig=") {
-			continue
-		}
-		flags = append(flags, a)
+	var sockets []string
+	for _, n := range tf.Bed.Nodes {
+		sockets = append(sockets, n.Name+"="+tf.AgentSockets[n.Name])
 	}
-	env := fmt.Sprintf("export KUBECONFIG=%s\nexport PATH=%s:%s:$PATH\nexport TIERCTL_CONTROLLER=%s\nexport OVS_RUNDIR=%s\n"+
-		"alias tierctl='tierctl %s'\n",
-		kubeconfig, tf.Bed.Cluster.BinDir, tf.BinDir, tf.QueryAddress, tf.Bed.OVS.Dir, strings.Join(flags, " "))
-	return os.WriteFile(path, []byte(env), 0o600)
+	vars := [][2]string{
+		{"KUBECONFIG", kubeconfig},
+		{"OVS_RUNDIR", tf.Bed.OVS.Dir},
+		{"TIERCTL_CONTROLLER", tf.QueryAddress},
+		{"TIERCTL_CONTROLLER_CA_FILE", tf.CAFile},
+		{"TIERCTL_CONTROLLER_SERVER_NAME", "localhost"},
+		{"TIERCTL_TOKEN", tf.QueryToken},
+		{"TIERCTL_AGENT_SOCKETS", strings.Join(sockets, ",")},
+		{"TIERCTL_VSWITCHD_CTL", tf.Bed.OVS.VswitchdCtlPath()},
+	}
+	var b strings.Builder
+	for _, v := range vars {
+		fmt.Fprintf(&b, "export %s=%q\n", v[0], v[1])
+	}
+	fmt.Fprintf(&b, "export PATH=%q:%q:\"$PATH\"\n", tf.Bed.Cluster.BinDir, tf.BinDir)
+	return os.WriteFile(path, []byte(b.String()), 0o600)
 }

@@ -304,7 +304,7 @@ func writeState(dir string, tf *framework.Tierflow) error {
 func printUsage(dir string, tf *framework.Tierflow) {
 	step("The cluster stays up (pid "+fmt.Sprint(os.Getpid())+")",
 		"use it from a shell:",
-		"  source "+filepath.Join(dir, "demo.env")+"   # KUBECONFIG, PATH (kubectl, tierctl), OVS_RUNDIR, a tierctl alias",
+		"  source "+filepath.Join(dir, "demo.env")+"   # KUBECONFIG, PATH (kubectl, tierctl), OVS_RUNDIR, TIERCTL_* for tierctl",
 		"  kubectl get pods -A -o wide",
 		"  kubectl exec -n gryffindor harry -- /agnhost connect "+"<POD-IP>:80 --timeout=2s --protocol=tcp",
 		"  tierctl explain --src ravenclaw/luna --dst hufflepuff/cedric --port UDP/80",

@@ -122,7 +122,7 @@ func upDetached(dir string, args []string) int {
 		}
 		if tf := st.Tierflow; tf != nil {
 			fmt.Printf("tierflow: controller query API https://%s, %d agents (binaries in %s)\n", tf.QueryAddress, len(tf.AgentSockets), tf.BinDir)
-			fmt.Printf("  source %s   # KUBECONFIG, PATH (kubectl, tierctl), a tierctl alias\n", tf.EnvFile)
+			fmt.Printf("  source %s   # KUBECONFIG, PATH (kubectl, tierctl), TIERCTL_* for tierctl\n", tf.EnvFile)
 		} else {
 			fmt.Println("tierflow: not running (--normal-flows): node bridges switch with NORMAL flows")
 		}
