@@ -107,3 +107,26 @@ func TestDesiredRoutes(t *testing.T) {
 		t.Errorf("unexpected errors %v", errs)
 	}
 }
+
+// TestSyncWithoutLocalPodCIDRsChangesNothing: without a usable local Node
+// the sync fails with the reason before touching OVS or the host (the
+// Manager here has neither: any use would panic).
+func TestSyncWithoutLocalPodCIDRsChangesNothing(t *testing.T) {
+	m := &Manager{o: Options{NodeName: "n1"}}
+	for _, tc := range []struct {
+		nodes []*corev1.Node
+		want  string
+	}{
+		{[]*corev1.Node{node("n1", nil, "172.18.0.2"), node("n2", []string{"10.244.2.0/24"}, "172.18.0.3")}, "node n1: no spec.podCIDRs"},
+		{[]*corev1.Node{node("n1", []string{"10.244.1.7/24"}, "172.18.0.2")}, "host bits set"},
+		{[]*corev1.Node{node("n2", []string{"10.244.2.0/24"}, "172.18.0.3")}, `nodes "n1" not found`},
+	} {
+		err := m.sync(t.Context(), tc.nodes)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("sync: %v, want %q", err, tc.want)
+		}
+	}
+	if st := m.Status(); st.Gateway.Port != 0 || len(st.Routes) != 0 {
+		t.Fatalf("status changed: %v", st)
+	}
+}
