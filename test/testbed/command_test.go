@@ -102,6 +102,11 @@ func TestCommandUpDown(t *testing.T) {
 	if err := connect(); err == nil || !strings.Contains(err.Error(), "TIMEOUT") {
 		t.Errorf("denied probe: want a TIMEOUT (silent drop), got %v", err)
 	}
+	// What the operator does next: source tierflow.env and ask tierctl.
+	tierctl := exec.Command("bash", "-c", "source \"$1\" && tierctl get policies && tierctl flows --node \"$2\" --check", "bash", st.Tierflow.EnvFile, st.Nodes[0].Name)
+	if out, err := tierctl.CombinedOutput(); err != nil || !strings.Contains(string(out), "deny-server-ingress") {
+		t.Errorf("tierctl with tierflow.env: %v\n%s", err, out)
+	}
 	if err := kube.NetworkingV1().NetworkPolicies("default").Delete(ctx, deny.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
