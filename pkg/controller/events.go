@@ -69,15 +69,11 @@ func (q *eventQueue) push(key eventKey, apply func(compute.Writer), after func()
 	q.mu.Lock()
 	q.seq++
 	if ev := q.byKey[key]; ev != nil {
+		// The latest event stands for the object; its follow-up is the
+		// same for every event of one object (queue its status sync).
 		ev.apply = apply
 		if after != nil {
-			// Both follow-ups run: they may differ (a delete's and an
-			// upsert's queue keys are the same, but be safe).
-			if prev := ev.after; prev != nil {
-				ev.after = func() { prev(); after() }
-			} else {
-				ev.after = after
-			}
+			ev.after = after
 		}
 	} else {
 		ev := &queuedEvent{key: key, apply: apply, after: after, seq: q.seq, arrived: time.Now(), observer: observer}
