@@ -121,7 +121,7 @@ func compileAdminRule(k *compiler, r adminRule, i int, dir model.Direction, brok
 	if dir == model.DirectionOut {
 		field, peerField = "egress", "to"
 	}
-	path := fmt.Sprintf("spec.%s[%d]", field, i)
+	path := fieldPath{"spec." + field, i, ""}
 	rb := &ruleBuilder{rule: model.Rule{Index: i, Name: r.name, Direction: dir, Action: r.action}, problem: broken}
 	if !r.actionOK {
 		k.errorf(ReasonUnknownAction, "%s.action: unknown action %q; the rule denies all traffic", path, r.rawAction)
@@ -138,7 +138,7 @@ func compileAdminRule(k *compiler, r adminRule, i int, dir model.Direction, brok
 	}
 	nonPodPeer := false
 	for j, p := range r.peers {
-		where := fmt.Sprintf("%s.%s[%d]", path, peerField, j)
+		where := itemPath{fieldPath{path.field, i, "." + peerField}, j}
 		switch n := p.fieldsSet(); {
 		case n == 0:
 			k.errorf(ReasonInvalidPeer, "%s: no field set (the CRD may be newer than tierflow); %s", where, failure)

@@ -44,8 +44,8 @@ func compileNetworkPolicy(np *networkingv1.NetworkPolicy) *compiledPolicy {
 	if ingress {
 		for i, r := range np.Spec.Ingress {
 			rb := &ruleBuilder{rule: model.Rule{Index: i, Direction: model.DirectionIn, Action: model.ActionAllow}, problem: broken}
-			npPeers(k, rb, np.Namespace, fmt.Sprintf("spec.ingress[%d].from", i), r.From)
-			npPorts(k, rb, fmt.Sprintf("spec.ingress[%d].ports", i), r.Ports)
+			npPeers(k, rb, np.Namespace, fieldPath{"spec.ingress", i, ".from"}, r.From)
+			npPorts(k, rb, fieldPath{"spec.ingress", i, ".ports"}, r.Ports)
 			k.finish(rb)
 		}
 	}
@@ -53,8 +53,8 @@ func compileNetworkPolicy(np *networkingv1.NetworkPolicy) *compiledPolicy {
 		for i, r := range np.Spec.Egress {
 			rb := &ruleBuilder{rule: model.Rule{Index: i, Direction: model.DirectionOut, Action: model.ActionAllow}, problem: broken,
 				namedOnBlocks: true}
-			npPeers(k, rb, np.Namespace, fmt.Sprintf("spec.egress[%d].to", i), r.To)
-			npPorts(k, rb, fmt.Sprintf("spec.egress[%d].ports", i), r.Ports)
+			npPeers(k, rb, np.Namespace, fieldPath{"spec.egress", i, ".to"}, r.To)
+			npPorts(k, rb, fieldPath{"spec.egress", i, ".ports"}, r.Ports)
 			k.finish(rb)
 		}
 	}
@@ -82,14 +82,14 @@ func npPolicyTypes(k *compiler, np *networkingv1.NetworkPolicy) (ingress, egress
 	return ingress, egress
 }
 
-func npPeers(k *compiler, rb *ruleBuilder, ns, path string, peers []networkingv1.NetworkPolicyPeer) {
+func npPeers(k *compiler, rb *ruleBuilder, ns string, path fieldPath, peers []networkingv1.NetworkPolicyPeer) {
 	if len(peers) == 0 {
 		// Empty or absent: every source / destination.
 		rb.rule.Peer.IPBlocks = allAddresses()
 		return
 	}
 	for j, p := range peers {
-		where := fmt.Sprintf("%s[%d]", path, j)
+		where := itemPath{path, j}
 		switch {
 		case p.IPBlock != nil && (p.PodSelector != nil || p.NamespaceSelector != nil):
 			k.errorf(ReasonInvalidPeer, "%s: ipBlock cannot be combined with podSelector or namespaceSelector; the rule matches nothing", where)
@@ -155,7 +155,7 @@ func within(inner, outer netip.Prefix) bool {
 	return inner.Addr().Is4() == outer.Addr().Is4() && inner.Bits() >= outer.Bits() && outer.Contains(inner.Addr())
 }
 
-func npPorts(k *compiler, rb *ruleBuilder, path string, ports []networkingv1.NetworkPolicyPort) {
+func npPorts(k *compiler, rb *ruleBuilder, path fieldPath, ports []networkingv1.NetworkPolicyPort) {
 	for j, p := range ports {
 		var proto *string
 		if p.Protocol != nil {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -141,6 +142,25 @@ func (k *compiler) addPeer(g groupSpec) {
 		k.c.peers = append(k.c.peers, g)
 	}
 }
+
+// fieldPath names a field of a rule, FIELD[RULE]SUFFIX (e.g.
+// spec.ingress[2].from), and itemPath one entry of a list field. Both are
+// rendered only when a finding is reported: formatting the path of every
+// rule and peer up front was a measurable share of compiling policies.
+type fieldPath struct {
+	field  string
+	rule   int
+	suffix string
+}
+
+func (p fieldPath) String() string { return p.field + "[" + strconv.Itoa(p.rule) + "]" + p.suffix }
+
+type itemPath struct {
+	list fieldPath
+	item int
+}
+
+func (p itemPath) String() string { return p.list.String() + "[" + strconv.Itoa(p.item) + "]" }
 
 // parseCIDR parses a CIDR, masking host bits.
 func parseCIDR(s string) (netip.Prefix, error) {
