@@ -1,7 +1,9 @@
 package compute
 
 import (
+	"encoding/hex"
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 	"reflect"
 	"slices"
@@ -74,6 +76,19 @@ func TestPatchMembers(t *testing.T) {
 		}
 		if !reflect.DeepEqual(got, wantList) {
 			t.Fatalf("round %d: patch of %v dropping %v adding %v:\n got %v\nwant %v", round, old, drop, adds, got, wantList)
+		}
+	}
+}
+
+// TestGroupIDIsFNV64a: group IDs are part of the model (agents and tools
+// see them); the inline hash must give what hash/fnv gives.
+func TestGroupIDIsFNV64a(t *testing.T) {
+	for _, key := range []string{"", "namespace=prod podSelector={app=web}", "nodeSelector={}", "namedPort=http"} {
+		h := fnv.New64a()
+		h.Write([]byte(key))
+		want := "ag-" + hex.EncodeToString(h.Sum(nil))
+		if got := groupID("ag", key); got != want {
+			t.Errorf("groupID(%q) = %s, want %s", key, got, want)
 		}
 	}
 }
