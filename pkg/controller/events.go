@@ -113,40 +113,48 @@ func (q *eventQueue) take() []*queuedEvent {
 // applyPending applies every queued event, batch by batch, and returns
 // when the queue is empty.
 func (q *eventQueue) applyPending() {
-	for {
-		batch := q.take()
-		if batch == nil {
-			return
-		}
-		q.engine.Batch(func(b *compute.Batch) {
-			for _, ev := range batch {
-				ev.apply(b)
-			}
-		})
-		q.mu.Lock()
-		q.inflight = 0
-		q.mu.Unlock()
-		now := time.Now()
-		for _, ev := range batch {
-			if ev.after != nil {
-				ev.after()
-			}
-			if ev.observer != nil {
-				ev.observer.Observe(now.Sub(ev.arrived).Seconds())
-			}
-		}
+	for q.applyBatch() {
 	}
 }
 
-// run applies events as they come until ctx is done.
+// applyBatch applies one batch from the head of the line; false when
+// nothing was queued.
+func (q *eventQueue) applyBatch() bool {
+	batch := q.take()
+	if batch == nil {
+		return false
+	}
+	q.engine.Batch(func(b *compute.Batch) {
+		for _, ev := range batch {
+			ev.apply(b)
+		}
+	})
+	q.mu.Lock()
+	q.inflight = 0
+	q.mu.Unlock()
+	now := time.Now()
+	for _, ev := range batch {
+		if ev.after != nil {
+			ev.after()
+		}
+		if ev.observer != nil {
+			ev.observer.Observe(now.Sub(ev.arrived).Seconds())
+		}
+	}
+	return true
+}
+
+// run applies events as they come until ctx is done (checked between
+// batches, so a steady stream of events cannot hold up shutdown).
 func (q *eventQueue) run(ctx context.Context) {
-	for {
+	for ctx.Err() == nil {
+		if q.applyBatch() {
+			continue
+		}
 		select {
 		case <-ctx.Done():
-			return
 		case <-q.wake:
 		}
-		q.applyPending()
 	}
 }
 
