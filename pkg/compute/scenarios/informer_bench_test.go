@@ -245,3 +245,6 @@ func (p podListAfter) List(ctx context.Context, opts metav1.ListOptions) (*corev
 	}
 	return p.PodInterface.List(ctx, opts)
 }
+func BenchmarkControllerFromInformerStartSmallNamespaces(b *testing.B) {
+	benchControllerFromInformerStart(b, scenarios.SmallNamespaces(), false)
+}
