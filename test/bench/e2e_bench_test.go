@@ -26,6 +26,7 @@ import (
 	"github.com/tierflow/tierflow/pkg/agent/pipeline"
 	"github.com/tierflow/tierflow/pkg/agent/runtime/query"
 	"github.com/tierflow/tierflow/test/e2e/framework"
+	"github.com/tierflow/tierflow/test/ovsenv"
 	"github.com/tierflow/tierflow/test/testbed"
 )
 
@@ -50,11 +51,6 @@ func e2eSizes() e2eScale {
 	return e2eScale{Namespaces: 15, PodsPerNamespace: 50, Rounds: 15}
 }
 
-// e2ePollInterval is the pause between two looks at the bridges; one look
-// (ovs-ofctl dump-flows of one table with a match filter, on every node at
-// once) takes a few milliseconds more, reported as poll-p50-ms.
-const e2ePollInterval = 5 * time.Millisecond
-
 // progressf prints a progress line on stdout, where cmd/benchreport shows
 // lines starting with "bench: " while a driver runs (b.Logf output only
 // appears at the end).
@@ -62,20 +58,113 @@ func progressf(format string, args ...any) {
 	fmt.Printf("bench: %s\n", fmt.Sprintf(format, args...))
 }
 
-// flowProbe is a condition on node bridges: flows matching Filter
-// (ovs-ofctl dump-flows syntax) in Table are present, or absent.
+// flowProbe is a condition on a node's policy flows: flows of Table
+// matching TCP port Port (when not 0) or source address PeerIP (when set)
+// are present, or absent.
 type flowProbe struct {
 	Table  pipeline.Table
-	Filter string
+	Port   int32
+	PeerIP string
 	// Present: at least one flow matches; else none.
 	Present bool
 }
 
 func (p flowProbe) String() string {
-	if p.Present {
-		return fmt.Sprintf("table=%s,%s present", p.Table, p.Filter)
+	return fmt.Sprintf("table=%s,%s %s", p.Table, p.ofctlFilter(), map[bool]string{true: "present", false: "absent"}[p.Present])
+}
+
+// ofctlFilter is the probe as an ovs-ofctl dump-flows match.
+func (p flowProbe) ofctlFilter() string {
+	if p.PeerIP != "" {
+		return "ip,nw_src=" + p.PeerIP
 	}
-	return fmt.Sprintf("table=%s,%s absent", p.Table, p.Filter)
+	return fmt.Sprintf("tcp,tp_dst=%d", p.Port)
+}
+
+// matchesText reports whether a flow in pkg/ovs/openflow's text (what the
+// agent's query API returns, e.g. "table=11, priority=10000,
+// eth_type=0x0800,ip_proto=6,tcp_dst=80 actions=...") matches the probe.
+func (p flowProbe) matchesText(text string) bool {
+	match, _, _ := strings.Cut(text, " actions=")
+	fields := strings.FieldsFunc(match, func(r rune) bool { return r == ',' || r == ' ' })
+	has := func(f string) bool { return slices.Contains(fields, f) }
+	if p.PeerIP != "" {
+		return has("nw_src="+p.PeerIP) || has("nw_src="+p.PeerIP+"/32")
+	}
+	return has("ip_proto=6") && has(fmt.Sprintf("tcp_dst=%d", p.Port))
+}
+
+// agentHolds asks a node's agent (its query socket, /v1/flows of the
+// probe's table: the flows its acknowledged bundles installed) whether
+// the probe holds.
+func (e *e2eBed) agentHolds(ctx context.Context, node string, p flowProbe) (bool, error) {
+	flows, err := e.agents[node].Flows(ctx, query.FlowFilter{Table: p.Table.String()})
+	if err != nil {
+		return false, err
+	}
+	found := false
+	for _, f := range flows.Flows {
+		if p.matchesText(f.Text) {
+			found = true
+			break
+		}
+	}
+	return found == p.Present, nil
+}
+
+// do runs write, then polls every node's agent (all at once, a 2 ms pause
+// between rounds) until each reports every probe holding, and returns the
+// time from the start of write to the round that saw it. Each round's
+// duration is recorded: it bounds how late a change can be seen.
+func (e *e2eBed) do(nodes []string, probes []flowProbe, timeout time.Duration, write func() error) (time.Duration, error) {
+	ctx := context.Background()
+	t0 := time.Now()
+	if err := write(); err != nil {
+		return 0, err
+	}
+	deadline := t0.Add(timeout)
+	pending := slices.Clone(nodes)
+	for {
+		start := time.Now()
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		var firstErr error
+		var still []string
+		for _, n := range pending {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for _, p := range probes {
+					ok, err := e.agentHolds(ctx, n, p)
+					mu.Lock()
+					if err != nil && firstErr == nil {
+						firstErr = fmt.Errorf("agent of %s: %w", n, err)
+					}
+					if err != nil || !ok {
+						still = append(still, n)
+						mu.Unlock()
+						return
+					}
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		seen := time.Now()
+		e.polls = append(e.polls, seen.Sub(start))
+		if firstErr != nil {
+			return 0, firstErr
+		}
+		if len(still) == 0 {
+			return seen.Sub(t0), nil
+		}
+		pending = still
+		if seen.After(deadline) {
+			sort.Strings(still)
+			return 0, fmt.Errorf("after %v the agents of %v do not report %v", timeout, still, probes)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
 }
 
 // e2eBed is the test bed with tierflow, the scenario's pods and clients.
@@ -85,21 +174,16 @@ type e2eBed struct {
 	pol  npclient.Interface
 	// pods by namespace, each with its node and IP.
 	pods    map[string][]framework.Pod
-	bridges map[string]*testbedBridge
-	// pollDurations are the durations of every look at the bridges.
-	pollMu        sync.Mutex
-	pollDurations []time.Duration
+	bridges map[string]*ovsenv.Bridge
+	agents  map[string]*query.Client
+	// polls are the durations of every polling round.
+	polls []time.Duration
 }
 
-// testbedBridge is a node's bridge (ovs-ofctl through the test bed's OVS).
-type testbedBridge struct {
-	node  string
-	ofctl func(cmd string, args ...string) (string, error)
-}
-
-// holds reports whether the bridge satisfies p.
-func (br *testbedBridge) holds(p flowProbe) (bool, error) {
-	out, err := br.ofctl("dump-flows", fmt.Sprintf("table=%d,%s", int(p.Table), p.Filter))
+// bridgeHolds reads a node bridge (ovs-ofctl dump-flows with the probe's
+// table and filter): the cross-check of what the monitor saw.
+func (e *e2eBed) bridgeHolds(node string, p flowProbe) (bool, error) {
+	out, err := e.bridges[node].Ofctl("dump-flows", fmt.Sprintf("table=%d,%s", int(p.Table), p.ofctlFilter()))
 	if err != nil {
 		return false, err
 	}
@@ -112,62 +196,6 @@ func (br *testbedBridge) holds(p flowProbe) (bool, error) {
 		}
 	}
 	return found == p.Present, nil
-}
-
-// waitFlows polls the bridges of nodes until each satisfies every probe
-// and returns when that was first seen.
-func (e *e2eBed) waitFlows(nodes []string, probes []flowProbe, timeout time.Duration) (time.Time, error) {
-	deadline := time.Now().Add(timeout)
-	pending := slices.Clone(nodes)
-	for {
-		start := time.Now()
-		var mu sync.Mutex
-		var wg sync.WaitGroup
-		var firstErr error
-		var still []string
-		for _, n := range pending {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				ok := true
-				for _, p := range probes {
-					holds, err := e.bridges[n].holds(p)
-					if err != nil {
-						mu.Lock()
-						firstErr = fmt.Errorf("node %s: %w", n, err)
-						mu.Unlock()
-						return
-					}
-					if !holds {
-						ok = false
-						break
-					}
-				}
-				if !ok {
-					mu.Lock()
-					still = append(still, n)
-					mu.Unlock()
-				}
-			}()
-		}
-		wg.Wait()
-		seen := time.Now()
-		e.pollMu.Lock()
-		e.pollDurations = append(e.pollDurations, seen.Sub(start))
-		e.pollMu.Unlock()
-		if firstErr != nil {
-			return time.Time{}, firstErr
-		}
-		if len(still) == 0 {
-			return seen, nil
-		}
-		pending = still
-		if time.Now().After(deadline) {
-			sort.Strings(still)
-			return time.Time{}, fmt.Errorf("after %v, nodes %v do not have %v", timeout, still, probes)
-		}
-		time.Sleep(e2ePollInterval)
-	}
 }
 
 // nodesOf lists the nodes of pods (sorted, unique).
@@ -363,8 +391,6 @@ func latencyANP(name, ns string, priority, port int32) *v1alpha1.AdminNetworkPol
 	}
 }
 
-func portFilter(port int32) string { return fmt.Sprintf("tcp,tp_dst=%d", port) }
-
 // percentile is the nearest-rank percentile of sorted durations.
 func percentile(sorted []time.Duration, p float64) time.Duration {
 	if len(sorted) == 0 {
@@ -407,11 +433,12 @@ func BenchmarkE2ELatency(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		e := &e2eBed{tf: tf, kube: kube, pol: pol, bridges: map[string]*testbedBridge{}}
+		e := &e2eBed{tf: tf, kube: kube, pol: pol, bridges: map[string]*ovsenv.Bridge{}, agents: map[string]*query.Client{}}
 		var nodes []string
 		for _, n := range bed.Nodes {
 			nodes = append(nodes, n.Name)
-			e.bridges[n.Name] = &testbedBridge{node: n.Name, ofctl: n.Bridge.Ofctl}
+			e.bridges[n.Name] = n.Bridge
+			e.agents[n.Name] = query.NewClient(tf.AgentSockets[n.Name])
 		}
 		b.Cleanup(func() {
 			if b.Failed() {
@@ -424,22 +451,47 @@ func BenchmarkE2ELatency(b *testing.B) {
 		if _, err := tf.WaitRealized(2 * time.Minute); err != nil {
 			b.Fatalf("before the changes: %v\n%s", err, tf.Logs(20))
 		}
-		progressf("agents hold every pod; timing %d rounds of 8 changes", sc.Rounds)
+		flows := 0
+		for _, br := range e.bridges {
+			fl, err := br.DumpFlows(-1)
+			if err != nil {
+				b.Fatal(err)
+			}
+			flows += len(fl)
+		}
+		progressf("agents hold every pod (%d flows on the bridges); timing %d rounds of 8 changes", flows, sc.Rounds)
 
 		samples := map[string][]time.Duration{}
 		ctx := context.Background()
 		const timeout = 2 * time.Minute
 		measure := func(kind string, nodes []string, probes []flowProbe, write func() error) {
 			b.Helper()
-			t0 := time.Now()
-			if err := write(); err != nil {
-				b.Fatalf("%s: %v", kind, err)
-			}
-			seen, err := e.waitFlows(nodes, probes, timeout)
+			took, err := e.do(nodes, probes, timeout, write)
 			if err != nil {
-				b.Fatalf("%s: %v\n%s", kind, err, tf.Logs(20))
+				// What the bridges hold tells a monitor fault from a
+				// realization fault.
+				var bridges []string
+				for _, n := range nodes {
+					for _, p := range probes {
+						ok, derr := e.bridgeHolds(n, p)
+						bridges = append(bridges, fmt.Sprintf("%s %v: %v %v", n, p, ok, derr))
+					}
+				}
+				b.Fatalf("%s: %v\ndump-flows: %s\n%s", kind, err, strings.Join(bridges, "; "), tf.Logs(20))
 			}
-			samples[kind] = append(samples[kind], seen.Sub(t0))
+			// Cross-check what the agents reported on the bridges themselves.
+			for _, n := range nodes {
+				for _, p := range probes {
+					ok, err := e.bridgeHolds(n, p)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if !ok {
+						b.Fatalf("%s: the agent of %s reports %v, dump-flows of its bridge disagrees", kind, n, p)
+					}
+				}
+			}
+			samples[kind] = append(samples[kind], took)
 		}
 		for r := 0; r < sc.Rounds; r++ {
 			ns := fmt.Sprintf("lat-%d", r%sc.Namespaces)
@@ -463,31 +515,30 @@ func BenchmarkE2ELatency(b *testing.B) {
 			// change's and not a leftover.
 			port := int32(10000 + 10*r)
 			np := latencyNP(ns, port)
-			measure("NetworkPolicy create", serverNodes, []flowProbe{{pipeline.IngressNetworkPolicy, portFilter(port), true}}, func() error {
+			measure("NetworkPolicy create", serverNodes, []flowProbe{{Table: pipeline.IngressNetworkPolicy, Port: port, Present: true}}, func() error {
 				_, err := kube.NetworkingV1().NetworkPolicies(ns).Create(ctx, np, metav1.CreateOptions{})
 				return err
 			})
-			measure("NetworkPolicy update", serverNodes, []flowProbe{{pipeline.IngressNetworkPolicy, portFilter(port + 1), true}, {pipeline.IngressNetworkPolicy, portFilter(port), false}}, func() error {
+			measure("NetworkPolicy update", serverNodes, []flowProbe{{Table: pipeline.IngressNetworkPolicy, Port: port + 1, Present: true}, {Table: pipeline.IngressNetworkPolicy, Port: port, Present: false}}, func() error {
 				patch := fmt.Sprintf(`{"spec":{"ingress":[{"from":[{"podSelector":{"matchLabels":{"app":"client"}}}],"ports":[{"protocol":"TCP","port":%d}]}]}}`, port+1)
 				_, err := kube.NetworkingV1().NetworkPolicies(ns).Patch(ctx, np.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 				return err
 			})
-			peer := fmt.Sprintf("ip,nw_src=%s", idle.IP)
-			measure("pod relabel (joins peers)", serverNodes, []flowProbe{{pipeline.IngressNetworkPolicy, peer, true}}, func() error {
+			measure("pod relabel (joins peers)", serverNodes, []flowProbe{{Table: pipeline.IngressNetworkPolicy, PeerIP: idle.IP, Present: true}}, func() error {
 				return e.relabel(ns, idle.Name, "client")
 			})
-			measure("pod relabel (leaves peers)", serverNodes, []flowProbe{{pipeline.IngressNetworkPolicy, peer, false}}, func() error {
+			measure("pod relabel (leaves peers)", serverNodes, []flowProbe{{Table: pipeline.IngressNetworkPolicy, PeerIP: idle.IP, Present: false}}, func() error {
 				return e.relabel(ns, idle.Name, "idle")
 			})
-			measure("NetworkPolicy delete", serverNodes, []flowProbe{{pipeline.IngressNetworkPolicy, portFilter(port + 1), false}}, func() error {
+			measure("NetworkPolicy delete", serverNodes, []flowProbe{{Table: pipeline.IngressNetworkPolicy, Port: port + 1, Present: false}}, func() error {
 				return kube.NetworkingV1().NetworkPolicies(ns).Delete(ctx, np.Name, metav1.DeleteOptions{})
 			})
 			anp := latencyANP(fmt.Sprintf("latency-%d", r), ns, int32(100+r%800), port+2)
-			measure("AdminNetworkPolicy create", allNodes, []flowProbe{{pipeline.IngressAdmin, portFilter(port + 2), true}}, func() error {
+			measure("AdminNetworkPolicy create", allNodes, []flowProbe{{Table: pipeline.IngressAdmin, Port: port + 2, Present: true}}, func() error {
 				_, err := pol.PolicyV1alpha1().AdminNetworkPolicies().Create(ctx, anp, metav1.CreateOptions{})
 				return err
 			})
-			measure("AdminNetworkPolicy update", allNodes, []flowProbe{{pipeline.IngressAdmin, portFilter(port + 3), true}, {pipeline.IngressAdmin, portFilter(port + 2), false}}, func() error {
+			measure("AdminNetworkPolicy update", allNodes, []flowProbe{{Table: pipeline.IngressAdmin, Port: port + 3, Present: true}, {Table: pipeline.IngressAdmin, Port: port + 2, Present: false}}, func() error {
 				cur, err := pol.PolicyV1alpha1().AdminNetworkPolicies().Get(ctx, anp.Name, metav1.GetOptions{})
 				if err != nil {
 					return err
@@ -496,7 +547,7 @@ func BenchmarkE2ELatency(b *testing.B) {
 				_, err = pol.PolicyV1alpha1().AdminNetworkPolicies().Update(ctx, cur, metav1.UpdateOptions{})
 				return err
 			})
-			measure("AdminNetworkPolicy delete", allNodes, []flowProbe{{pipeline.IngressAdmin, portFilter(port + 3), false}}, func() error {
+			measure("AdminNetworkPolicy delete", allNodes, []flowProbe{{Table: pipeline.IngressAdmin, Port: port + 3, Present: false}}, func() error {
 				return pol.PolicyV1alpha1().AdminNetworkPolicies().Delete(ctx, anp.Name, metav1.DeleteOptions{})
 			})
 			progressf("round %d of %d done", r+1, sc.Rounds)
@@ -511,13 +562,14 @@ func BenchmarkE2ELatency(b *testing.B) {
 			b.ReportMetric(msOf(ds[len(ds)-1]), key+"-max-ms")
 		}
 		slices.Sort(all)
-		slices.Sort(e.pollDurations)
 		b.ReportMetric(msOf(percentile(all, 50)), "p50-ms")
 		b.ReportMetric(msOf(percentile(all, 99)), "p99-ms")
 		b.ReportMetric(msOf(all[len(all)-1]), "max-ms")
 		b.ReportMetric(float64(len(all)), "changes")
-		b.ReportMetric(msOf(percentile(e.pollDurations, 50)), "poll-p50-ms")
-		b.ReportMetric(msOf(percentile(e.pollDurations, 99)), "poll-p99-ms")
+		b.ReportMetric(float64(flows), "flows")
+		slices.Sort(e.polls)
+		b.ReportMetric(msOf(percentile(e.polls, 50)), "poll-p50-ms")
+		b.ReportMetric(msOf(percentile(e.polls, 99)), "poll-p99-ms")
 		b.ReportMetric(float64(sc.Namespaces*sc.PodsPerNamespace), "pods")
 		b.ReportMetric(float64(len(nodes)), "nodes")
 		b.ReportMetric(deployTime.Seconds(), "pods-s")
