@@ -4,6 +4,7 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -359,14 +360,15 @@ func (e *Engine) removePodState(key podKey) {
 	e.maybeDropNamespace(p.ns)
 }
 
-// nodeAddresses lists a node's InternalIP and ExternalIP addresses.
+// nodeAddresses lists the IP addresses in a node's status.addresses. The
+// API selects "the IPs present in the node.Status.Addresses field", so
+// every entry that is an IP counts, whatever its type (InternalIP,
+// ExternalIP, or a Hostname/DNS entry that holds an address); names that
+// are not addresses are skipped.
 func nodeAddresses(node *corev1.Node) []netip.Addr {
 	var ips []netip.Addr
 	for _, a := range node.Status.Addresses {
-		if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP {
-			continue
-		}
-		ip, err := netip.ParseAddr(a.Address)
+		ip, err := netip.ParseAddr(strings.TrimSpace(a.Address))
 		if err != nil {
 			continue
 		}
