@@ -49,11 +49,21 @@
 //	isolation drop      NetworkPolicy                      null    null  Deny        Isolation
 //	default allow       Baseline                           null    null  Allow       DefaultAllow
 //	end is not a pod    None                               null    null  Allow       NotAPod
+//	pod to itself       None                               null    null  Allow       Loopback
 //
 // The isolation drop lists the isolating NetworkPolicies in isolatedBy. The
 // default allow is also the outcome of a Baseline-tier Pass (listed in
 // passedThrough). "Not a pod" is a bare address that no pod of the
 // inventory has; an address that exactly one pod has is that pod.
+// "Pod to itself" is a connection whose source and destination are the
+// same pod (by name or address): it is carried by the pod's own loopback
+// and never reaches the datapath, so it is allowed in both directions.
+//
+// Not modelled: traffic a node's own host stack sends to its local pods
+// (kubelet probes; "the traffic source is the pod's local node" in the
+// NetworkPolicy text). The datapath lets it through before every policy
+// table (pkg/agent/pipeline/DESIGN.md, Host traffic); explain has no node
+// inventory and evaluates such an address like any other non-pod source.
 //
 // passedThrough is always present (an empty list when no Pass was taken).
 // isolatedBy is present whenever the pod is isolated in that direction, also

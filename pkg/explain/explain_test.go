@@ -553,3 +553,35 @@ func TestParsePortSpec(t *testing.T) {
 		}
 	}
 }
+
+// A pod reaching its own address never leaves the pod, so no policy (not
+// even an Admin Deny or a NetworkPolicy isolating it) applies.
+func TestPodToItselfIsLoopback(t *testing.T) {
+	w := newWorld(mkPod("a/p", "10.0.1.1", "fd00::1"), mkPod("a/q", "10.0.1.2"))
+	all := w.ag("all", "a/p", "a/q")
+	w.anp("deny-all", 1, w.atg("pods", "a/p", "a/q"), rule(in, 0, model.ActionDeny, fromGroups(all)), rule(out, 0, model.ActionDeny, fromGroups(all)))
+	w.np("a", "isolate", "pods", both)
+	inv, err := NewInventory(w.pods)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loop := want{tier: "None", rule: -1, action: model.ActionAllow, reason: ReasonLoopback}
+	for _, dst := range []string{"a/p", "10.0.1.1", "fd00::1"} {
+		res, err := Explain(w.snap, inv, Query{Src: ep("a/p"), Dst: ep(dst), Protocol: tcp, Port: 80})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Verdict != VerdictAllow {
+			t.Errorf("a/p -> %s: verdict %s", dst, res.Verdict)
+		}
+		check(t, "egress to "+dst, res.Egress, loop)
+		check(t, "ingress to "+dst, res.Ingress, loop)
+	}
+	res, err := Explain(w.snap, inv, Query{Src: ep("a/p"), Dst: ep("a/q"), Protocol: tcp, Port: 80})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Verdict != VerdictDeny || res.Egress.Reason != ReasonRule {
+		t.Errorf("a/p -> a/q: %s, egress %s", res.Verdict, res.Egress.Reason)
+	}
+}

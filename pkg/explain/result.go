@@ -33,6 +33,11 @@ const (
 	// no known pod, so it has no policies of its own. Tier None, action
 	// Allow, policy and rule null.
 	ReasonNotAPod Reason = "NotAPod"
+	// ReasonLoopback: source and destination are the same pod. The
+	// connection stays inside the pod (its own loopback), where no policy
+	// applies. Tier None, action Allow, policy and rule null, in both
+	// directions.
+	ReasonLoopback Reason = "Loopback"
 )
 
 // TierNone is the tier of a direction whose end is not a pod.
