@@ -168,11 +168,28 @@ func podIPs(pod *corev1.Pod) []netip.Addr {
 	return ips
 }
 
+// portContainers are the containers whose ports a pod serves on: its
+// containers and its sidecars (init containers with restartPolicy Always,
+// which run for the pod's whole life). Kubernetes resolves a Service's
+// named targetPort over the same set; run-to-completion init containers
+// are left out, as there.
+func portContainers(pod *corev1.Pod) []corev1.Container {
+	cs := pod.Spec.Containers
+	for _, c := range pod.Spec.InitContainers {
+		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			cs = append(slices.Clip(cs), c)
+		}
+	}
+	return cs
+}
+
 // podNamedPorts lists the named container ports (protocol defaulting to
-// TCP), sorted by name and protocol.
+// TCP) of the pod's containers and sidecars, sorted by name and protocol.
+// Port names are unique per container only: a name several containers
+// declare with different numbers resolves to all of them.
 func podNamedPorts(pod *corev1.Pod) []model.NamedPort {
 	var ports []model.NamedPort
-	for _, c := range pod.Spec.Containers {
+	for _, c := range portContainers(pod) {
 		for _, cp := range c.Ports {
 			if cp.Name == "" {
 				continue

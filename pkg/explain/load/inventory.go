@@ -35,10 +35,17 @@ func Inventory(objs *Objects) (*explain.Inventory, error) {
 }
 
 // NamedPorts are a pod's named container ports, as pkg/compute reads them
-// (the ports of spec.containers).
+// (the ports of spec.containers and of sidecars: init containers with
+// restartPolicy Always).
 func NamedPorts(p *corev1.Pod) []model.NamedPort {
 	var out []model.NamedPort
-	for _, c := range p.Spec.Containers {
+	cs := p.Spec.Containers
+	for _, c := range p.Spec.InitContainers {
+		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			cs = append(cs[:len(cs):len(cs)], c)
+		}
+	}
+	for _, c := range cs {
 		for _, cp := range c.Ports {
 			if cp.Name == "" {
 				continue

@@ -58,6 +58,20 @@ metadata: {name: a, namespace: "y", labels: {app: a}}
 spec: {nodeName: n1, containers: [{name: c}]}
 status: {phase: Running, podIPs: [{ip: 10.0.1.1}, {ip: "fd00::1:1"}]}
 ---
+# A sidecar (init container with restartPolicy Always) serves "metrics"
+# for the pod's whole life; a run-to-completion init container's "setup"
+# port is not served.
+apiVersion: v1
+kind: Pod
+metadata: {name: sidecar, namespace: x, labels: {app: sidecar}}
+spec:
+  nodeName: n2
+  initContainers:
+  - {name: proxy, restartPolicy: Always, ports: [{name: metrics, containerPort: 15090}]}
+  - {name: setup, ports: [{name: setup, containerPort: 7000}]}
+  containers: [{name: c, ports: [{name: web, containerPort: 80}]}]
+status: {phase: Running, podIPs: [{ip: 10.0.0.3}]}
+---
 # Terminating (graceful deletion in progress): still running, still has its
 # IP, still takes part in policy until it is deleted.
 apiVersion: v1
@@ -252,6 +266,22 @@ spec:
 				{"x/b", "x/a", "UDP/53", true},
 				{"x/b", "x/a", "TCP/53", false}, // dns is UDP; {port: dns} means TCP
 				{"x/b", "x/a", "SCTP/3868", true},
+			},
+		},
+		{
+			name: "NetworkPolicy: named ports of sidecar containers resolve; those of run-to-completion init containers do not",
+			policies: `
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: sidecar-ports, namespace: x}
+spec:
+  podSelector: {matchLabels: {app: sidecar}}
+  ingress: [{ports: [{port: metrics}, {port: web}, {port: setup}]}]
+`,
+			probes: []probe{
+				{"x/a", "x/sidecar", "TCP/15090", true},
+				{"x/a", "x/sidecar", "TCP/80", true},
+				{"x/a", "x/sidecar", "TCP/7000", false},
 			},
 		},
 		{
