@@ -2,6 +2,7 @@ package compute
 
 import (
 	"fmt"
+	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/network-policy-api/apis/v1alpha1"
@@ -42,6 +43,8 @@ type adminPort struct {
 	port   model.Port
 	reason string
 	err    error
+	// warning, if set, is a finding that does not change enforcement.
+	warning string
 }
 
 type adminRule struct {
@@ -211,6 +214,9 @@ func compileAdminRule(k *compiler, r adminRule, i int, dir model.Direction, brok
 			k.errorf(p.reason, "%s ports[%d]: %v; %s", path, j, p.err, failure)
 			rb.problem = true
 			continue
+		}
+		if p.warning != "" {
+			k.warnf(p.reason, "%s ports[%d]: %s", path, j, p.warning)
 		}
 		named = named || p.port.Name != ""
 		rb.rule.Ports = append(rb.rule.Ports, p.port)
@@ -448,7 +454,12 @@ func cnpProtocol(p v1alpha2.ClusterNetworkPolicyProtocol) adminPort {
 		return adminPort{port: model.Port{Name: p.DestinationNamedPort}}
 	}
 	if port == nil {
-		return adminPort{reason: ReasonInvalidPort, err: fmt.Errorf("%s: destinationPort is required", proto)}
+		// The v0.2.0 CRD requires destinationPort (minProperties 1), but
+		// the API overview says "If DestinationPort is omitted, all ports
+		// for the specified protocol match": that is what it means, and
+		// reading it so never widens the rule beyond the protocol written.
+		return adminPort{port: model.Port{Protocol: proto}, reason: ReasonPortOmitted,
+			warning: fmt.Sprintf("%s has no destinationPort (the CRD requires one); tierflow matches every %s port, as the API overview describes", strings.ToLower(string(proto)), proto)}
 	}
 	switch {
 	case port.Number != 0 && port.Range != nil, port.Number == 0 && port.Range == nil:

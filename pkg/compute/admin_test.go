@@ -338,6 +338,38 @@ spec:
 	}
 }
 
+// "If DestinationPort is omitted, all ports for the specified protocol
+// match" (API overview). The v0.2.0 CRD rejects it, so tierflow also warns;
+// the rule is enforced as the overview describes, not failed closed.
+func TestClusterNetworkPolicyProtocolWithoutPort(t *testing.T) {
+	e := New()
+	adminWorld(e)
+	e.UpsertClusterNetworkPolicy(cnpYAML(t, `
+metadata: {name: x}
+spec:
+  tier: Admin
+  priority: 3
+  subject: {namespaces: {}}
+  ingress:
+  - action: Deny
+    from: [{namespaces: {}}]
+    protocols: [{udp: {}}, {tcp: {destinationPort: {number: 80}}}]
+`))
+	p := policyByName(t, e.Snapshot(), model.KindClusterNetworkPolicy, "", "x")
+	r := p.Rules[0]
+	if r.Action != model.ActionDeny || len(r.Peer.AddressGroups) != 1 || len(r.Peer.IPBlocks) != 0 {
+		t.Errorf("rule should stay a Deny of the namespaces peer: %+v", r)
+	}
+	want := []model.Port{{Protocol: "UDP"}, {Protocol: "TCP", Port: 80}}
+	if len(r.Ports) != 2 || r.Ports[0] != want[0] || r.Ports[1] != want[1] {
+		t.Errorf("ports %+v want %+v", r.Ports, want)
+	}
+	equalStrings(t, "conditions", reasons(p.Conditions), []string{ReasonPortOmitted})
+	if p.Conditions[0].Severity != model.SeverityWarning {
+		t.Errorf("condition %+v should be a warning", p.Conditions[0])
+	}
+}
+
 // Fail-closed handling of the cluster-scoped kinds, per the API comments.
 func TestAdminFailClosed(t *testing.T) {
 	all := []string{"0.0.0.0/0", "::/0"}
@@ -389,8 +421,6 @@ func TestAdminFailClosed(t *testing.T) {
 			conds: []string{"InvalidSubject"}, action: model.ActionDeny, everyPod: true, priority: 3},
 		{name: "CNP unknown tier", cnp: true, yaml: `{tier: Platform, priority: 3, subject: {namespaces: {}}, ingress: [{action: Accept, from: [{namespaces: {}}]}]}`,
 			conds: []string{"UnknownTier"}, action: model.ActionAllow, nothing: true, priority: 3},
-		{name: "CNP tcp without destinationPort", cnp: true, yaml: `{tier: Admin, priority: 3, subject: {namespaces: {}}, ingress: [{action: Deny, from: [{namespaces: {}}], protocols: [{tcp: {}}]}]}`,
-			conds: []string{"InvalidPort"}, action: model.ActionDeny, priority: 3},
 		{name: "CNP port with number and range", cnp: true, yaml: `{tier: Admin, priority: 3, subject: {namespaces: {}}, ingress: [{action: Accept, from: [{namespaces: {}}], protocols: [{udp: {destinationPort: {number: 5, range: {start: 1, end: 9}}}}]}]}`,
 			conds: []string{"InvalidPort"}, action: model.ActionAllow, nothing: true, priority: 3},
 		{name: "CNP range start == end", cnp: true, yaml: `{tier: Baseline, priority: 3, subject: {namespaces: {}}, ingress: [{action: Pass, from: [{namespaces: {}}], protocols: [{tcp: {destinationPort: {range: {start: 80, end: 80}}}}]}]}`,

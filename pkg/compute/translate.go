@@ -31,6 +31,7 @@ const (
 	ReasonNamedPortNoPods   = "NamedPortWithoutPods"
 	ReasonNotDefault        = "NotDefaultBaseline"
 	ReasonSamePriority      = "SamePriority"
+	ReasonPortOmitted       = "DestinationPortOmitted"
 )
 
 // allAddresses is "every address": the peer of an NP rule with no from/to,
