@@ -425,6 +425,8 @@ spec:
 				{"x/a", "192.168.0.2", "UDP/6443", false},
 				{"x/a", "y/a", "TCP/80", false},
 				{"x/a", "fd00::1:1", "TCP/80", true}, // IPv6 not covered
+				// "ANPs with no ingress rules do not affect ingress traffic."
+				{"y/a", "x/a", "TCP/80", true},
 			},
 		},
 		{
@@ -549,6 +551,32 @@ spec:
 			probes: []probe{
 				{"x/a", "93.184.216.34", "TCP/443", false},
 				{"x/b", "y/a", "TCP/80", false},
+			},
+		},
+		{
+			name: "Pass leaves the whole Admin tier: a later Admin-tier ClusterNetworkPolicy is skipped",
+			policies: `
+apiVersion: policy.networking.k8s.io/v1alpha1
+kind: AdminNetworkPolicy
+metadata: {name: pass-x}
+spec:
+  priority: 5
+  subject: {namespaces: {matchLabels: {team: x}}}
+  ingress: [{action: Pass, from: [{namespaces: {matchLabels: {team: x}}}]}]
+---
+apiVersion: policy.networking.k8s.io/v1alpha2
+kind: ClusterNetworkPolicy
+metadata: {name: deny-all}
+spec:
+  tier: Admin
+  priority: 6
+  subject: {namespaces: {}}
+  ingress: [{action: Deny, from: [{namespaces: {}}]}]
+`,
+			probes: []probe{
+				{"x/a", "x/b", "TCP/80", true},
+				{"y/a", "x/b", "TCP/80", false},
+				{"x/a", "y/a", "TCP/80", false},
 			},
 		},
 		{
