@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"net/netip"
 	"os"
 	"slices"
 	"sort"
@@ -73,7 +74,7 @@ func (p flowProbe) String() string {
 	return fmt.Sprintf("table=%s,%s %s", p.Table, p.ofctlFilter(), map[bool]string{true: "present", false: "absent"}[p.Present])
 }
 
-// ofctlFilter is the probe as an ovs-ofctl dump-flows match.
+// ofctlFilter is the probe in ovs-ofctl's match syntax (for messages).
 func (p flowProbe) ofctlFilter() string {
 	if p.PeerIP != "" {
 		return "ip,nw_src=" + p.PeerIP
@@ -81,17 +82,38 @@ func (p flowProbe) ofctlFilter() string {
 	return fmt.Sprintf("tcp,tp_dst=%d", p.Port)
 }
 
-// matchesText reports whether a flow in pkg/ovs/openflow's text (what the
-// agent's query API returns, e.g. "table=11, priority=10000,
-// eth_type=0x0800,ip_proto=6,tcp_dst=80 actions=...") matches the probe.
+// matchesText reports whether a flow's text matches the probe: the
+// agent's (pkg/ovs/openflow, e.g. "cookie=0x..., table=11,
+// priority=10000,eth_type=0x0800,ip_proto=6,tcp_dst=80 actions=...") or
+// ovs-ofctl dump-flows' ("... priority=10000,tcp,tp_dst=80 actions=...").
+// A peer address matches a flow whose nw_src prefix contains it: the
+// agent merges a rule's peer addresses into aligned prefixes.
 func (p flowProbe) matchesText(text string) bool {
 	match, _, _ := strings.Cut(text, " actions=")
 	fields := strings.FieldsFunc(match, func(r rune) bool { return r == ',' || r == ' ' })
 	has := func(f string) bool { return slices.Contains(fields, f) }
 	if p.PeerIP != "" {
-		return has("nw_src="+p.PeerIP) || has("nw_src="+p.PeerIP+"/32")
+		ip, err := netip.ParseAddr(p.PeerIP)
+		if err != nil {
+			return false
+		}
+		for _, f := range fields {
+			v, ok := strings.CutPrefix(f, "nw_src=")
+			if !ok {
+				continue
+			}
+			if !strings.Contains(v, "/") {
+				v += "/32"
+			}
+			if pfx, err := netip.ParsePrefix(v); err == nil && pfx.Contains(ip) {
+				return true
+			}
+		}
+		return false
 	}
-	return has("ip_proto=6") && has(fmt.Sprintf("tcp_dst=%d", p.Port))
+	tcp := has("ip_proto=6") || has("tcp")
+	port := has(fmt.Sprintf("tcp_dst=%d", p.Port)) || has(fmt.Sprintf("tp_dst=%d", p.Port))
+	return tcp && port
 }
 
 // agentHolds asks a node's agent (its query socket, /v1/flows of the
@@ -180,17 +202,16 @@ type e2eBed struct {
 	polls []time.Duration
 }
 
-// bridgeHolds reads a node bridge (ovs-ofctl dump-flows with the probe's
-// table and filter): the cross-check of what the monitor saw.
+// bridgeHolds reads a node bridge (ovs-ofctl dump-flows of the probe's
+// table, IPv4 flows): the cross-check of what the agent reported.
 func (e *e2eBed) bridgeHolds(node string, p flowProbe) (bool, error) {
-	out, err := e.bridges[node].Ofctl("dump-flows", fmt.Sprintf("table=%d,%s", int(p.Table), p.ofctlFilter()))
+	out, err := e.bridges[node].Ofctl("dump-flows", fmt.Sprintf("table=%d,ip", int(p.Table)))
 	if err != nil {
 		return false, err
 	}
 	found := false
 	for _, l := range strings.Split(out, "\n") {
-		l = strings.TrimSpace(l)
-		if l != "" && !strings.HasPrefix(l, "OFPST_FLOW") && !strings.HasPrefix(l, "NXST_FLOW") {
+		if p.matchesText(strings.TrimSpace(l)) {
 			found = true
 			break
 		}
