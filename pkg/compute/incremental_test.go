@@ -95,13 +95,26 @@ func TestIncrementalPodLifecycle(t *testing.T) {
 		"Updated AppliedToGroup " + id.prodATG,
 	})
 
-	// Pod loses its IP (e.g. restarting): it leaves its groups.
+	// Pod loses its IP (its sandbox being recreated): it stays a subject
+	// (isolated by port, from its first packet) and a peer member with no
+	// address; spans keep its node.
 	e.UpsertPod(mkPod("prod", "web3", "n3", "", []string{"app=db"}))
 	equalStrings(t, "no IP", rec.take(), []string{
 		"Updated AddressGroup " + id.dbAG,
-		"Updated AddressGroup " + id.nodeAG,
 		"Updated AppliedToGroup " + id.prodATG,
-		"Updated Policy anp-nodes",
+	})
+	s = e.Snapshot()
+	equalStrings(t, "subjects without IP", atgPods(t, s, id.prodATG), []string{"prod/db2@n1", "prod/db@n2", "prod/web3@n3", "prod/web@n1"})
+	for _, m := range s.AddressGroups[id.dbAG].Members {
+		if m.Pod.Name == "web3" && len(m.IPs) != 0 {
+			t.Errorf("web3 still has addresses %v", m.IPs)
+		}
+	}
+	// Its IP comes back: only the groups holding it change.
+	e.UpsertPod(mkPod("prod", "web3", "n3", "10.0.1.6", []string{"app=db"}))
+	equalStrings(t, "IP back", rec.take(), []string{
+		"Updated AddressGroup " + id.dbAG,
+		"Updated AppliedToGroup " + id.prodATG,
 	})
 	// Host-network and terminated pods never count.
 	hn := mkPod("prod", "hn", "n1", "192.168.0.1", []string{"app=db"})

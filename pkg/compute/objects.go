@@ -136,16 +136,18 @@ func (e *Engine) relabelNamespace(st *nsState, lbls map[string]string) {
 	}
 }
 
-// podEligible says whether a pod takes part in policy: it needs an IP and
-// a node, must not use the host network, and must not have terminated.
+// podEligible says whether a pod takes part in policy: it needs a node,
+// must not use the host network, and must not have terminated. It need not
+// have an IP yet: a scheduled pod whose address is not reported (starting,
+// or its sandbox being recreated) is already a subject, so the agent,
+// which finds subjects by their OpenFlow port, isolates it from its first
+// packet; as a peer it has no address and matches nothing until its IP is
+// known.
 func podEligible(pod *corev1.Pod) bool {
 	if pod.Spec.HostNetwork || pod.Spec.NodeName == "" {
 		return false
 	}
-	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
-		return false
-	}
-	return len(podIPs(pod)) > 0
+	return pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed
 }
 
 func podIPs(pod *corev1.Pod) []netip.Addr {
@@ -220,7 +222,7 @@ func podNamedPorts(pod *corev1.Pod) []model.NamedPort {
 }
 
 // UpsertPod adds or updates a pod. A pod that cannot take part in policy
-// (no IP yet, host network, terminated) is treated as absent.
+// (not scheduled, host network, terminated) is treated as absent.
 func (e *Engine) UpsertPod(pod *corev1.Pod) {
 	// What can be read from the object is read before taking the lock. A
 	// value, not a closure: pods are the most frequent event.

@@ -212,6 +212,8 @@ type GroupMember struct {
 	// Node is the pod's node, or the node itself for node members.
 	Node string `json:"node"`
 	// IPs are the member's addresses (pod IPs, or a node's status addresses).
+	// Empty for a pod whose IP is not reported yet: it is already a subject
+	// (agents find subjects by port) but, as a peer, matches no address.
 	IPs []netip.Addr `json:"ips"`
 	// Ports are the pod's named container ports, for named-port resolution.
 	Ports []NamedPort `json:"ports,omitempty"`

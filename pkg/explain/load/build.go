@@ -17,7 +17,7 @@ type Built struct {
 	// Conditions are the validation findings of every policy, as
 	// "KIND/NAME: Severity Reason: message".
 	Conditions []string
-	// Excluded maps a pod that takes no part in network policy to the
+	// Excluded maps a pod that cannot be an end of a connection to the
 	// reason (see Excluded).
 	Excluded map[model.PodRef]string
 }

@@ -13,6 +13,8 @@
 // misspelt field can change what a policy means; a known kind with another
 // apiVersion is an error; objects of other kinds are listed in
 // Objects.Ignored; an object declared twice is an error. Pods that take no
-// part in policy (host network, not scheduled, terminated, no IP; see
-// Excluded) are in no group and not in the inventory.
+// part in policy (host network, not scheduled, terminated; see Excluded)
+// are in no group and not in the inventory; a scheduled pod without an IP
+// yet is in its groups but not in the inventory (it is no end of a
+// connection).
 package load

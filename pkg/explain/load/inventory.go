@@ -60,9 +60,12 @@ func NamedPorts(p *corev1.Pod) []model.NamedPort {
 	return out
 }
 
-// Excluded says why a pod takes no part in network policy, or "" when it
-// does. The reasons are pkg/compute's: such a pod is in no group, so no
-// policy applies to it and no peer selector selects it.
+// Excluded says why a pod cannot be an end of a connection explain
+// evaluates, or "" when it can. The first three reasons are pkg/compute's:
+// such a pod is in no group, so no policy applies to it and no peer
+// selector selects it. A scheduled pod without an IP yet is in its groups
+// (policies already apply to it, by port) but has no address to connect
+// from or to.
 func Excluded(p *corev1.Pod) string {
 	switch {
 	case p.Spec.HostNetwork:
@@ -72,7 +75,7 @@ func Excluded(p *corev1.Pod) string {
 	case p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed:
 		return "it has terminated"
 	case len(p.Status.PodIPs) == 0 && p.Status.PodIP == "":
-		return "it has no IP address"
+		return "it has no IP address yet (policies already apply to it, but it is no end of a connection)"
 	}
 	return ""
 }

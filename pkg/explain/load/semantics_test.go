@@ -87,7 +87,8 @@ metadata: {name: done, namespace: "y", labels: {app: a}}
 spec: {nodeName: n2, containers: [{name: c}]}
 status: {phase: Succeeded, podIPs: [{ip: 10.0.1.3}]}
 ---
-# Pending, no IP yet.
+# Pending, no IP yet: already a subject (pkg/compute), but no end of a
+# connection explain can evaluate.
 apiVersion: v1
 kind: Pod
 metadata: {name: pending, namespace: "y", labels: {app: a}}
@@ -144,7 +145,7 @@ func TestAPISemantics(t *testing.T) {
 			},
 		},
 		{
-			name: "terminating pods stay subjects and peers; completed, pending and host-network pods are neither",
+			name: "terminating pods stay subjects and peers; completed and host-network pods are neither",
 			policies: `
 apiVersion: networking.k8s.io/v1
 kind: NetworkPolicy
