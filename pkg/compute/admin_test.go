@@ -421,6 +421,12 @@ func TestAdminFailClosed(t *testing.T) {
 			conds: []string{"InvalidSubject"}, action: model.ActionDeny, everyPod: true, priority: 3},
 		{name: "CNP unknown tier", cnp: true, yaml: `{tier: Platform, priority: 3, subject: {namespaces: {}}, ingress: [{action: Accept, from: [{namespaces: {}}]}]}`,
 			conds: []string{"UnknownTier"}, action: model.ActionAllow, nothing: true, priority: 3},
+		// The v1alpha2 enum is Accept/Deny/Pass: v1alpha1's "Allow" is not
+		// a CNP action (and "Accept" is not an ANP one).
+		{name: "CNP action Allow is unknown", cnp: true, yaml: `{tier: Admin, priority: 3, subject: {namespaces: {}}, ingress: [{action: Allow, from: [{namespaces: {}}]}]}`,
+			conds: []string{"UnknownAction"}, action: model.ActionDeny, priority: 3},
+		{name: "ANP action Accept is unknown", yaml: `{priority: 3, subject: {namespaces: {}}, ingress: [{action: Accept, from: [{namespaces: {}}]}]}`,
+			conds: []string{"UnknownAction"}, action: model.ActionDeny, priority: 3},
 		{name: "CNP port with number and range", cnp: true, yaml: `{tier: Admin, priority: 3, subject: {namespaces: {}}, ingress: [{action: Accept, from: [{namespaces: {}}], protocols: [{udp: {destinationPort: {number: 5, range: {start: 1, end: 9}}}}]}]}`,
 			conds: []string{"InvalidPort"}, action: model.ActionAllow, nothing: true, priority: 3},
 		{name: "CNP range start == end", cnp: true, yaml: `{tier: Baseline, priority: 3, subject: {namespaces: {}}, ingress: [{action: Pass, from: [{namespaces: {}}], protocols: [{tcp: {destinationPort: {range: {start: 80, end: 80}}}}]}]}`,
