@@ -46,6 +46,8 @@ When no rule decides:
   default allow:    tier Baseline,      policy null, action Allow, reason DefaultAllow
                     (also after a Baseline Pass, listed in passedThrough)
   end is not a pod: tier None,          policy null, action Allow, reason NotAPod
+  pod to itself:    tier None,          policy null, action Allow, reason Loopback
+                    (the packet never leaves the pod: no policy sees it)
 --matrix prints every ordered pair of distinct pods on every --port, each
 object with src, dst (NS/POD) and port (PROTO/PORT) added; its table form is a
 grid per port, rows sources, columns destinations.
