@@ -6,6 +6,5 @@
 // account tokens, pods for ovsenv's network namespaces, a token user for
 // the query API).
 //
-// It generalizes the helpers of pkg/agent/runtime's end-to-end test (same
-// steps, same names) for tests outside that package, such as cmd/tierctl's.
+// pkg/agent/runtime's end-to-end tests and cmd/tierctl's live tests use it.
 package livecluster

@@ -61,13 +61,7 @@ func (l *lineConn) read(timeout time.Duration) (string, error) {
 // deleted — its replies too, and the same connection works again when the
 // policy allows it again.
 func TestEstablishedConnectionCut(t *testing.T) {
-	env := ovsenv.Start(t)
-	n := newNode(t, env, "n1", 1)
-	a := n.addPod(t, "a", 1)
-	b := n.addPod(t, "b", 2)
-	srv := b.ListenTCP(80)
-	t.Cleanup(srv.Close)
-	n.start(t)
+	env, n, a, b := twoPods(t)
 
 	// allowing: b is isolated for ingress and an NP rule allows a on 80.
 	allowing := func() *state {
@@ -156,13 +150,7 @@ func TestEstablishedConnectionCut(t *testing.T) {
 // TestSpoofGuard: a pod may only send from its own IP and MAC; a packet
 // with another source address is dropped, whatever the policy allows.
 func TestSpoofGuard(t *testing.T) {
-	env := ovsenv.Start(t)
-	n := newNode(t, env, "n1", 1)
-	a := n.addPod(t, "a", 1)
-	b := n.addPod(t, "b", 2)
-	srv := b.ListenTCP(80)
-	t.Cleanup(srv.Close)
-	n.start(t)
+	_, n, a, b := twoPods(t)
 	newState().apply(t, n) // no policy: everything honest is allowed
 
 	for _, spoof := range []string{"10.0.0.99/16", "fd00::99/64"} {

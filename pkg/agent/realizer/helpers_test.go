@@ -286,3 +286,17 @@ func probe(t *testing.T, src *testPod, dst netip.Addr, proto model.Protocol, por
 	}
 	return err == nil
 }
+
+// twoPods starts a private OVS with one started node "n1" and pods a and b
+// on it, b serving TCP 80: the setup most single-node tests share.
+func twoPods(t *testing.T) (*ovsenv.Env, *node, *testPod, *testPod) {
+	t.Helper()
+	env := ovsenv.Start(t)
+	n := newNode(t, env, "n1", 1)
+	a := n.addPod(t, "a", 1)
+	b := n.addPod(t, "b", 2)
+	srv := b.ListenTCP(80)
+	t.Cleanup(srv.Close)
+	n.start(t)
+	return env, n, a, b
+}

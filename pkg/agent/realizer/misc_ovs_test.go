@@ -20,13 +20,7 @@ import (
 // full policy sync passes nothing, and a pod port the agent does not know
 // (not yet classified) passes nothing after it either.
 func TestNothingPassesBeforeSync(t *testing.T) {
-	env := ovsenv.Start(t)
-	n := newNode(t, env, "n1", 1)
-	a := n.addPod(t, "a", 1)
-	b := n.addPod(t, "b", 2)
-	srv := b.ListenTCP(80)
-	t.Cleanup(srv.Close)
-	n.start(t)
+	_, n, a, b := twoPods(t)
 	if probe(t, a, b.IPv4(), "TCP", 80, false) {
 		t.Fatal("traffic passed before the first sync")
 	}
@@ -130,13 +124,7 @@ func TestRuleMetrics(t *testing.T) {
 // TestConntrackLabels: an allowed connection is committed with the egress
 // rule ID in ct_label bits 0-31 and the ingress rule ID in bits 32-63.
 func TestConntrackLabels(t *testing.T) {
-	env := ovsenv.Start(t)
-	n := newNode(t, env, "n1", 1)
-	a := n.addPod(t, "a", 1)
-	b := n.addPod(t, "b", 2)
-	srv := b.ListenTCP(80)
-	t.Cleanup(srv.Close)
-	n.start(t)
+	env, n, a, b := twoPods(t)
 	s := newState()
 	s.add(anp("out-a", 5, s.atg(a), rule(model.DirectionOut, model.ActionAllow, peerGroups(s.ag(b)))))
 	s.add(np("in-b", s.atg(b), []model.Direction{model.DirectionIn}, rule(model.DirectionIn, model.ActionAllow, peerGroups(s.ag(a)), tcp(80))))

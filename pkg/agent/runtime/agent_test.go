@@ -21,6 +21,7 @@ import (
 	"github.com/tierflow/tierflow/pkg/agent/pipeline"
 	"github.com/tierflow/tierflow/pkg/agent/runtime/query"
 	"github.com/tierflow/tierflow/pkg/controller"
+	"github.com/tierflow/tierflow/test/livecluster"
 	"github.com/tierflow/tierflow/test/ovsenv"
 )
 
@@ -33,7 +34,7 @@ import (
 // with the controller down and ovs-vswitchd's flows gone, and a controller
 // restart that resyncs changes made while it was down.
 func TestTwoNodes(t *testing.T) {
-	c := newCluster(t)
+	c := livecluster.New(t)
 	env := ovsenv.Start(t)
 	br1, br2 := env.AddBridge("n1"), env.AddBridge("n2")
 	u1, u2 := "tf"+env.ID+"u1", "tf"+env.ID+"u2"
@@ -54,10 +55,10 @@ func TestTwoNodes(t *testing.T) {
 		}
 	}
 
-	tok1, tok2 := c.addNode(t, "n1"), c.addNode(t, "n2")
-	c.addPod(t, a, "n1", map[string]string{"app": "a"})
-	c.addPod(t, b, "n2", map[string]string{"app": "b"})
-	c.addPod(t, cc, "n2", map[string]string{"app": "c"})
+	tok1, tok2 := c.AddNode(t, "n1"), c.AddNode(t, "n2")
+	c.AddPod(t, a, "n1", map[string]string{"app": "a"})
+	c.AddPod(t, b, "n2", map[string]string{"app": "b"})
+	c.AddPod(t, cc, "n2", map[string]string{"app": "c"})
 
 	ctx := context.Background()
 	anp := &anpv1.AdminNetworkPolicy{
@@ -69,7 +70,7 @@ func TestTwoNodes(t *testing.T) {
 				To: []anpv1.AdminNetworkPolicyEgressPeer{{Pods: &anpv1.NamespacedPod{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "c"}}}}}}},
 		},
 	}
-	if _, err := c.kube.Policy.PolicyV1alpha1().AdminNetworkPolicies().Create(ctx, anp, metav1.CreateOptions{}); err != nil {
+	if _, err := c.Kube.Policy.PolicyV1alpha1().AdminNetworkPolicies().Create(ctx, anp, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	tcp := corev1.ProtocolTCP
@@ -85,21 +86,21 @@ func TestTwoNodes(t *testing.T) {
 			}},
 		},
 	}
-	if _, err := c.kube.Kube.NetworkingV1().NetworkPolicies(ovsenv.PodNamespace).Create(ctx, np, metav1.CreateOptions{}); err != nil {
+	if _, err := c.Kube.Kube.NetworkingV1().NetworkPolicies(ovsenv.PodNamespace).Create(ctx, np, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 
-	ctrl := c.startController(t)
-	opts1 := c.agentOptions(t, env, br1, "n1", tok1, 1)
-	opts2 := c.agentOptions(t, env, br2, "n2", tok2, 2)
-	ag1 := startAgent(t, "n1", opts1)
-	ag2 := startAgent(t, "n2", opts2)
+	ctrl := c.StartController(t)
+	opts1 := c.AgentOptions(env, br1, "n1", tok1, 1)
+	opts2 := c.AgentOptions(env, br2, "n2", tok2, 2)
+	ag1 := livecluster.StartAgent(t, "n1", opts1)
+	ag2 := livecluster.StartAgent(t, "n2", opts2)
 
 	const anpRef, npRef = "AdminNetworkPolicy/a-not-to-c", "NetworkPolicy/default/b-web"
 	// The ANP's subject is on n1 (egress, enforced at the source); the NP's
 	// subject on n2 (ingress, enforced at the destination).
-	ag1.realizedOn(t, anpRef)
-	ag2.realizedOn(t, npRef)
+	ag1.RealizedOn(t, anpRef)
+	ag2.RealizedOn(t, npRef)
 	initial := []connection{
 		{a, b, 80, true},
 		{a, b, 8080, false}, // b is isolated for ingress: only a:80 is allowed
@@ -111,8 +112,8 @@ func TestTwoNodes(t *testing.T) {
 	checkConnections(t, env, "controller up", initial...)
 
 	// The ANP's status reports it realized on every node of its span.
-	eventually(t, 60*time.Second, "ANP Realized condition", func() error {
-		got, err := c.kube.Policy.PolicyV1alpha1().AdminNetworkPolicies().Get(ctx, anp.Name, metav1.GetOptions{})
+	livecluster.Eventually(t, 60*time.Second, "ANP Realized condition", func() error {
+		got, err := c.Kube.Policy.PolicyV1alpha1().AdminNetworkPolicies().Get(ctx, anp.Name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
@@ -139,7 +140,7 @@ func TestTwoNodes(t *testing.T) {
 	// update from the controller, must turn the ANP's Realized condition
 	// False. Lifting the limit lets the agent's own retry succeed, and the
 	// condition must turn True again, still without any update.
-	before, err := ag1.q.Status(ctx)
+	before, err := ag1.Q.Status(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +159,7 @@ func TestTwoNodes(t *testing.T) {
 	}
 	anpRealized := func(want metav1.ConditionStatus, reason, msg string) func() error {
 		return func() error {
-			got, err := c.kube.Policy.PolicyV1alpha1().AdminNetworkPolicies().Get(ctx, anp.Name, metav1.GetOptions{})
+			got, err := c.Kube.Policy.PolicyV1alpha1().AdminNetworkPolicies().Get(ctx, anp.Name, metav1.GetOptions{})
 			if err != nil {
 				return err
 			}
@@ -169,20 +170,20 @@ func TestTwoNodes(t *testing.T) {
 			return nil
 		}
 	}
-	eventually(t, 60*time.Second, "ANP Realized=False on n1 after d's port broke realization", anpRealized(metav1.ConditionFalse, "Failed", "n1"))
-	if st, err := ag1.q.Status(ctx); err != nil || st.LastError == "" {
+	livecluster.Eventually(t, 60*time.Second, "ANP Realized=False on n1 after d's port broke realization", anpRealized(metav1.ConditionFalse, "Failed", "n1"))
+	if st, err := ag1.Q.Status(ctx); err != nil || st.LastError == "" {
 		t.Fatalf("n1's status %+v, %v: want the realization failing", st, err)
 	}
 	if _, err := env.Vsctl("clear", "Bridge", br1.Name, "flow_tables"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 60*time.Second, "ANP Realized=True after n1's retry succeeded", anpRealized(metav1.ConditionTrue, "Realized", "1/1 nodes realized"))
-	if st, err := ag1.q.Status(ctx); err != nil || st.Epoch != before.Epoch || st.Version != before.Version || !st.ControllerConnected {
+	livecluster.Eventually(t, 60*time.Second, "ANP Realized=True after n1's retry succeeded", anpRealized(metav1.ConditionTrue, "Realized", "1/1 nodes realized"))
+	if st, err := ag1.Q.Status(ctx); err != nil || st.Epoch != before.Epoch || st.Version != before.Version || !st.ControllerConnected {
 		t.Fatalf("n1's stream moved from %s/%d to %+v (%v): both flips must come without an update", before.Epoch, before.Version, st, err)
 	}
-	c.addPod(t, d, "n1", map[string]string{"app": "c"})
-	eventually(t, 60*time.Second, "n1 adds d to the ANP's peers", func() error {
-		fl, err := ag1.q.Flows(ctx, query.FlowFilter{Policy: anpRef})
+	c.AddPod(t, d, "n1", map[string]string{"app": "c"})
+	livecluster.Eventually(t, 60*time.Second, "n1 adds d to the ANP's peers", func() error {
+		fl, err := ag1.Q.Flows(ctx, query.FlowFilter{Policy: anpRef})
 		if err != nil {
 			return err
 		}
@@ -193,7 +194,7 @@ func TestTwoNodes(t *testing.T) {
 		}
 		return fmt.Errorf("no flow of %s matches 10.0.0.4", anpRef)
 	})
-	pods, err := ag1.q.Pods(ctx)
+	pods, err := ag1.Q.Pods(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,15 +210,15 @@ func TestTwoNodes(t *testing.T) {
 	checkConnections(t, env, "pod added", initial...)
 
 	// The controller dies: both nodes keep enforcing.
-	ctrl.kill()
-	eventually(t, 30*time.Second, "agents notice the controller is gone", func() error {
-		for _, ag := range []*agentProc{ag1, ag2} {
-			st, err := ag.q.Status(ctx)
+	ctrl.Kill()
+	livecluster.Eventually(t, 30*time.Second, "agents notice the controller is gone", func() error {
+		for _, ag := range []*livecluster.Agent{ag1, ag2} {
+			st, err := ag.Q.Status(ctx)
 			if err != nil {
 				return err
 			}
 			if st.ControllerConnected {
-				return fmt.Errorf("%s still connected", ag.node)
+				return fmt.Errorf("%s still connected", ag.Node)
 			}
 		}
 		return nil
@@ -227,39 +228,39 @@ func TestTwoNodes(t *testing.T) {
 	// n1's agent restarts while the controller is down, and ovs-vswitchd
 	// restarts meanwhile, so the bridges lose every flow: the new agent
 	// enforces the state it saved; n2's agent replays its flows.
-	ag1.stop()
+	ag1.Stop()
 	// A stopped agent leaves its flows: n1 still enforces.
 	checkConnections(t, env, "agent n1 stopped", initial...)
 	if err := env.RestartVswitchd(); err != nil {
 		t.Fatal(err)
 	}
-	ag1 = startAgent(t, "n1", opts1)
-	ag1.realizedOn(t, anpRef)
-	if st, err := ag1.q.Status(ctx); err != nil || !st.Restored || st.ControllerConnected {
+	ag1 = livecluster.StartAgent(t, "n1", opts1)
+	ag1.RealizedOn(t, anpRef)
+	if st, err := ag1.Q.Status(ctx); err != nil || !st.Restored || st.ControllerConnected {
 		t.Fatalf("restarted agent: status %+v, %v; want restored, not connected", st, err)
 	}
 	checkConnections(t, env, "agent restarted with controller down", initial...)
 
 	// Changes made while the controller is down reach the agents when it
 	// comes back: the ANP goes away, b also serves 8080 to a.
-	if err := c.kube.Policy.PolicyV1alpha1().AdminNetworkPolicies().Delete(ctx, anp.Name, metav1.DeleteOptions{}); err != nil {
+	if err := c.Kube.Policy.PolicyV1alpha1().AdminNetworkPolicies().Delete(ctx, anp.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	cur, err := c.kube.Kube.NetworkingV1().NetworkPolicies(ovsenv.PodNamespace).Get(ctx, np.Name, metav1.GetOptions{})
+	cur, err := c.Kube.Kube.NetworkingV1().NetworkPolicies(ovsenv.PodNamespace).Get(ctx, np.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	port8080 := intstr.FromInt32(8080)
 	cur.Spec.Ingress[0].Ports = append(cur.Spec.Ingress[0].Ports, networkingv1.NetworkPolicyPort{Protocol: &tcp, Port: &port8080})
-	if _, err := c.kube.Kube.NetworkingV1().NetworkPolicies(ovsenv.PodNamespace).Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
+	if _, err := c.Kube.Kube.NetworkingV1().NetworkPolicies(ovsenv.PodNamespace).Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	checkConnections(t, env, "API changed, controller still down", initial...)
 
-	c.startController(t)
-	ag1.realizedOn(t)
-	eventually(t, 60*time.Second, "n2 realizes the changed NetworkPolicy", func() error {
-		fl, err := ag2.q.Flows(ctx, query.FlowFilter{Policy: npRef, Direction: "In"})
+	c.StartController(t)
+	ag1.RealizedOn(t)
+	livecluster.Eventually(t, 60*time.Second, "n2 realizes the changed NetworkPolicy", func() error {
+		fl, err := ag2.Q.Flows(ctx, query.FlowFilter{Policy: npRef, Direction: "In"})
 		if err != nil {
 			return err
 		}
@@ -274,7 +275,7 @@ func TestTwoNodes(t *testing.T) {
 		}
 		return fmt.Errorf("no flow of %s matches port 8080:\n%s", npRef, strings.Join(texts, "\n"))
 	})
-	ag2.realizedOn(t, npRef)
+	ag2.RealizedOn(t, npRef)
 	checkConnections(t, env, "controller restarted",
 		connection{a, b, 80, true},
 		connection{a, b, 8080, true},
@@ -286,10 +287,10 @@ func TestTwoNodes(t *testing.T) {
 // checkQueryAndMetrics reads the agent's query socket and metrics after
 // traffic went through: the ANP's deny rule has flows, a cookie, and
 // counted the dropped packets.
-func checkQueryAndMetrics(t *testing.T, ag *agentProc, policy string) {
+func checkQueryAndMetrics(t *testing.T, ag *livecluster.Agent, policy string) {
 	t.Helper()
 	ctx := context.Background()
-	rules, err := ag.q.Rules(ctx)
+	rules, err := ag.Q.Rules(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,9 +301,9 @@ func checkQueryAndMetrics(t *testing.T, ag *agentProc, policy string) {
 		}
 	}
 	if !found {
-		t.Errorf("rules of %s: no Deny rule in EgressAdmin: %+v", ag.node, rules.Rules)
+		t.Errorf("rules of %s: no Deny rule in EgressAdmin: %+v", ag.Node, rules.Rules)
 	}
-	fl, err := ag.q.Flows(ctx, query.FlowFilter{Policy: policy})
+	fl, err := ag.Q.Flows(ctx, query.FlowFilter{Policy: policy})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -316,24 +317,24 @@ func checkQueryAndMetrics(t *testing.T, ag *agentProc, policy string) {
 		}
 	}
 	if len(fl.Flows) == 0 || packets == 0 {
-		t.Errorf("flows of %s on %s: %d flows, %d packets on action flows; want flows that counted the denied SYNs", policy, ag.node, len(fl.Flows), packets)
+		t.Errorf("flows of %s on %s: %d flows, %d packets on action flows; want flows that counted the denied SYNs", policy, ag.Node, len(fl.Flows), packets)
 	}
-	podFlows, err := ag.q.Flows(ctx, query.FlowFilter{Pod: "default/a", Table: "Classifier"})
+	podFlows, err := ag.Q.Flows(ctx, query.FlowFilter{Pod: "default/a", Table: "Classifier"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(podFlows.Flows) == 0 {
-		t.Errorf("no Classifier flow for pod default/a on %s", ag.node)
+		t.Errorf("no Classifier flow for pod default/a on %s", ag.Node)
 	}
-	if _, err := ag.q.Flows(ctx, query.FlowFilter{Table: "NoSuchTable"}); err == nil {
+	if _, err := ag.Q.Flows(ctx, query.FlowFilter{Table: "NoSuchTable"}); err == nil {
 		t.Errorf("unknown table accepted")
 	}
-	pods, err := ag.q.Pods(ctx)
+	pods, err := ag.Q.Pods(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(pods.Pods) != 1 || pods.Pods[0].Name != "a" || pods.Pods[0].Error != "" || pods.Uplink == 0 {
-		t.Errorf("pods of %s: %+v", ag.node, pods)
+		t.Errorf("pods of %s: %+v", ag.Node, pods)
 	}
 
 	// Metrics: the agent listens on a free port its status names.
@@ -346,14 +347,14 @@ func checkQueryAndMetrics(t *testing.T, ag *agentProc, policy string) {
 		"tierflow_agent_ready 1",
 	} {
 		if !strings.Contains(body, want) {
-			t.Errorf("metrics of %s lack %s", ag.node, want)
+			t.Errorf("metrics of %s lack %s", ag.Node, want)
 		}
 	}
 }
 
-func scrape(t *testing.T, ag *agentProc) string {
+func scrape(t *testing.T, ag *livecluster.Agent) string {
 	t.Helper()
-	st, err := ag.q.Status(context.Background())
+	st, err := ag.Q.Status(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -374,7 +375,7 @@ func scrape(t *testing.T, ag *agentProc) string {
 
 // checkTraces asks both agents to trace connections: the source node's
 // trace names the ANP's deny, the destination node's the NP's allow.
-func checkTraces(t *testing.T, ag1, ag2 *agentProc, a, b, c *ovsenv.Pod, anpRef, npRef string) {
+func checkTraces(t *testing.T, ag1, ag2 *livecluster.Agent, a, b, c *ovsenv.Pod, anpRef, npRef string) {
 	t.Helper()
 	ctx := context.Background()
 	hasRule := func(tr *query.Trace, policy string) bool {
@@ -386,7 +387,7 @@ func checkTraces(t *testing.T, ag1, ag2 *agentProc, a, b, c *ovsenv.Pod, anpRef,
 		return false
 	}
 	for _, tc := range []struct {
-		ag      *agentProc
+		ag      *livecluster.Agent
 		req     query.TraceRequest
 		dropped bool
 		rule    string
@@ -396,17 +397,17 @@ func checkTraces(t *testing.T, ag1, ag2 *agentProc, a, b, c *ovsenv.Pod, anpRef,
 		{ag2, query.TraceRequest{Src: a.IPv4().String(), Dst: b.IPv4().String(), Port: 80}, false, npRef},
 		{ag2, query.TraceRequest{Src: a.IPv4().String(), Dst: b.IPv4().String(), Protocol: "TCP", Port: 8080}, true, ""},
 	} {
-		tr, err := tc.ag.q.Trace(ctx, tc.req)
+		tr, err := tc.ag.Q.Trace(ctx, tc.req)
 		if err != nil {
-			t.Errorf("trace %+v on %s: %v", tc.req, tc.ag.node, err)
+			t.Errorf("trace %+v on %s: %v", tc.req, tc.ag.Node, err)
 			continue
 		}
 		if tr.Dropped != tc.dropped || (tc.rule != "" && !hasRule(tr, tc.rule)) {
 			t.Errorf("trace %+v on %s: dropped %v (actions %q), rules %+v; want dropped %v by/through %q\n%s",
-				tc.req, tc.ag.node, tr.Dropped, tr.DatapathActions, tr.Rules, tc.dropped, tc.rule, tr.Output)
+				tc.req, tc.ag.Node, tr.Dropped, tr.DatapathActions, tr.Rules, tc.dropped, tc.rule, tr.Output)
 		}
 	}
-	if _, err := ag1.q.Trace(ctx, query.TraceRequest{Src: "default/nobody", Dst: "10.0.0.2", Port: 80}); err == nil {
+	if _, err := ag1.Q.Trace(ctx, query.TraceRequest{Src: "default/nobody", Dst: "10.0.0.2", Port: 80}); err == nil {
 		t.Errorf("trace from an unknown pod accepted")
 	}
 }

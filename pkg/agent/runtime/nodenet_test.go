@@ -31,6 +31,7 @@ import (
 	"github.com/tierflow/tierflow/pkg/agent/nodenet"
 	"github.com/tierflow/tierflow/pkg/config"
 	"github.com/tierflow/tierflow/pkg/config/cniinstall"
+	"github.com/tierflow/tierflow/test/livecluster"
 	"github.com/tierflow/tierflow/test/ovsenv"
 )
 
@@ -60,7 +61,7 @@ type simNode struct {
 // unchanged), a Node without pod CIDRs (ignored), and a deleted Node (its
 // route goes).
 func TestNoEncapTwoNodes(t *testing.T) {
-	c := newCluster(t)
+	c := livecluster.New(t)
 	kubeconfig := agentKubeconfig(t, c)
 	cniBin := buildCNI(t)
 	ctx := context.Background()
@@ -89,7 +90,7 @@ func TestNoEncapTwoNodes(t *testing.T) {
 
 	// Node objects as kube-controller-manager and the kubelet leave them.
 	for _, n := range nodes {
-		n.tokenDir = c.addNode(t, n.name)
+		n.tokenDir = c.AddNode(t, n.name)
 		setNode(t, c, n.name, n.podCIDRs, n.ip4.Addr(), n.ip6.Addr())
 		agentCfg := config.DefaultAgent()
 		agentCfg.BridgeName = n.br.Name
@@ -98,10 +99,10 @@ func TestNoEncapTwoNodes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		n.cniConf = pluginConf(t, conf, filepath.Join(c.dir, n.name+"-ipam"))
+		n.cniConf = pluginConf(t, conf, filepath.Join(c.Dir, n.name+"-ipam"))
 	}
 	// A node that has no pod CIDRs yet: the agents route nothing to it.
-	if _, err := c.kube.Kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "nn-unallocated"}}, metav1.CreateOptions{}); err != nil {
+	if _, err := c.Kube.Kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "nn-unallocated"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -123,21 +124,21 @@ func TestNoEncapTwoNodes(t *testing.T) {
 	// exists.
 	mustRun(t, "ip", "-n", n2.env.Netns(), "link", "add", "tierflow-gw0", "type", "veth", "peer", "name", "tfnn-squatter")
 
-	ctrl := c.startController(t)
+	ctrl := c.StartController(t)
 	_ = ctrl
-	start := func(n *simNode, zone uint16) *agentProc {
-		opts := c.agentOptions(t, n.env, n.br, n.name, n.tokenDir, zone)
+	start := func(n *simNode, zone uint16) *livecluster.Agent {
+		opts := c.AgentOptions(n.env, n.br, n.name, n.tokenDir, zone)
 		opts.Config.NodeNetwork.Mode = config.NodeNetworkNoEncap
 		opts.Config.Kubeconfig = kubeconfig
 		opts.NodeNetNS = n.env.NetnsPath()
-		return startAgent(t, n.name, opts)
+		return livecluster.StartAgent(t, n.name, opts)
 	}
 	ag1, ag2 := start(n1, 1), start(n2, 2)
-	ag1.realizedOn(t)
-	ag2.realizedOn(t)
+	ag1.RealizedOn(t)
+	ag2.RealizedOn(t)
 
 	// Node 1 is fully up: gateway and a route to node 2.
-	eventually(t, 60*time.Second, "node 1 gateway and routes", func() error {
+	livecluster.Eventually(t, 60*time.Second, "node 1 gateway and routes", func() error {
 		return checkNodeNet(n1, []string{"10.77.1.1/24", "fd00:77:1::1/64"},
 			[]string{"10.77.2.0/24 via 192.168.77.2", "fd00:77:2::/64 via fd00:77::2"})
 	})
@@ -153,8 +154,8 @@ func TestNoEncapTwoNodes(t *testing.T) {
 		{a, cc, 8080, "tcp", true},
 	}...)
 	// The agent says why (query socket, as tierctl reads it).
-	eventually(t, 30*time.Second, "node 2's gateway error in the agent status", func() error {
-		st, err := ag2.q.Status(ctx)
+	livecluster.Eventually(t, 30*time.Second, "node 2's gateway error in the agent status", func() error {
+		st, err := ag2.Q.Status(ctx)
 		if err != nil {
 			return err
 		}
@@ -164,12 +165,12 @@ func TestNoEncapTwoNodes(t *testing.T) {
 		return nil
 	})
 	// The Node without pod CIDRs is reported, not routed.
-	if st, err := ag1.q.Status(ctx); err != nil || st.NodeNetwork == nil || !strings.Contains(st.NodeNetwork.NodeErrors["nn-unallocated"], "no spec.podCIDRs") {
+	if st, err := ag1.Q.Status(ctx); err != nil || st.NodeNetwork == nil || !strings.Contains(st.NodeNetwork.NodeErrors["nn-unallocated"], "no spec.podCIDRs") {
 		t.Errorf("node 1 status %+v (%v): want nn-unallocated reported", st, err)
 	}
 	// Once the device is gone the agent's retry creates the gateway.
 	mustRun(t, "ip", "-n", n2.env.Netns(), "link", "delete", "tierflow-gw0")
-	eventually(t, 60*time.Second, "node 2 gateway and routes", func() error {
+	livecluster.Eventually(t, 60*time.Second, "node 2 gateway and routes", func() error {
 		return checkNodeNet(n2, []string{"10.77.2.1/24", "fd00:77:2::1/64"},
 			[]string{"10.77.1.0/24 via 192.168.77.1", "fd00:77:1::/64 via fd00:77::1"})
 	})
@@ -235,12 +236,12 @@ func TestNoEncapTwoNodes(t *testing.T) {
 			}},
 		},
 	}
-	if _, err := c.kube.Kube.NetworkingV1().NetworkPolicies(ovsenv.PodNamespace).Create(ctx, np, metav1.CreateOptions{}); err != nil {
+	if _, err := c.Kube.Kube.NetworkingV1().NetworkPolicies(ovsenv.PodNamespace).Create(ctx, np, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	const npRef = "NetworkPolicy/default/b-friends"
-	ag2.realizedOn(t, npRef)
-	ag1.realizedOn(t)
+	ag2.RealizedOn(t, npRef)
+	ag1.RealizedOn(t)
 	if err := n2.env.WaitRevalidated(); err != nil {
 		t.Fatal(err)
 	}
@@ -259,9 +260,9 @@ func TestNoEncapTwoNodes(t *testing.T) {
 
 	// Agent restart: the gateway and the routes are adopted as they are.
 	gwBefore, _ := n1.env.Vsctl("get", "Interface", "tierflow-gw0", "ofport")
-	ag1.stop()
+	ag1.Stop()
 	ag1 = start(n1, 1)
-	ag1.realizedOn(t)
+	ag1.RealizedOn(t)
 	gwAfter, _ := n1.env.Vsctl("get", "Interface", "tierflow-gw0", "ofport")
 	if strings.TrimSpace(gwBefore) != strings.TrimSpace(gwAfter) || strings.TrimSpace(gwAfter) == "" {
 		t.Fatalf("gateway ofport %q before the restart, %q after", gwBefore, gwAfter)
@@ -277,10 +278,10 @@ func TestNoEncapTwoNodes(t *testing.T) {
 	}...)
 
 	// Node 2 leaves the cluster: node 1 removes its routes.
-	if err := c.kube.Kube.CoreV1().Nodes().Delete(ctx, n2.name, metav1.DeleteOptions{}); err != nil {
+	if err := c.Kube.Kube.CoreV1().Nodes().Delete(ctx, n2.name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 60*time.Second, "node 1 routes after node 2 left", func() error {
+	livecluster.Eventually(t, 60*time.Second, "node 1 routes after node 2 left", func() error {
 		return checkNodeNet(n1, []string{"10.77.1.1/24", "fd00:77:1::1/64"}, nil)
 	})
 	// Node 1's kernel has no route left: it answers "network unreachable".
@@ -451,10 +452,10 @@ func mustRun(t *testing.T, args ...string) {
 }
 
 // setNode gives a Node its pod CIDRs and InternalIPs.
-func setNode(t *testing.T, c *cluster, name string, podCIDRs []string, ips ...netip.Addr) {
+func setNode(t *testing.T, c *livecluster.Cluster, name string, podCIDRs []string, ips ...netip.Addr) {
 	t.Helper()
 	ctx := context.Background()
-	nodes := c.kube.Kube.CoreV1().Nodes()
+	nodes := c.Kube.Kube.CoreV1().Nodes()
 	n, err := nodes.Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -476,7 +477,7 @@ func setNode(t *testing.T, c *cluster, name string, podCIDRs []string, ips ...ne
 // and returns a kubeconfig authenticating as the agent's service account
 // (a client certificate with its user name), so the agents run with
 // exactly the permissions a cluster gives them.
-func agentKubeconfig(t *testing.T, c *cluster) string {
+func agentKubeconfig(t *testing.T, c *livecluster.Cluster) string {
 	t.Helper()
 	ctx := context.Background()
 	raw, err := os.ReadFile("../../../manifests/tierflow.yaml")
@@ -500,7 +501,7 @@ func agentKubeconfig(t *testing.T, c *cluster) string {
 			if err := yaml.Unmarshal([]byte(doc), &role); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := c.kube.Kube.RbacV1().ClusterRoles().Create(ctx, &role, metav1.CreateOptions{}); err != nil {
+			if _, err := c.Kube.Kube.RbacV1().ClusterRoles().Create(ctx, &role, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
 			found++
@@ -509,7 +510,7 @@ func agentKubeconfig(t *testing.T, c *cluster) string {
 			if err := yaml.Unmarshal([]byte(doc), &b); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := c.kube.Kube.RbacV1().ClusterRoleBindings().Create(ctx, &b, metav1.CreateOptions{}); err != nil {
+			if _, err := c.Kube.Kube.RbacV1().ClusterRoleBindings().Create(ctx, &b, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
 			found++
@@ -518,13 +519,13 @@ func agentKubeconfig(t *testing.T, c *cluster) string {
 	if found != 2 {
 		t.Fatalf("manifests/tierflow.yaml: found %d of the agent's ClusterRole and ClusterRoleBinding", found)
 	}
-	rc := c.kube.ConfigFor(t, "system:serviceaccount:"+agentNS+":"+agentSA, "system:serviceaccounts", "system:serviceaccounts:"+agentNS)
+	rc := c.Kube.ConfigFor(t, "system:serviceaccount:"+livecluster.AgentNamespace+":"+livecluster.AgentSA, "system:serviceaccounts", "system:serviceaccounts:"+livecluster.AgentNamespace)
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["c"] = &clientcmdapi.Cluster{Server: rc.Host, CertificateAuthorityData: rc.CAData}
 	kc.AuthInfos["agent"] = &clientcmdapi.AuthInfo{ClientCertificateData: rc.CertData, ClientKeyData: rc.KeyData}
 	kc.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "agent"}
 	kc.CurrentContext = "c"
-	path := filepath.Join(c.dir, "agent.kubeconfig")
+	path := filepath.Join(c.Dir, "agent.kubeconfig")
 	if err := clientcmd.WriteToFile(*kc, path); err != nil {
 		t.Fatal(err)
 	}
@@ -569,7 +570,7 @@ func pluginConf(t *testing.T, conflist []byte, dataDir string) []byte {
 // attachPod creates a pod namespace, runs tierflow-cni ADD in the node's
 // namespace (as the node's container runtime would) and creates the Pod
 // object with the addresses it got.
-func attachPod(t *testing.T, c *cluster, n *simNode, cniBin, name string, labels map[string]string) *ovsenv.Pod {
+func attachPod(t *testing.T, c *livecluster.Cluster, n *simNode, cniBin, name string, labels map[string]string) *ovsenv.Pod {
 	t.Helper()
 	nsName := fmt.Sprintf("tfpod-nn-%d-%s-%s", os.Getpid(), n.env.ID, name)
 	mustRun(t, "ip", "netns", "add", nsName)
@@ -614,7 +615,7 @@ func attachPod(t *testing.T, c *cluster, n *simNode, cniBin, name string, labels
 	}
 	p := n.br.AdoptPod(name, nsName, hostIf, addrs...)
 	adopted = true
-	c.addPod(t, p, n.name, labels)
+	c.AddPod(t, p, n.name, labels)
 	return p
 }
 

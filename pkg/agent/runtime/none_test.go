@@ -24,6 +24,7 @@ import (
 	"github.com/tierflow/tierflow/pkg/compute"
 	"github.com/tierflow/tierflow/pkg/config"
 	"github.com/tierflow/tierflow/pkg/distribution/server"
+	"github.com/tierflow/tierflow/test/livecluster"
 )
 
 // noneEnv is an in-process distribution server over a compute engine with
@@ -110,9 +111,9 @@ func TestDatapathNone(t *testing.T) {
 			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}},
 	})
 	opts := e.options("n1")
-	ag := startAgent(t, "n1", opts)
-	ag.realizedOn(t, "NetworkPolicy/ns/deny-all")
-	eventually(t, 20*time.Second, "the server's realization summary", func() error {
+	ag := livecluster.StartAgent(t, "n1", opts)
+	ag.RealizedOn(t, "NetworkPolicy/ns/deny-all")
+	livecluster.Eventually(t, 20*time.Second, "the server's realization summary", func() error {
 		for _, p := range e.engine.Snapshot().Policies {
 			s, ok := e.srv.Summary(p.ID)
 			if !ok || s.Realized != 1 || s.SpanNodes != 1 {
@@ -122,14 +123,14 @@ func TestDatapathNone(t *testing.T) {
 		return nil
 	})
 	ctx := context.Background()
-	st, err := ag.q.Status(ctx)
+	st, err := ag.Q.Status(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if st.Datapath != query.DatapathNone || !st.Ready || !st.ControllerConnected || st.Restored || st.Policies != 1 {
 		t.Errorf("status %+v", st)
 	}
-	if _, err := ag.q.Flows(ctx, query.FlowFilter{}); err == nil || !strings.Contains(err.Error(), "datapath none") {
+	if _, err := ag.Q.Flows(ctx, query.FlowFilter{}); err == nil || !strings.Contains(err.Error(), "datapath none") {
 		t.Errorf("flows without a datapath: %v, want a clear error", err)
 	}
 	resp, err := http.Get("http://" + st.MetricsAddress + "/readyz")
@@ -144,10 +145,10 @@ func TestDatapathNone(t *testing.T) {
 	// The controller goes away and the agent restarts: the saved state is
 	// held (and reported realized) without any controller.
 	e.stop()
-	ag.stop()
-	ag = startAgent(t, "n1", opts)
-	ag.realizedOn(t, "NetworkPolicy/ns/deny-all")
-	if st, err := ag.q.Status(ctx); err != nil || !st.Restored || st.ControllerConnected {
+	ag.Stop()
+	ag = livecluster.StartAgent(t, "n1", opts)
+	ag.RealizedOn(t, "NetworkPolicy/ns/deny-all")
+	if st, err := ag.Q.Status(ctx); err != nil || !st.Restored || st.ControllerConnected {
 		t.Errorf("restarted agent: %+v, %v; want restored, not connected", st, err)
 	}
 }
@@ -166,10 +167,10 @@ func TestCorruptStateFailsClosed(t *testing.T) {
 	if err := os.WriteFile(store.Path(), []byte(`{"formatVersion": 1, "state": {"policies": [`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ag := startAgent(t, "n1", opts)
+	ag := livecluster.StartAgent(t, "n1", opts)
 	var st *query.Status
-	eventually(t, 10*time.Second, "agent answers", func() error {
-		st, err = ag.q.Status(context.Background())
+	livecluster.Eventually(t, 10*time.Second, "agent answers", func() error {
+		st, err = ag.Q.Status(context.Background())
 		return err
 	})
 	if st.Ready || st.Restored || st.Policies != 0 {
@@ -211,18 +212,18 @@ func TestWaitsForOVS(t *testing.T) {
 	opts := e.options("n1")
 	opts.Datapath = query.DatapathOVS
 	opts.Config.OVSDBSocket = filepath.Join(e.dir, "no-ovs", "db.sock")
-	ag := startAgent(t, "n1", opts)
+	ag := livecluster.StartAgent(t, "n1", opts)
 	ctx := context.Background()
 	var st *query.Status
 	var err error
-	eventually(t, 10*time.Second, "agent answers", func() error {
-		st, err = ag.q.Status(ctx)
+	livecluster.Eventually(t, 10*time.Second, "agent answers", func() error {
+		st, err = ag.Q.Status(ctx)
 		return err
 	})
 	if st.Ready || st.Bridge != opts.Config.BridgeName {
 		t.Errorf("status %+v", st)
 	}
-	if _, err := ag.q.Flows(ctx, query.FlowFilter{}); err == nil || !strings.Contains(err.Error(), "not connected to OVS") {
+	if _, err := ag.Q.Flows(ctx, query.FlowFilter{}); err == nil || !strings.Contains(err.Error(), "not connected to OVS") {
 		t.Errorf("flows before OVS: %v", err)
 	}
 	for path, want := range map[string]int{"/healthz": http.StatusOK, "/readyz": http.StatusServiceUnavailable} {
@@ -236,7 +237,7 @@ func TestWaitsForOVS(t *testing.T) {
 		}
 	}
 	done := make(chan struct{})
-	go func() { ag.stop(); close(done) }()
+	go func() { ag.Stop(); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(15 * time.Second):
