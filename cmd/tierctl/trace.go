@@ -255,11 +255,13 @@ func (o *traceOptions) run(w io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if dstAgent != srcAgent {
+		confineToBridge(first, srcAgent.status.Bridge)
+	}
 	res.Traces = append(res.Traces, *first)
-	// The destination node's ingress: traced from its uplink, unless the
-	// first trace already crossed into its bridge (nodes joined by patch
-	// ports) or the packet never left.
-	if dstAgent != nil && dstAgent != srcAgent && first.Verdict == "Allow" && !visited(first, dstAgent.status.Bridge) {
+	// The destination node's ingress: traced from its uplink, once the
+	// packet left the source node.
+	if dstAgent != nil && dstAgent != srcAgent && first.Verdict == "Allow" {
 		if dstAgent.pods.Uplink == 0 {
 			return fmt.Errorf("node %s has no uplink port: cannot trace the packet's arrival there", dstAgent.node)
 		}
@@ -328,13 +330,39 @@ func sameFamily(srcs, dsts []netip.Addr) (netip.Addr, netip.Addr, bool) {
 	return netip.Addr{}, netip.Addr{}, false
 }
 
-func visited(t *NodeTrace, bridge string) bool {
+// confineToBridge judges a trace that starts on bridge by what happens
+// there alone. A packet the source node lets out crosses its uplink into
+// other bridges (the same ovs-vswitchd), where ofproto/trace follows every
+// copy a NORMAL-switching fabric floods, each ending in a pass of its own;
+// the last "Datapath actions" then belongs to whichever copy came last. The
+// source bridge outputs to its uplink only what its egress policy allowed
+// (denied packets are dropped at ConntrackCommit before any output), so
+// reaching another bridge means Allow, unless a Deny or isolation flow was
+// hit on the way out; the destination node's verdict comes from a trace of
+// its own. Steps on other bridges are dropped.
+func confineToBridge(t *NodeTrace, bridge string) {
+	var own []TraceStep
+	left := false
 	for _, s := range t.Steps {
-		if s.Bridge == bridge {
-			return true
+		if s.Bridge == bridge || s.Bridge == "" {
+			own = append(own, s)
+		} else {
+			left = true
 		}
 	}
-	return false
+	if !left {
+		return
+	}
+	t.Steps = own
+	t.Verdict, t.DroppedIn = "Allow", ""
+	for _, st := range own {
+		if st.Role == pipeline.RoleIsolation.String() || (st.Role == pipeline.RoleAction.String() && st.Action == string(model.ActionDeny)) {
+			t.Verdict = "Deny"
+			if n := len(own); n > 0 {
+				t.DroppedIn = own[n-1].Table
+			}
+		}
+	}
 }
 
 var protoNumber = map[model.Protocol]int{model.ProtocolTCP: 6, model.ProtocolUDP: 17, model.ProtocolSCTP: 132}

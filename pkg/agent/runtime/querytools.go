@@ -50,12 +50,7 @@ func (a *Agent) registerOVSTools(mux *http.ServeMux) {
 			return
 		}
 		res := query.Trace{Flow: flow, Output: out, Rules: []query.Rule{}}
-		for _, line := range strings.Split(out, "\n") {
-			if act, ok := strings.CutPrefix(strings.TrimSpace(line), "Datapath actions:"); ok {
-				res.DatapathActions = strings.TrimSpace(act)
-			}
-		}
-		res.Dropped = res.DatapathActions == "drop" || res.DatapathActions == ""
+		res.DatapathActions, res.Dropped = traceVerdict(out, a.cfg.BridgeName)
 		writeJSON(w, res)
 	})
 }

@@ -128,13 +128,30 @@ func (d *ovsDatapath) trace(ctx context.Context, ctl, rundir string, req query.T
 			res.Rules = append(res.Rules, query.Rule{RuleInfo: ri, Cookie: fmt.Sprintf("%#x", pipeline.Cookie(round, pipeline.RoleAction, id))})
 		}
 	}
-	for _, line := range strings.Split(res.Output, "\n") {
+	res.DatapathActions, res.Dropped = traceVerdict(res.Output, d.bridge)
+	return res, nil
+}
+
+var traceBridgeRE = regexp.MustCompile(`(?m)^bridge\("([^"]+)"\)`)
+
+// traceVerdict reads ofproto/trace output for a packet traced on bridge:
+// the last "Datapath actions" line, and whether the packet is dropped on
+// this bridge. A packet that crossed a patch port into another bridge left
+// this one (the source node outputs to its uplink only what its policy
+// allowed); the passes after that belong to other bridges, and to whichever
+// copy a flooding fabric produced last, so they do not decide.
+func traceVerdict(out, bridge string) (actions string, dropped bool) {
+	for _, line := range strings.Split(out, "\n") {
 		if a, ok := strings.CutPrefix(strings.TrimSpace(line), "Datapath actions:"); ok {
-			res.DatapathActions = strings.TrimSpace(a)
+			actions = strings.TrimSpace(a)
 		}
 	}
-	res.Dropped = res.DatapathActions == "drop" || res.DatapathActions == ""
-	return res, nil
+	for _, m := range traceBridgeRE.FindAllStringSubmatch(out, -1) {
+		if m[1] != bridge {
+			return actions, false
+		}
+	}
+	return actions, actions == "drop" || actions == ""
 }
 
 // ovsRundir is where OVS keeps its sockets and pidfiles: the OVSDB

@@ -191,7 +191,9 @@ type Trace struct {
 	// Rules are the rules whose flows the packet went through, in order.
 	Rules []Rule `json:"rules"`
 	// DatapathActions is the final "Datapath actions" line; Dropped says
-	// whether the packet is dropped on this bridge.
+	// whether the packet is dropped on this bridge (one that crossed into
+	// another bridge, through the uplink's patch port, was not, whatever
+	// the later passes of other bridges say).
 	DatapathActions string `json:"datapathActions"`
 	Dropped         bool   `json:"dropped"`
 }
