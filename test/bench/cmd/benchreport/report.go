@@ -108,7 +108,7 @@ func (rep *Report) Markdown() string {
 		}
 	}
 	if first != last {
-		fmt.Fprintf(&b, "- Runs measured from %s to %s (some runs merged from an earlier invocation; each run's date is in report.json)\n", first, last)
+		fmt.Fprintf(&b, "- Runs measured from %s to %s (each run's start is in report.json; with BENCH_MERGE=1 some come from an earlier invocation)\n", first, last)
 	}
 	fmt.Fprintf(&b, "- Mode: **%s**", rep.Mode)
 	if rep.Mode == "quick" {
