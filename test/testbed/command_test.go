@@ -28,8 +28,10 @@ import (
 // the test bed comes up in the background with tierflow on it (controller
 // and one agent per node, recorded in state.json), a NetworkPolicy applied
 // with the bed's kubectl is enforced on real packets between pods on two
-// nodes and lifted when deleted, and `down` leaves no namespace,
-// interface or process behind.
+// of its three nodes and lifted when deleted, tierctl (through the
+// tierflow.env the bed writes) lists it, checks the flows and traces the
+// verdict across nodes, and `down` leaves no namespace, interface or
+// process behind.
 func TestCommandUpDown(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "tierflow-testbed")
 	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
@@ -41,7 +43,7 @@ func TestCommandUpDown(t *testing.T) {
 		out, err := exec.Command(bin, "down", "--dir", dir).CombinedOutput()
 		return string(out), err
 	}
-	up := exec.Command(bin, "up", "--dir", dir, "--nodes", "2")
+	up := exec.Command(bin, "up", "--dir", dir, "--nodes", "3")
 	out, err := up.CombinedOutput()
 	if err != nil {
 		_, _ = down()
@@ -61,8 +63,8 @@ func TestCommandUpDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Tierflow == nil || len(st.Tierflow.AgentSockets) != 2 {
-		t.Fatalf("state.json does not record tierflow with 2 agents: %+v", st.Tierflow)
+	if st.Tierflow == nil || len(st.Tierflow.AgentSockets) != 3 {
+		t.Fatalf("state.json does not record tierflow with 3 agents: %+v", st.Tierflow)
 	}
 	for node, sock := range st.Tierflow.AgentSockets {
 		status, err := query.NewClient(sock).Status(context.Background())
@@ -77,7 +79,7 @@ func TestCommandUpDown(t *testing.T) {
 	kube := kubernetes.NewForConfigOrDie(cfg)
 	ctx := context.Background()
 	server := runPod(t, kube, "server", st.Nodes[0].Name, map[string]string{"app": "server"}, "serve-hostname", "--tcp", "--http=false", "--port=80")
-	client := runPod(t, kube, "client", st.Nodes[1].Name, nil, "pause")
+	client := runPod(t, kube, "client", st.Nodes[2].Name, nil, "pause")
 	connect := func() error {
 		cmd := exec.Command(st.Kubectl, "--kubeconfig="+filepath.Join(dir, "kubeconfig"), "exec", client.Name, "--",
 			"/agnhost", "connect", net.JoinHostPort(server.Status.PodIP, "80"), "--timeout=2s", "--protocol=tcp")
@@ -103,14 +105,26 @@ func TestCommandUpDown(t *testing.T) {
 		t.Errorf("denied probe: want a TIMEOUT (silent drop), got %v", err)
 	}
 	// What the operator does next: source tierflow.env and ask tierctl.
-	tierctl := exec.Command("bash", "-c", "source \"$1\" && tierctl get policies && tierctl flows --node \"$2\" --check", "bash", st.Tierflow.EnvFile, st.Nodes[0].Name)
-	if out, err := tierctl.CombinedOutput(); err != nil || !strings.Contains(string(out), "deny-server-ingress") {
+	tierctl := func(args string) (string, error) {
+		out, err := exec.Command("bash", "-c", "source \"$1\" && "+args, "bash", st.Tierflow.EnvFile).CombinedOutput()
+		return string(out), err
+	}
+	if out, err := tierctl("tierctl get policies && tierctl flows --node " + st.Nodes[0].Name + " --check"); err != nil || !strings.Contains(out, "deny-server-ingress") {
 		t.Errorf("tierctl with tierflow.env: %v\n%s", err, out)
+	}
+	// The trace crosses the fabric, which floods the packet to the third
+	// node too: the verdict is the server node's.
+	trace := "tierctl trace --src default/client --dst default/server --port TCP/80 -o json"
+	if out, err := tierctl(trace); err != nil || !strings.Contains(out, `"verdict": "Deny"`) {
+		t.Errorf("tierctl trace while denied: %v\n%s", err, out)
 	}
 	if err := kube.NetworkingV1().NetworkPolicies("default").Delete(ctx, deny.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 60*time.Second, "client reaches server again after the delete", func() bool { return connect() == nil })
+	if out, err := tierctl(trace); err != nil || !strings.Contains(out, `"verdict": "Allow"`) {
+		t.Errorf("tierctl trace once allowed: %v\n%s", err, out)
+	}
 
 	out2, err := down()
 	stopped = true

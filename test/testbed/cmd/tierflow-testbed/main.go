@@ -33,6 +33,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/tierflow/tierflow/pkg/cni"
 	"github.com/tierflow/tierflow/test/e2e/framework"
 	"github.com/tierflow/tierflow/test/testbed"
@@ -206,6 +208,7 @@ func down(dir string) int {
 // running from the test bed's directory, /agnhost if dangling.
 func removeLeftovers(dir string, st *testbed.State) []string {
 	var found []string
+	own := map[string]bool{} // this bed's pod namespaces, from its records
 	records, _ := filepath.Glob(filepath.Join(dir, "nodes", "*", "pods", "*.json"))
 	for _, f := range records {
 		if strings.HasSuffix(f, ".pod.json") {
@@ -213,6 +216,7 @@ func removeLeftovers(dir string, st *testbed.State) []string {
 		}
 		var att struct{ UID string }
 		if data, err := os.ReadFile(f); err == nil && json.Unmarshal(data, &att) == nil && att.UID != "" {
+			own[noderuntime.NetnsName(types.UID(att.UID))] = true
 			veth := cni.HostVethName(att.UID, "eth0")
 			if exec.Command("ip", "link", "show", "dev", veth).Run() == nil {
 				found = append(found, "veth "+veth)
@@ -220,12 +224,23 @@ func removeLeftovers(dir string, st *testbed.State) []string {
 			}
 		}
 	}
+	// Only this bed's pod namespaces are removed: another test bed may be
+	// starting right now (it waited for the OVS this one released).
 	entries, _ := os.ReadDir("/var/run/netns")
+	orphans := 0
 	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), noderuntime.NetnsPrefix) {
-			found = append(found, "namespace "+e.Name())
-			_ = exec.Command("ip", "netns", "del", e.Name()).Run()
+		if !strings.HasPrefix(e.Name(), noderuntime.NetnsPrefix) {
+			continue
 		}
+		if !own[e.Name()] {
+			orphans++
+			continue
+		}
+		found = append(found, "namespace "+e.Name())
+		_ = exec.Command("ip", "netns", "del", e.Name()).Run()
+	}
+	if orphans > 0 {
+		fmt.Printf("note: %d pod namespaces (%s*) of another test bed exist; left alone\n", orphans, noderuntime.NetnsPrefix)
 	}
 	if st != nil {
 		links := []string{st.Fabric, st.NodeIface}
