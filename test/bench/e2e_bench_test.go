@@ -40,17 +40,19 @@ type e2eScale struct {
 	Rounds int
 }
 
-// e2eSizes: full mode is bounded by the test bed, not by tierflow. Each
-// node's pod range is a /24 (test/testbed), so three nodes hold at most
-// 3 × 253 pods, and creating a pod (netns, tierflow-cni, its server
-// process, status) costs about a second of the shared two cores; 750 pods
-// keep this scenario near ten minutes. See METHODS.md.
+// e2eSizes: full mode is the 1,000 pods on three nodes (each node
+// gets a /22 pod range, e2ePodCIDRBits); creating a pod (netns,
+// tierflow-cni, its server process, status) costs about 0.2 s of the
+// shared two cores. See METHODS.md.
 func e2eSizes() e2eScale {
 	if quickScale() {
 		return e2eScale{Namespaces: 4, PodsPerNamespace: 15, Rounds: 3}
 	}
-	return e2eScale{Namespaces: 15, PodsPerNamespace: 50, Rounds: 15}
+	return e2eScale{Namespaces: 20, PodsPerNamespace: 50, Rounds: 15}
 }
+
+// e2ePodCIDRBits: a /22 per node holds 1,000 pods over three nodes.
+const e2ePodCIDRBits = 22
 
 // progressf prints a progress line on stdout, where cmd/benchreport shows
 // lines starting with "bench: " while a driver runs (b.Logf output only
@@ -283,7 +285,7 @@ func (e *e2eBed) deploy(b *testing.B, sc e2eScale, nodes []string) time.Duration
 				}
 				s := specs[i]
 				// No container port: the pod's server process (test/testbed
-				// noderuntime) then binds nothing, which keeps 750 of them
+				// noderuntime) then binds nothing, which keeps 1,000 of them
 				// light; the policies here are about flows, not probes.
 				pod := &corev1.Pod{
 					ObjectMeta: metav1.ObjectMeta{Name: s.name, Namespace: s.ns, Labels: map[string]string{"app": s.app}},
@@ -446,7 +448,7 @@ func BenchmarkE2ELatency(b *testing.B) {
 		start := time.Now()
 		waitOVSLock(b)
 		progressf("starting the test bed (3 nodes)")
-		bed := testbed.Start(b, testbed.Options{Nodes: 3})
+		bed := testbed.Start(b, testbed.Options{Nodes: 3, PodCIDRBits: e2ePodCIDRBits})
 		tf := framework.Start(b, bed, "")
 		progressf("test bed and tierflow up after %.1fs", time.Since(start).Seconds())
 		cfg := fastConfig(bed.Cluster.Config)

@@ -29,6 +29,7 @@ import (
 	"github.com/tierflow/tierflow/pkg/ovs/ovsdb"
 	"github.com/tierflow/tierflow/test/kubeapi"
 	"github.com/tierflow/tierflow/test/ovsenv"
+	"github.com/tierflow/tierflow/test/testbed/noderuntime"
 )
 
 // NodeLabel marks the Node objects of the test bed; kwok manages exactly
@@ -47,6 +48,10 @@ type Options struct {
 	// NormalFlows installs a NORMAL flow in every node bridge, for tests
 	// that run no agent.
 	NormalFlows bool
+	// PodCIDRBits is the prefix length of each node's IPv4 pod range,
+	// 16..24 (default 24: node i gets 10.244.i.0/24, about 250 pods); a
+	// shorter one holds more pods (22: node i gets 10.244.4i.0/22).
+	PodCIDRBits int
 	// Dir holds binaries, configuration, state and logs; default: a
 	// temporary directory removed at cleanup.
 	Dir string
@@ -381,7 +386,14 @@ func (t *Testbed) addNode(i int, ip string, opts Options) (*Node, error) {
 	if err := os.MkdirAll(n.StateDir, 0o755); err != nil {
 		return nil, err
 	}
-	n.PodCIDRs = []string{fmt.Sprintf("10.244.%d.0/24", i)}
+	bits := opts.PodCIDRBits
+	if bits == 0 {
+		bits = 24
+	}
+	if bits < 16 || bits > 24 || i<<(24-bits) > 255 {
+		return nil, fmt.Errorf("pod CIDR prefix length %d for node %d: want 16..24 and a range inside 10.244.0.0/16", bits, i)
+	}
+	n.PodCIDRs = []string{fmt.Sprintf("10.244.%d.0/%d", i<<(24-bits), bits)}
 	if opts.IPv6 {
 		n.PodCIDRs = append(n.PodCIDRs, fmt.Sprintf("fd00:10:244:%x::/64", i))
 	}
@@ -452,7 +464,14 @@ func (t *Testbed) addNode(i int, ip string, opts Options) (*Node, error) {
 	n.runtime = p
 	// Runtimes stop before OVS and the API server (cleanups run in reverse
 	// order), so their teardown can still run CNI DEL.
-	t.tb.Cleanup(func() { p.Stop(60 * time.Second) })
+	t.tb.Cleanup(func() {
+		p.Stop(60 * time.Second)
+		// A runtime killed before it finished leaves the pods it still
+		// recorded: remove their namespaces and veths here.
+		for _, left := range noderuntime.RemoveRecorded(filepath.Join(n.StateDir, "pods")) {
+			t.tb.Logf("testbed: node %s: removed %s its runtime left behind", n.Name, left)
+		}
+	})
 	return n, nil
 }
 

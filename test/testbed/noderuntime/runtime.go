@@ -613,11 +613,30 @@ func (r *Runtime) teardownAll() {
 	pods := r.pods
 	r.pods = map[string]*attachment{}
 	r.mu.Unlock()
-	for key, att := range pods {
-		if err := r.undo(context.Background(), att); err != nil {
-			r.cfg.Logger.Printf("pod %s: teardown at shutdown: %v", key, err)
-		}
+	// In parallel, as the sync workers attach: a node with hundreds of pods
+	// must be torn down within its stop grace period.
+	type item struct {
+		key string
+		att *attachment
 	}
+	work := make(chan item)
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for it := range work {
+				if err := r.undo(context.Background(), it.att); err != nil {
+					r.cfg.Logger.Printf("pod %s: teardown at shutdown: %v", it.key, err)
+				}
+			}
+		}()
+	}
+	for key, att := range pods {
+		work <- item{key, att}
+	}
+	close(work)
+	wg.Wait()
 }
 
 // recoverStale tears down attachments a previous, crashed runtime of this
@@ -683,4 +702,35 @@ func tailFile(path string, lines int) string {
 		parts = parts[len(parts)-lines:]
 	}
 	return strings.Join(parts, " | ")
+}
+
+// RemoveRecorded removes the network namespaces of the attachments
+// recorded in stateDir (a runtime's --state-dir) that still exist, and
+// the records: what a runtime stopped before its teardown finished left
+// behind (the pod's veth goes with its namespace). It returns what it
+// removed. Only for a stopped runtime.
+func RemoveRecorded(stateDir string) []string {
+	var removed []string
+	files, _ := filepath.Glob(filepath.Join(stateDir, "*.json"))
+	for _, f := range files {
+		if strings.HasSuffix(f, ".pod.json") {
+			continue
+		}
+		data, err := os.ReadFile(f)
+		att := &attachment{}
+		if err != nil || json.Unmarshal(data, att) != nil || att.UID == "" {
+			continue
+		}
+		if att.Netns != "" {
+			if _, err := os.Stat("/var/run/netns/" + att.Netns); err == nil {
+				if run("ip", "netns", "del", att.Netns) == nil {
+					removed = append(removed, "namespace "+att.Netns)
+				}
+			}
+		}
+		for _, suffix := range []string{".json", ".pod.json", ".log"} {
+			_ = os.Remove(filepath.Join(stateDir, string(att.UID)+suffix))
+		}
+	}
+	return removed
 }

@@ -113,7 +113,7 @@ func plan(quick bool) []*Run {
 			Reference: &Reference{Time: "floor: ovs-ofctl -O OpenFlow13 --bundle add-flows of the same flows (measured in the same run)"}})
 	}
 	add(&Run{ID: "e2e-latency", Section: SectionE2E, Scenario: "policy change → flows on every node", Scale: scale,
-		Description: "three nodes, 750 pods in 15 namespaces (quick: 60 in 4): from the API write of a policy change until its flows are on every node bridge that needs them; " +
+		Description: "three nodes, 1,000 pods in 20 namespaces (quick: 60 in 4): from the API write of a policy change until its flows are on every node bridge that needs them; " +
 			"per round NetworkPolicy create / update / delete, a pod relabel into and out of the policy's peers, AdminNetworkPolicy create / update / delete",
 		Package: pkg, Bench: "^BenchmarkE2ELatency$", Timeout: 40 * time.Minute, NeedsOVS: true})
 	add(&Run{ID: "datapath-throughput", Section: SectionDatapath, Scenario: "iperf3 pod → pod", Scale: scale,
