@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
 	"github.com/tierflow/tierflow/test/conformance"
 	"github.com/tierflow/tierflow/test/e2e/framework"
 	"github.com/tierflow/tierflow/test/kubeapi"
@@ -48,6 +51,12 @@ func TestUpstreamConformance(t *testing.T) {
 
 	var all []conformance.Case
 	for _, s := range conformance.Suites {
+		// A suite that cleaned up deleted its houses' namespaces; deletion
+		// finishes asynchronously (pods are torn down first), and the next
+		// suite cannot create its StatefulSets in a terminating namespace.
+		if err := waitNamespacesGone(bed.Cluster.Kube, "network-policy-conformance-", 5*time.Minute); err != nil {
+			t.Fatalf("before suite %s: %v", s.Name(), err)
+		}
 		started := time.Now()
 		res, err := s.Run(context.Background(), bed.Cluster.Kubeconfig, filepath.Join(bed.Dir, "suites"),
 			filepath.Join(out, "report-"+s.Version+".yaml"), filepath.Join(out, s.Version+".jsonl"))
@@ -83,6 +92,31 @@ func TestUpstreamConformance(t *testing.T) {
 		t.Error(err)
 	}
 	t.Logf("per-case results:\n%s%s\n%s", conformance.Summary(all), sctp, line)
+}
+
+// waitNamespacesGone waits until no namespace whose name starts with
+// prefix exists.
+func waitNamespacesGone(kube kubernetes.Interface, prefix string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		list, err := kube.CoreV1().Namespaces().List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		var left []string
+		for _, ns := range list.Items {
+			if strings.HasPrefix(ns.Name, prefix) {
+				left = append(left, ns.Name+" ("+string(ns.Status.Phase)+")")
+			}
+		}
+		if len(left) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("namespaces still there after %v: %s", timeout, strings.Join(left, ", "))
+		}
+		time.Sleep(time.Second)
+	}
 }
 
 func lastLines(s string, n int) string {
