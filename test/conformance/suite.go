@@ -45,8 +45,10 @@ var Suites = []Suite{
 		Module: "sigs.k8s.io/network-policy-api", Version: "v0.1.7",
 		Profiles: []string{"AdminNetworkPolicy", "BaselineAdminNetworkPolicy"},
 		Features: []string{"AdminNetworkPolicy", "BaselineAdminNetworkPolicy",
-			"AdminNetworkPolicyNamedPorts", "BaselineAdminNetworkPolicyNamedPorts",
-			"AdminNetworkPolicyEgressNodePeers", "BaselineAdminNetworkPolicyEgressNodePeers"},
+			"AdminNetworkPolicyNamedPorts", "BaselineAdminNetworkPolicyNamedPorts"},
+		// {Admin,Baseline}AdminNetworkPolicyEgressNodePeers are not claimed
+		// for now: their "deny-egress" UDP probe to a node address passed
+		// once where it must be dropped (issue 6, under investigation).
 	},
 	{
 		Module: "sigs.k8s.io/network-policy-api", Version: "v0.2.0",
