@@ -133,19 +133,25 @@ func BenchmarkPodLabelChange(b *testing.B) {
 				}
 				i++
 				e.UpsertPod(pod)
-				for _, ch := range changed {
-					switch ch.Kind {
-					case KindPolicy:
-						e.Policy(ch.ID)
-					case KindAppliedToGroup:
-						e.AppliedToGroup(ch.ID)
-					case KindAddressGroup:
-						e.AddressGroup(ch.ID)
-					}
-				}
+				readBack(e, changed)
 			}
 			b.ReportMetric(float64(len(changed)), "changes/op")
 		})
+	}
+}
+
+// readBack reads every object the changes name, as distribution does
+// after a change.
+func readBack(e *Engine, changed []Change) {
+	for _, c := range changed {
+		switch c.Kind {
+		case KindPolicy:
+			e.Policy(c.ID)
+		case KindAppliedToGroup:
+			e.AppliedToGroup(c.ID)
+		case KindAddressGroup:
+			e.AddressGroup(c.ID)
+		}
 	}
 }
 
@@ -196,16 +202,7 @@ func BenchmarkIncremental(b *testing.B) {
 				for b.Loop() {
 					changed = changed[:0]
 					ch.do(e)
-					for _, c := range changed {
-						switch c.Kind {
-						case KindPolicy:
-							e.Policy(c.ID)
-						case KindAppliedToGroup:
-							e.AppliedToGroup(c.ID)
-						case KindAddressGroup:
-							e.AddressGroup(c.ID)
-						}
-					}
+					readBack(e, changed)
 					n = len(changed)
 					b.StopTimer()
 					ch.undo(e)

@@ -30,12 +30,8 @@ import (
 // of package compute's tests so its fuzz builds need not instrument
 // client-go.
 
-// benchFromInformerStart times what an operator waits for when the
-// controller starts: from starting the informers (over a fake clientset
-// holding every object, as the reference figures were measured) until the
-// engine has computed every object. Informer handlers call the engine
-// concurrently, as the controller's would.
-func benchFromInformerStart(b *testing.B, c *scenarios.Cluster) {
+// clientsetObjects is every object of c, for a fake clientset.
+func clientsetObjects(c *scenarios.Cluster) []runtime.Object {
 	objs := make([]runtime.Object, 0, c.Objects())
 	for _, o := range c.Namespaces {
 		objs = append(objs, o)
@@ -49,6 +45,16 @@ func benchFromInformerStart(b *testing.B, c *scenarios.Cluster) {
 	for _, o := range c.NetworkPolicies {
 		objs = append(objs, o)
 	}
+	return objs
+}
+
+// benchFromInformerStart times what an operator waits for when the
+// controller starts: from starting the informers (over a fake clientset
+// holding every object, as the reference figures were measured) until the
+// engine has computed every object. Informer handlers call the engine
+// concurrently, as the controller's would.
+func benchFromInformerStart(b *testing.B, c *scenarios.Cluster) {
+	objs := clientsetObjects(c)
 	total := int64(len(objs))
 	b.ReportAllocs()
 	var cpu time.Duration
@@ -129,19 +135,7 @@ func BenchmarkFromInformerStartPolicyPerPod(b *testing.B) {
 // every pod joins groups that every policy already uses.
 func benchControllerFromInformerStart(b *testing.B, c *scenarios.Cluster, policiesFirst bool) {
 	klog.SetLogger(logr.Discard()) // the controller's progress logs are not the point
-	objs := make([]runtime.Object, 0, c.Objects())
-	for _, o := range c.Namespaces {
-		objs = append(objs, o)
-	}
-	for _, o := range c.Nodes {
-		objs = append(objs, o)
-	}
-	for _, o := range c.Pods {
-		objs = append(objs, o)
-	}
-	for _, o := range c.NetworkPolicies {
-		objs = append(objs, o)
-	}
+	objs := clientsetObjects(c)
 	b.ReportAllocs()
 	var cpu time.Duration
 	for b.Loop() {

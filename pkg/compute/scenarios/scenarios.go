@@ -200,11 +200,9 @@ func ClusterScoped() *Cluster {
 	return c
 }
 
-// Mixed is the engine's own target: 10k pods in 1k namespaces, nps
-// NetworkPolicies spread over the namespaces, 100 AdminNetworkPolicies × 20
-// rules.
-func Mixed(nps int) *Cluster {
-	bd := newBuilder()
+// teamCluster is the base of Mixed and AdminHeavy: 1,000 namespaces of ten
+// teams (team=tN), each with ten pods app=app-0 … app-9.
+func teamCluster(bd *builder) *Cluster {
 	c := &Cluster{Nodes: bd.nodeObjs()}
 	for i := 0; i < 1000; i++ {
 		ns := fmt.Sprintf("ns-%d", i)
@@ -213,6 +211,15 @@ func Mixed(nps int) *Cluster {
 			c.Pods = append(c.Pods, bd.pod(ns, fmt.Sprintf("pod-%d", p), map[string]string{"app": fmt.Sprintf("app-%d", p)}))
 		}
 	}
+	return c
+}
+
+// Mixed is the engine's own target: 10k pods in 1k namespaces, nps
+// NetworkPolicies spread over the namespaces, 100 AdminNetworkPolicies × 20
+// rules.
+func Mixed(nps int) *Cluster {
+	bd := newBuilder()
+	c := teamCluster(bd)
 	for j := 0; j < nps; j++ {
 		ns := fmt.Sprintf("ns-%d", j%1000)
 		k := j / 1000
@@ -247,14 +254,7 @@ func Mixed(nps int) *Cluster {
 // admin-heavy shape).
 func AdminHeavy() *Cluster {
 	bd := newBuilder()
-	c := &Cluster{Nodes: bd.nodeObjs()}
-	for i := 0; i < 1000; i++ {
-		ns := fmt.Sprintf("ns-%d", i)
-		c.Namespaces = append(c.Namespaces, namespace(ns, fmt.Sprintf("team=t%d", i%10)))
-		for p := 0; p < 10; p++ {
-			c.Pods = append(c.Pods, bd.pod(ns, fmt.Sprintf("pod-%d", p), map[string]string{"app": fmt.Sprintf("app-%d", p)}))
-		}
-	}
+	c := teamCluster(bd)
 	actions := []v1alpha1.AdminNetworkPolicyRuleAction{"Allow", "Deny", "Pass"}
 	for k := 0; k <= 1000; k++ {
 		anp := &v1alpha1.AdminNetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("anp-%d", k), UID: bd.nextUID()}}
