@@ -18,7 +18,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -33,9 +32,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/types"
-
-	"github.com/tierflow/tierflow/pkg/cni"
 	"github.com/tierflow/tierflow/test/e2e/framework"
 	"github.com/tierflow/tierflow/test/testbed"
 	"github.com/tierflow/tierflow/test/testbed/noderuntime"
@@ -207,37 +203,21 @@ func down(dir string) int {
 // namespace prefix), the state's bridges and dummy interface, processes
 // running from the test bed's directory, /agnhost if dangling.
 func removeLeftovers(dir string, st *testbed.State) []string {
+	// The pods this bed's node runtimes still recorded (a runtime killed
+	// before its teardown); a pod's veth goes with its namespace. Other pod
+	// namespaces belong to another test bed, which may be starting right
+	// now on the OVS this one released: left alone.
 	var found []string
-	own := map[string]bool{} // this bed's pod namespaces, from its records
-	records, _ := filepath.Glob(filepath.Join(dir, "nodes", "*", "pods", "*.json"))
-	for _, f := range records {
-		if strings.HasSuffix(f, ".pod.json") {
-			continue
-		}
-		var att struct{ UID string }
-		if data, err := os.ReadFile(f); err == nil && json.Unmarshal(data, &att) == nil && att.UID != "" {
-			own[noderuntime.NetnsName(types.UID(att.UID))] = true
-			veth := cni.HostVethName(att.UID, "eth0")
-			if exec.Command("ip", "link", "show", "dev", veth).Run() == nil {
-				found = append(found, "veth "+veth)
-				_ = exec.Command("ip", "link", "del", veth).Run()
-			}
-		}
+	dirs, _ := filepath.Glob(filepath.Join(dir, "nodes", "*", "pods"))
+	for _, d := range dirs {
+		found = append(found, noderuntime.RemoveRecorded(d)...)
 	}
-	// Only this bed's pod namespaces are removed: another test bed may be
-	// starting right now (it waited for the OVS this one released).
 	entries, _ := os.ReadDir("/var/run/netns")
 	orphans := 0
 	for _, e := range entries {
-		if !strings.HasPrefix(e.Name(), noderuntime.NetnsPrefix) {
-			continue
-		}
-		if !own[e.Name()] {
+		if strings.HasPrefix(e.Name(), noderuntime.NetnsPrefix) {
 			orphans++
-			continue
 		}
-		found = append(found, "namespace "+e.Name())
-		_ = exec.Command("ip", "netns", "del", e.Name()).Run()
 	}
 	if orphans > 0 {
 		fmt.Printf("note: %d pod namespaces (%s*) of another test bed exist; left alone\n", orphans, noderuntime.NetnsPrefix)
