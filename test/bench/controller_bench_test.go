@@ -181,10 +181,8 @@ func fastConfig(cfg *rest.Config) *rest.Config {
 	return c
 }
 
-// loadAPI creates a scenario's objects in the API server with parallel
-// writers (pods are created, then their status is written, as a kubelet
-// would).
-func loadAPI(b *testing.B, cfg *rest.Config, c *shapes.Cluster) {
+// clients are the core and network-policy-api clientsets of cfg.
+func clients(b *testing.B, cfg *rest.Config) (kubernetes.Interface, npclient.Interface) {
 	b.Helper()
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -194,6 +192,15 @@ func loadAPI(b *testing.B, cfg *rest.Config, c *shapes.Cluster) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	return kube, pol
+}
+
+// loadAPI creates a scenario's objects in the API server with parallel
+// writers (pods are created, then their status is written, as a kubelet
+// would).
+func loadAPI(b *testing.B, cfg *rest.Config, c *shapes.Cluster) {
+	b.Helper()
+	kube, pol := clients(b, cfg)
 	ctx := context.Background()
 	var failed atomic.Value
 	parallel := func(n int, fn func(i int) error) {
@@ -314,14 +321,7 @@ func BenchmarkControllerInformers(b *testing.B) {
 		loadTime := time.Since(loadStart)
 		c = nil
 		cfg := fastConfig(api.Config)
-		kube, err := kubernetes.NewForConfig(cfg)
-		if err != nil {
-			b.Fatal(err)
-		}
-		pol, err := npclient.NewForConfig(cfg)
-		if err != nil {
-			b.Fatal(err)
-		}
+		kube, pol := clients(b, cfg)
 		resetPeak(b)
 		for b.Loop() {
 			ctl, err := controller.New(controller.Config{Kube: kube, Policy: pol, Identity: "tierflow-bench"})

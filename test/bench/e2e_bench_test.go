@@ -452,14 +452,7 @@ func BenchmarkE2ELatency(b *testing.B) {
 		tf := framework.Start(b, bed, "")
 		progressf("test bed and tierflow up after %.1fs", time.Since(start).Seconds())
 		cfg := fastConfig(bed.Cluster.Config)
-		kube, err := kubernetes.NewForConfig(cfg)
-		if err != nil {
-			b.Fatal(err)
-		}
-		pol, err := npclient.NewForConfig(cfg)
-		if err != nil {
-			b.Fatal(err)
-		}
+		kube, pol := clients(b, cfg)
 		e := &e2eBed{tf: tf, kube: kube, pol: pol, bridges: map[string]*ovsenv.Bridge{}, agents: map[string]*query.Client{}}
 		var nodes []string
 		for _, n := range bed.Nodes {

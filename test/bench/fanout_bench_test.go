@@ -22,9 +22,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/network-policy-api/apis/v1alpha1"
-	npclient "sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned"
 
 	"github.com/tierflow/tierflow/pkg/agent/fake"
 	"github.com/tierflow/tierflow/pkg/controller"
@@ -128,14 +126,7 @@ func BenchmarkFanout(b *testing.B) {
 	installCRDs(b, api)
 	loadAPI(b, fastConfig(api.Config), c)
 	cfg := fastConfig(api.Config)
-	kube, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	pol, err := npclient.NewForConfig(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
+	kube, pol := clients(b, cfg)
 	resetPeak(b)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for b.Loop() {
