@@ -349,8 +349,8 @@ func patchPolicy(tf *framework.Tierflow, manifest string, step sctpStep) error {
 // other node's bridge, so its last "Datapath actions" line is whichever
 // flooded copy ovs-vswitchd traced last, not a verdict. The client node's
 // egress verdict is instead whether the packet left that bridge at all:
-// its only way out to another node is the uplink, and the trace shows the
-// fabric bridge exactly when it did (a denied packet ends in the
+// its only way out to another node is the uplink, and the agent's trace
+// reports LeftBridge exactly when it did (a denied packet ends in the
 // ConntrackCommit table's drop before any output). The server node's
 // verdict (ingress policy, delivery to the pod) comes from a second trace
 // on the server node's bridge of the same packet arriving by its uplink,
@@ -377,12 +377,12 @@ func traceSCTP(tf *framework.Tierflow, p sctpProbe) (allowed bool, detail string
 	if server.Spec.HostNetwork {
 		// A node address: the packet leaves by the uplink for the host,
 		// where no bridge of ours decides anything.
-		return leftByUplink(egress, tf.Bed.Fabric.Name), detail, nil
+		return egress.LeftBridge, detail, nil
 	}
 	if client.Spec.NodeName == server.Spec.NodeName {
 		return !egress.Dropped, detail, nil
 	}
-	if !leftByUplink(egress, tf.Bed.Fabric.Name) {
+	if !egress.LeftBridge {
 		return false, "dropped on the client's node " + detail, nil
 	}
 	ingress, err := agentClient(tf, server.Spec.NodeName).Trace(ctx, query.TraceRequest{
@@ -392,13 +392,6 @@ func traceSCTP(tf *framework.Tierflow, p sctpProbe) (allowed bool, detail string
 	}
 	detail += fmt.Sprintf("\n%s: %s\n%s", server.Spec.NodeName, ingress.Flow, ingress.Output)
 	return !ingress.Dropped, detail, nil
-}
-
-// leftByUplink reports whether a trace through a node bridge sent the
-// packet out of the node's uplink: ofproto/trace follows a patch port into
-// its peer, so the fabric bridge's section appears exactly then.
-func leftByUplink(tr *query.Trace, fabric string) bool {
-	return strings.Contains(tr.Output, fmt.Sprintf("bridge(%q)", fabric))
 }
 
 func housePod(tf *framework.Tierflow, ref string) (*corev1.Pod, error) {

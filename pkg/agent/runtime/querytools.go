@@ -50,7 +50,7 @@ func (a *Agent) registerOVSTools(mux *http.ServeMux) {
 			return
 		}
 		res := query.Trace{Flow: flow, Output: out, Rules: []query.Rule{}}
-		res.DatapathActions, res.Dropped = traceVerdict(out, a.cfg.BridgeName)
+		res.DatapathActions, res.Dropped, res.LeftBridge = traceVerdict(out, a.cfg.BridgeName)
 		writeJSON(w, res)
 	})
 }

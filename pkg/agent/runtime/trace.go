@@ -128,19 +128,20 @@ func (d *ovsDatapath) trace(ctx context.Context, ctl, rundir string, req query.T
 			res.Rules = append(res.Rules, query.Rule{RuleInfo: ri, Cookie: fmt.Sprintf("%#x", pipeline.Cookie(round, pipeline.RoleAction, id))})
 		}
 	}
-	res.DatapathActions, res.Dropped = traceVerdict(res.Output, d.bridge)
+	res.DatapathActions, res.Dropped, res.LeftBridge = traceVerdict(res.Output, d.bridge)
 	return res, nil
 }
 
 var traceBridgeRE = regexp.MustCompile(`(?m)^bridge\("([^"]+)"\)`)
 
 // traceVerdict reads ofproto/trace output for a packet traced on bridge:
-// the last "Datapath actions" line, and whether the packet is dropped on
-// this bridge. A packet that crossed a patch port into another bridge left
-// this one (the source node outputs to its uplink only what its policy
-// allowed); the passes after that belong to other bridges, and to whichever
-// copy a flooding fabric produced last, so they do not decide.
-func traceVerdict(out, bridge string) (actions string, dropped bool) {
+// the last "Datapath actions" line, whether the packet is dropped on this
+// bridge, and whether it left it. A packet that crossed a patch port into
+// another bridge left this one (the source node outputs to its uplink only
+// what its policy allowed); the passes after that belong to other bridges,
+// and to whichever copy a flooding fabric produced last, so they do not
+// decide.
+func traceVerdict(out, bridge string) (actions string, dropped, left bool) {
 	for _, line := range strings.Split(out, "\n") {
 		if a, ok := strings.CutPrefix(strings.TrimSpace(line), "Datapath actions:"); ok {
 			actions = strings.TrimSpace(a)
@@ -148,10 +149,10 @@ func traceVerdict(out, bridge string) (actions string, dropped bool) {
 	}
 	for _, m := range traceBridgeRE.FindAllStringSubmatch(out, -1) {
 		if m[1] != bridge {
-			return actions, false
+			return actions, false, true
 		}
 	}
-	return actions, actions == "drop" || actions == ""
+	return actions, actions == "drop" || actions == "", false
 }
 
 // ovsRundir is where OVS keeps its sockets and pidfiles: the OVSDB

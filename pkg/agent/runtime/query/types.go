@@ -196,6 +196,10 @@ type Trace struct {
 	// the later passes of other bridges say).
 	DatapathActions string `json:"datapathActions"`
 	Dropped         bool   `json:"dropped"`
+	// LeftBridge says whether the packet crossed a patch port into another
+	// bridge: on a node, that it went out of the uplink to another node or
+	// the host.
+	LeftBridge bool `json:"leftBridge"`
 }
 
 // BridgeFlows is /v1/bridge-flows: the bridge's whole flow table as
