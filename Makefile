@@ -17,8 +17,13 @@ lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt: $$out"; exit 1; fi
 	$(GO) vet ./...
 
-test: deps lint kube-binaries ## every test: unit, real OVS, real kube-apiserver
-	$(GO) test -count=1 -timeout 80m ./...
+# The upstream conformance suites run last, alone: v0.1.7 probes once,
+# right after each policy change, with no retry (upstream's TODO in
+# PokeServer), so its results should not depend on what else the two cores
+# are doing. Other real-OVS packages wait for its bed's OVS lock anyway.
+test: deps lint kube-binaries ## every test: unit, real OVS, real kube-apiserver, then upstream conformance
+	$(GO) test -count=1 -timeout 60m $$($(GO) list ./... | grep -v '/test/conformance$$')
+	$(GO) test -count=1 -timeout 50m ./test/conformance/
 
 .PHONY: test-ovs
 test-ovs: deps ## the OVS layer alone: test/ovsenv, pkg/ovs/openflow, pkg/ovs/ovsdb (real OVS, root)

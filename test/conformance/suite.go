@@ -47,8 +47,14 @@ var Suites = []Suite{
 		Features: []string{"AdminNetworkPolicy", "BaselineAdminNetworkPolicy",
 			"AdminNetworkPolicyNamedPorts", "BaselineAdminNetworkPolicyNamedPorts"},
 		// {Admin,Baseline}AdminNetworkPolicyEgressNodePeers are not claimed
-		// for now: their "deny-egress" UDP probe to a node address passed
-		// once where it must be dropped (issue 6, under investigation).
+		// yet (issue 6): in about one run in five, the "deny-egress" UDP
+		// probe from a pod to its own node's address (port 34346) reaches
+		// the server, while the TCP probe of the same subtest is dropped
+		// and ofproto/trace of the same packet says Deny. The suspect is a
+		// stale datapath megaflow: a UDP packet to a node address that
+		// met no policy yet (the "pass-egress" probe to 34345, sent right
+		// after the policy was created) caches an allow whose mask keeps
+		// only the top bit of the UDP port, which 34346 shares.
 	},
 	{
 		Module: "sigs.k8s.io/network-policy-api", Version: "v0.2.0",
