@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -23,7 +24,9 @@ import (
 // suite's ConformanceReport (report-<version>.yaml), its go test -json
 // output (<version>.jsonl), the per-case results (results.txt) and the
 // one-line tally (summary.txt). It fails if any case other than an SCTP
-// one failed.
+// one failed. At each failed non-SCTP probe it appends what OVS held at
+// that moment to probe-failures.txt (see datapathSnapshot). Features named
+// in $TIERFLOW_CONFORMANCE_EXTRA_FEATURES are claimed on top of Suites'.
 func TestUpstreamConformance(t *testing.T) {
 	root, err := kubeapi.RepoRoot()
 	if err != nil {
@@ -34,6 +37,7 @@ func TestUpstreamConformance(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = os.Remove(filepath.Join(out, "summary.txt"))
+	_ = os.Remove(filepath.Join(out, "probe-failures.txt"))
 	// The suites must be fetchable before anything starts.
 	for _, s := range conformance.Suites {
 		if _, err := s.ModuleDir(context.Background()); err != nil {
@@ -49,8 +53,14 @@ func TestUpstreamConformance(t *testing.T) {
 		}
 	})
 
+	var bridges []string
+	for _, n := range bed.Nodes {
+		bridges = append(bridges, n.Bridge.Name)
+	}
+	snapshot := datapathSnapshot(tf.Bed.OVS.VswitchdCtlPath(), bridges, filepath.Join(out, "probe-failures.txt"))
 	var all []conformance.Case
 	for _, s := range conformance.Suites {
+		s = s.WithExtraFeatures(os.Getenv(conformance.ExtraFeaturesEnv))
 		// A suite that cleaned up deleted its houses' namespaces; deletion
 		// finishes asynchronously (pods are torn down first), and the next
 		// suite cannot create its StatefulSets in a terminating namespace.
@@ -59,7 +69,7 @@ func TestUpstreamConformance(t *testing.T) {
 		}
 		started := time.Now()
 		res, err := s.Run(context.Background(), bed.Cluster.Kubeconfig, filepath.Join(bed.Dir, "suites"),
-			filepath.Join(out, "report-"+s.Version+".yaml"), filepath.Join(out, s.Version+".jsonl"))
+			filepath.Join(out, "report-"+s.Version+".yaml"), filepath.Join(out, s.Version+".jsonl"), snapshot)
 		if err != nil {
 			t.Errorf("suite %s: %v", s.Name(), err)
 			if res == nil {
@@ -92,6 +102,42 @@ func TestUpstreamConformance(t *testing.T) {
 		t.Error(err)
 	}
 	t.Logf("per-case results:\n%s%s\n%s", conformance.Summary(all), sctp, line)
+}
+
+// datapathSnapshot returns a ProbeFailure that appends to file, under a
+// header naming the probe, what ovs-vswitchd holds at that moment: the
+// datapath's cached flows with their masks (dpctl/dump-flows), the
+// conntrack entries and each node bridge's OpenFlow flows. A wrong verdict
+// that ofproto/trace does not show later is looked for there: a cached
+// flow too broad for the flow tables, or flow tables briefly wrong. Only
+// the first maxSnapshots failures are recorded (v0.2.0 polls a probe, and
+// a case that never passes fails every poll).
+func datapathSnapshot(vswitchdCtl string, bridges []string, file string) conformance.ProbeFailure {
+	const maxSnapshots = 20
+	taken := 0
+	return func(test, command string) {
+		if taken++; taken > maxSnapshots {
+			return
+		}
+		var b strings.Builder
+		fmt.Fprintf(&b, "=== %s %s\n    %s\n", time.Now().UTC().Format(time.RFC3339Nano), test, command)
+		cmds := [][]string{{"dpctl/dump-flows", "-m"}, {"dpctl/dump-conntrack"}}
+		for _, br := range bridges {
+			cmds = append(cmds, []string{"bridge/dump-flows", br})
+		}
+		for _, args := range cmds {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			o, err := exec.CommandContext(ctx, "ovs-appctl", append([]string{"-t", vswitchdCtl}, args...)...).CombinedOutput()
+			cancel()
+			fmt.Fprintf(&b, "--- ovs-appctl %s (%v)\n%s", strings.Join(args, " "), err, o)
+		}
+		f, err := os.OpenFile(file, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+		if err != nil {
+			return
+		}
+		defer f.Close()
+		_, _ = f.WriteString(b.String())
+	}
 }
 
 // waitNamespacesGone waits until no namespace whose name starts with

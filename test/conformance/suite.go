@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -156,10 +157,44 @@ func (s Suite) ModuleDir(ctx context.Context) (string, error) {
 	return mod.Dir, nil
 }
 
+// ExtraFeaturesEnv names extra features to claim, comma-separated, for
+// trying one that Suites do not claim yet (e.g.
+// AdminNetworkPolicyEgressNodePeers) without editing them; each goes to
+// the suite one of whose profiles its name starts with.
+const ExtraFeaturesEnv = "TIERFLOW_CONFORMANCE_EXTRA_FEATURES"
+
+// WithExtraFeatures returns the suite with the features of extra (a
+// comma-separated list) that belong to its profiles added.
+func (s Suite) WithExtraFeatures(extra string) Suite {
+	features := append([]string(nil), s.Features...)
+	for _, f := range strings.Split(extra, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" || slices.Contains(features, f) {
+			continue
+		}
+		for _, p := range s.Profiles {
+			if strings.HasPrefix(f, p) {
+				features = append(features, f)
+				break
+			}
+		}
+	}
+	s.Features = features
+	return s
+}
+
+// ProbeFailure is called, as the suite runs, for each failed connectivity
+// probe that is not an SCTP one, with the case's name and the probe's
+// command: the moment to capture the datapath's state, which a later look
+// would no longer see.
+type ProbeFailure func(test, command string)
+
 // Run copies the suite's module to workDir and runs its conformance tests
 // with go test against the cluster of kubeconfig, writing the
 // ConformanceReport to reportFile and go test's JSON stream to logFile.
-func (s Suite) Run(ctx context.Context, kubeconfig, workDir, reportFile, logFile string) (*Result, error) {
+// onFailure, if not nil, is told of every failed non-SCTP probe as it
+// happens.
+func (s Suite) Run(ctx context.Context, kubeconfig, workDir, reportFile, logFile string, onFailure ProbeFailure) (*Result, error) {
 	dir, err := s.ModuleDir(ctx)
 	if err != nil {
 		return nil, err
@@ -200,7 +235,7 @@ func (s Suite) Run(ctx context.Context, kubeconfig, workDir, reportFile, logFile
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	cases, perr := parseTestJSON(s.Name(), io.TeeReader(stdout, log))
+	cases, perr := parseTestJSON(s.Name(), io.TeeReader(stdout, log), onFailure)
 	res := &Result{Suite: s, Cases: cases, Report: reportFile, Log: logFile, ExitErr: cmd.Wait()}
 	if perr != nil {
 		return res, perr
@@ -219,8 +254,9 @@ type testEvent struct {
 }
 
 // parseTestJSON reads a go test -json stream and returns its leaf tests
-// in the order they started.
-func parseTestJSON(suite string, r io.Reader) ([]Case, error) {
+// in the order they started, telling onFailure (if not nil) of each failed
+// non-SCTP probe as its line arrives.
+func parseTestJSON(suite string, r io.Reader, onFailure ProbeFailure) ([]Case, error) {
 	byName := map[string]*Case{}
 	var order []string
 	sc := bufio.NewScanner(r)
@@ -239,6 +275,9 @@ func parseTestJSON(suite string, r io.Reader) ([]Case, error) {
 		switch ev.Action {
 		case "output":
 			c.Output += ev.Output
+			if m := failedProbe.FindStringSubmatch(ev.Output); m != nil && onFailure != nil && !strings.Contains(m[1], "--protocol=sctp") {
+				onFailure(ev.Test, m[1])
+			}
 		case "pass", "fail", "skip":
 			c.Outcome = Outcome(ev.Action)
 			c.Elapsed = time.Duration(ev.Elapsed * float64(time.Second))

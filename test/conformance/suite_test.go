@@ -43,7 +43,8 @@ not json: build output
 `
 
 func TestParseAndClassify(t *testing.T) {
-	cases, err := parseTestJSON("s", strings.NewReader(sampleJSON))
+	var failed []string
+	cases, err := parseTestJSON("s", strings.NewReader(sampleJSON), func(test, command string) { failed = append(failed, test+" "+command) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,5 +85,27 @@ func TestParseAndClassify(t *testing.T) {
 		if !strings.Contains(bad, "(SCTPByTrace FAIL)") {
 			t.Errorf("SCTP note of a failed or empty trace check: %s", bad)
 		}
+	}
+	// Only the TCP probe is told as it happens: SCTP ones fail here anyway.
+	wantFailed := []string{"TestConformanceProfiles/X/tcp_too /agnhost connect --timeout=3s --protocol=tcp 10.244.3.3:80"}
+	if strings.Join(failed, "|") != strings.Join(wantFailed, "|") {
+		t.Errorf("failed probes told: %q, want %q", failed, wantFailed)
+	}
+}
+
+// TestWithExtraFeatures: an extra feature goes to the suite whose profile
+// names it, once.
+func TestWithExtraFeatures(t *testing.T) {
+	anp := Suite{Profiles: []string{"AdminNetworkPolicy", "BaselineAdminNetworkPolicy"}, Features: []string{"AdminNetworkPolicy"}}
+	cnp := Suite{Profiles: []string{"ClusterNetworkPolicy"}, Features: []string{"ClusterNetworkPolicy"}}
+	extra := " AdminNetworkPolicyEgressNodePeers,BaselineAdminNetworkPolicyEgressNodePeers,AdminNetworkPolicy,,ClusterNetworkPolicyX"
+	if got := strings.Join(anp.WithExtraFeatures(extra).Features, ","); got != "AdminNetworkPolicy,AdminNetworkPolicyEgressNodePeers,BaselineAdminNetworkPolicyEgressNodePeers" {
+		t.Errorf("ANP suite features %s", got)
+	}
+	if got := strings.Join(cnp.WithExtraFeatures(extra).Features, ","); got != "ClusterNetworkPolicy,ClusterNetworkPolicyX" {
+		t.Errorf("CNP suite features %s", got)
+	}
+	if len(anp.Features) != 1 {
+		t.Errorf("WithExtraFeatures changed the original: %v", anp.Features)
 	}
 }
