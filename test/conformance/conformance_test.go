@@ -57,7 +57,7 @@ func TestUpstreamConformance(t *testing.T) {
 	for _, n := range bed.Nodes {
 		bridges = append(bridges, n.Bridge.Name)
 	}
-	snapshot := datapathSnapshot(tf.Bed.OVS.VswitchdCtlPath(), bridges, filepath.Join(out, "probe-failures.txt"))
+	snapshot := datapathSnapshot(t, bed.OVS.VswitchdCtlPath(), bridges, filepath.Join(out, "probe-failures.txt"))
 	var all []conformance.Case
 	for _, s := range conformance.Suites {
 		s = s.WithExtraFeatures(os.Getenv(conformance.ExtraFeaturesEnv))
@@ -112,7 +112,7 @@ func TestUpstreamConformance(t *testing.T) {
 // flow too broad for the flow tables, or flow tables briefly wrong. Only
 // the first maxSnapshots failures are recorded (v0.2.0 polls a probe, and
 // a case that never passes fails every poll).
-func datapathSnapshot(vswitchdCtl string, bridges []string, file string) conformance.ProbeFailure {
+func datapathSnapshot(t *testing.T, vswitchdCtl string, bridges []string, file string) conformance.ProbeFailure {
 	const maxSnapshots = 20
 	taken := 0
 	return func(test, command string) {
@@ -132,11 +132,15 @@ func datapathSnapshot(vswitchdCtl string, bridges []string, file string) conform
 			fmt.Fprintf(&b, "--- ovs-appctl %s (%v)\n%s", strings.Join(args, " "), err, o)
 		}
 		f, err := os.OpenFile(file, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-		if err != nil {
-			return
+		if err == nil {
+			_, err = f.WriteString(b.String())
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
 		}
-		defer f.Close()
-		_, _ = f.WriteString(b.String())
+		if err != nil {
+			t.Logf("failure snapshot for %s: %v", test, err)
+		}
 	}
 }
 

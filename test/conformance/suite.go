@@ -280,8 +280,10 @@ func parseTestJSON(suite string, r io.Reader, onFailure ProbeFailure) ([]Case, e
 		switch ev.Action {
 		case "output":
 			c.Output += ev.Output
-			if m := failedProbe.FindStringSubmatch(ev.Output); m != nil && onFailure != nil && !strings.Contains(m[1], "--protocol=sctp") {
-				onFailure(ev.Test, m[1])
+			if onFailure != nil {
+				if m := failedProbe.FindStringSubmatch(ev.Output); m != nil && !strings.Contains(m[1], "--protocol=sctp") {
+					onFailure(ev.Test, m[1])
+				}
 			}
 		case "pass", "fail", "skip":
 			c.Outcome = Outcome(ev.Action)
