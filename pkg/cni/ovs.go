@@ -66,6 +66,16 @@ func (v vsctl) bridgeExists(bridge string) (bool, error) {
 	return false, err
 }
 
+// datapathType returns the bridge's datapath_type ("" for the default, the
+// kernel datapath; "netdev" for the userspace one).
+func (v vsctl) datapathType(bridge string) (string, error) {
+	out, err := v.run("get", "Bridge", bridge, "datapath_type")
+	if err != nil {
+		return "", err
+	}
+	return strings.Trim(out, `"`), nil
+}
+
 // addPort adds port to bridge and sets its Interface external_ids in one
 // transaction, so the agent never sees the port without its pod identity.
 func (v vsctl) addPort(bridge, port string, externalIDs map[string]string) error {

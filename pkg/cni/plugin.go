@@ -22,6 +22,7 @@ import (
 	"github.com/safchain/ethtool"
 	"github.com/vishvananda/netlink"
 
+	"github.com/tierflow/tierflow/pkg/cni/hostguard"
 	"github.com/tierflow/tierflow/pkg/ovs/ovsdb"
 )
 
@@ -67,6 +68,10 @@ func Add(args *skel.CmdArgs) (retErr error) {
 	}
 	ovs := vsctl{db: conf.ovsdbEndpoint()}
 	if err := requireBridge(ovs, conf.Bridge); err != nil {
+		return err
+	}
+	userspace, err := userspaceDatapath(ovs, conf.Bridge)
+	if err != nil {
 		return err
 	}
 	netns, err := ns.GetNS(args.Netns)
@@ -121,6 +126,14 @@ func Add(args *skel.CmdArgs) (retErr error) {
 		return types.NewError(types.ErrInternal, fmt.Sprintf("failed to create veth %s/%s", hostName, args.IfName), err.Error())
 	}
 	undo = append(undo, func() { _ = deleteVeth(hostName) })
+	if userspace {
+		// Before the pod has an address or runs anything: from the first
+		// frame on, only OVS sees what the pod sends (see package hostguard).
+		if err := hostguard.Install("", hostName); err != nil {
+			return types.NewError(types.ErrInternal, "failed to guard the host stack from "+hostName, err.Error())
+		}
+		undo = append(undo, func() { _ = hostguard.Remove("", hostName) })
+	}
 
 	if err := disableTxChecksum(hostIf.Name); err != nil {
 		return types.NewError(types.ErrInternal, "failed to turn off TX checksum offload on "+hostIf.Name, err.Error())
@@ -208,6 +221,9 @@ func Del(args *skel.CmdArgs) error {
 
 	if err := deleteVeth(hostName); err != nil {
 		errs = append(errs, types.NewError(types.ErrInternal, "failed to delete veth "+hostName, err.Error()))
+	}
+	if err := hostguard.Remove("", hostName); err != nil {
+		errs = append(errs, types.NewError(types.ErrInternal, "failed to remove the host guard of "+hostName, err.Error()))
 	}
 	if len(errs) > 0 {
 		return errs[0]
@@ -308,6 +324,19 @@ func Check(args *skel.CmdArgs) error {
 			return types.NewError(ErrOVS, fmt.Sprintf("port %s: external_ids:%s is %q, want %q", hostName, k, ids[k], want[k]), "")
 		}
 	}
+	userspace, err := userspaceDatapath(ovs, conf.Bridge)
+	if err != nil {
+		return err
+	}
+	if userspace {
+		ok, err := hostguard.Present("", hostName)
+		if err != nil {
+			return types.NewError(types.ErrInternal, "failed to look up the host guard of "+hostName, err.Error())
+		}
+		if !ok {
+			return types.NewError(types.ErrInternal, fmt.Sprintf("host veth %s has no host guard (nftables netdev chain %s/%s)", hostName, hostguard.Table, hostguard.Chain(hostName)), "")
+		}
+	}
 	return nil
 }
 
@@ -350,6 +379,16 @@ func requireBridge(ovs vsctl, bridge string) error {
 		return types.NewError(types.ErrTryAgainLater, fmt.Sprintf("OVS bridge %q does not exist", bridge), "")
 	}
 	return nil
+}
+
+// userspaceDatapath reports whether bridge uses OVS's userspace datapath,
+// whose ports need the host guard.
+func userspaceDatapath(ovs vsctl, bridge string) (bool, error) {
+	dp, err := ovs.datapathType(bridge)
+	if err != nil {
+		return false, types.NewError(ErrOVS, fmt.Sprintf("cannot read the datapath type of bridge %q", bridge), err.Error())
+	}
+	return dp == "netdev", nil
 }
 
 func ovsdbSocketMissing(socket string) bool {

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tierflow/tierflow/pkg/cni/hostguard"
 	"github.com/tierflow/tierflow/pkg/ovs/ovsdb"
 )
 
@@ -212,6 +213,11 @@ func (b *Bridge) AddPod(name string, mac net.HardwareAddr, addrs ...netip.Prefix
 		hostNS = e.netns
 	}
 	must("ip", "-n", p.Netns, "link", "set", p.HostIf, "netns", hostNS)
+	// As tierflow-cni does on a userspace-datapath bridge: only OVS may
+	// receive what the pod sends, not the host's stack (package hostguard).
+	if err := hostguard.Install(e.NetnsPath(), p.HostIf); err != nil {
+		e.t.Fatalf("ovsenv: pod %s: %v", name, err)
+	}
 	if mac != nil {
 		must("ip", "-n", p.Netns, "link", "set", p.IfName, "address", mac.String())
 	}

@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tierflow/tierflow/pkg/cni/hostguard"
 )
 
 // SchemaPath is the OVSDB schema of the Debian openvswitch-switch package.
@@ -380,11 +382,20 @@ func (e *Env) cleanup() {
 		}
 	}
 	// A tap left behind by a killed ovs-vswitchd, or a host-side veth whose
-	// namespace deletion failed.
+	// namespace deletion failed; and the host guards of the pods' veths,
+	// which the kernel keeps after the device is gone (those in an own
+	// namespace went with it).
 	for _, br := range bridges {
 		for _, link := range append([]string{br.Name}, br.hostLinks()...) {
 			if exec.Command("ip", "link", "show", link).Run() == nil {
 				_ = exec.Command("ip", "link", "delete", link).Run()
+			}
+		}
+		if e.netns == "" {
+			for _, link := range br.hostLinks() {
+				if err := hostguard.Remove("", link); err != nil {
+					e.t.Logf("ovsenv: %v", err)
+				}
 			}
 		}
 	}
