@@ -11,14 +11,19 @@
 // the IPAM gateway (or on-link ones, see NetConf.DefaultRoute), with IPv6
 // duplicate address detection off (the IPAM plugin guarantees uniqueness,
 // and DAD would leave addresses unusable for a second or more after ADD),
+// on a userspace-datapath bridge (datapath_type "netdev") keeps the host's
+// own stack from receiving the pod's frames on the host end (package
+// hostguard: otherwise the host answers the pod's ARP for node addresses on
+// the veth and takes its packets around OVS and every policy),
 // and adds the host end to the bridge as an OVS port whose
 // Interface external_ids tell the agent which pod it belongs to. Any failure
 // after the first side effect rolls everything back, so a pod is never left
 // half attached.
 //
-// DEL undoes ADD and is idempotent: a missing namespace, veth, port or
-// allocation is not an error. CHECK verifies the veth pair, the addresses and
-// routes of the previous result and the OVS port with its external_ids.
+// DEL undoes ADD and is idempotent: a missing namespace, veth, port, guard
+// or allocation is not an error. CHECK verifies the veth pair, the addresses
+// and routes of the previous result, the OVS port with its external_ids and,
+// on a userspace-datapath bridge, the host guard.
 // STATUS reports whether the bridge is reachable.
 //
 // Network configuration:

@@ -17,13 +17,17 @@
 // Tierflow runs on the bed as in the end-to-end tests (test/e2e/framework):
 // the tierflow-controller binary and one tierflow-agent binary per node.
 //
-// Features claimed (see Suites): the profiles' standard features, named
-// ports and egress node peers (ClusterNetworkPolicy only for now; why the
-// v0.1.7 ones are not claimed is in Suites). The node-peer tests probe the
-// servers of hostNetwork pods at their node's address; the test bed serves
-// them in the host's namespace on that address, and the packets take the
-// same path as in a cluster: the client node's egress tables, its uplink,
-// the fabric.
+// Features claimed (see Suites): every feature of both suites, that is the
+// profiles' standard features, named ports and egress node peers. The
+// node-peer tests probe the servers of hostNetwork pods at their node's
+// address; the test bed serves them in the host's namespace on that
+// address, and the packets take the same path as in a cluster: the client
+// node's egress tables, its uplink, the fabric. Only that path: the host's
+// stack does not receive the pods' frames on their veths (tierflow-cni's
+// host guard, package pkg/cni/hostguard). Without it the host answered a
+// fresh pod's ARP for a node address on the veth, and the pod's packets to
+// that address went around OVS: the v0.1.7 "deny-egress" UDP probe to a
+// node passed in about one run in ten.
 //
 // Results are counted per test case: a case is a leaf of the suite's test
 // tree (the "Should ..." subtests; a conformance test without subtests is

@@ -46,21 +46,8 @@ var Suites = []Suite{
 		Module: "sigs.k8s.io/network-policy-api", Version: "v0.1.7",
 		Profiles: []string{"AdminNetworkPolicy", "BaselineAdminNetworkPolicy"},
 		Features: []string{"AdminNetworkPolicy", "BaselineAdminNetworkPolicy",
-			"AdminNetworkPolicyNamedPorts", "BaselineAdminNetworkPolicyNamedPorts"},
-		// {Admin,Baseline}AdminNetworkPolicyEgressNodePeers are not claimed
-		// yet (issue 6): in some runs (3 of 34 runs of the node-peer tests
-		// on fresh pods, 1 of 2 full runs), the "deny-egress" UDP probe to
-		// a node address (port 34346) reaches the host's server,
-		// in the ANP and the BANP test alike, while the TCP probe of the
-		// same subtest is dropped and ofproto/trace of the same packet says
-		// Deny. It was seen only seconds after the houses' pods started
-		// (the node-peer tests run first). At a leak, the client node's
-		// conntrack zone holds the server's reply as a new connection from
-		// the host and nothing of the pod's request: the request left the
-		// bridge without being committed, so not through an allow (a stale
-		// cached allow would commit it too). Claim them with
-		// TIERFLOW_CONFORMANCE_EXTRA_FEATURES to reproduce; the failure
-		// snapshot (probe-failures.txt) shows the datapath at that moment.
+			"AdminNetworkPolicyNamedPorts", "BaselineAdminNetworkPolicyNamedPorts",
+			"AdminNetworkPolicyEgressNodePeers", "BaselineAdminNetworkPolicyEgressNodePeers"},
 	},
 	{
 		Module: "sigs.k8s.io/network-policy-api", Version: "v0.2.0",
@@ -163,9 +150,9 @@ func (s Suite) ModuleDir(ctx context.Context) (string, error) {
 }
 
 // ExtraFeaturesEnv names extra features to claim, comma-separated, for
-// trying one that Suites do not claim yet (e.g.
-// AdminNetworkPolicyEgressNodePeers) without editing them; each goes to
-// the suite one of whose profiles its name starts with.
+// trying one that Suites do not claim (today they claim every feature of
+// both suites) without editing them; each goes to the suite one of whose
+// profiles its name starts with.
 const ExtraFeaturesEnv = "TIERFLOW_CONFORMANCE_EXTRA_FEATURES"
 
 // WithExtraFeatures returns the suite with the features of extra (a

@@ -10,7 +10,9 @@
 //     network, and tierflow-cni gives them on-link default routes; the
 //     host reaches each node's IPv4 pod CIDR on-link through the fabric
 //     bridge's interface, which holds the node addresses, so pods and
-//     nodes (hostNetwork pods) talk both ways;
+//     nodes (hostNetwork pods) talk both ways, and only through OVS: the
+//     host's stack never sees what a pod sends on its veth (see
+//     pkg/cni/hostguard; the userspace datapath would leave it a copy);
 //   - kwok (sigs.k8s.io/kwok v0.8.0, built from its module source into
 //     _output/bin with one patch: a TTY exec without stdin, as cyclonus
 //     probes, crashed the whole kwok process; see EnsureKwok) keeping N Node objects Ready with the node-fast and
