@@ -283,7 +283,10 @@ func renderManifest(path, dir string) (string, error) {
 }
 
 // patchPolicy makes a subtest's changes to the policy a manifest defines:
-// rule swaps, then an allow rule to given pods' addresses put first.
+// rule swaps, then an allow rule to given pods' addresses put first. Like
+// upstream's own patches it sends a merge patch of the spec without a
+// resourceVersion: the controller writes the policy's status at any time,
+// and a replace of the object read before would then fail with Conflict.
 func patchPolicy(tf *framework.Tierflow, manifest string, step sctpStep) error {
 	if step.swaps == nil && step.allowTo == nil {
 		return nil
@@ -329,11 +332,11 @@ func patchPolicy(tf *framework.Tierflow, manifest string, step sctpStep) error {
 		rules, _ := spec["egress"].([]any)
 		spec["egress"] = append([]any{rule}, rules...)
 	}
-	patched, err := json.Marshal(obj)
+	patch, err := json.Marshal(map[string]any{"spec": spec})
 	if err != nil {
 		return err
 	}
-	_, err = tf.Kubectl(string(patched), "replace", "-f", "-")
+	_, err = tf.Kubectl("", "patch", "-f", manifest, "--type=merge", "-p", string(patch))
 	return err
 }
 
