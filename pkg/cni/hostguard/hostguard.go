@@ -71,6 +71,10 @@ func Present(netnsPath, dev string) (bool, error) {
 		return false, err
 	}
 	defer done()
+	return present(c, dev)
+}
+
+func present(c *nftables.Conn, dev string) (bool, error) {
 	chains, err := c.ListChainsOfTableFamily(nftables.TableFamilyNetdev)
 	if err != nil {
 		return false, fmt.Errorf("nftables: list netdev chains: %w", err)
@@ -87,15 +91,14 @@ func Present(netnsPath, dev string) (bool, error) {
 // gone with its device on kernels that drop such chains) is not an error,
 // nor is a kernel whose nftables cannot be listed: it cannot hold one.
 func Remove(netnsPath, dev string) error {
-	present, err := Present(netnsPath, dev)
-	if err != nil || !present {
-		return nil
-	}
 	c, done, err := conn(netnsPath)
 	if err != nil {
-		return err
+		return nil
 	}
 	defer done()
+	if ok, err := present(c, dev); err != nil || !ok {
+		return nil
+	}
 	c.DelChain(&nftables.Chain{Name: Chain(dev), Table: table()})
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("nftables: delete netdev chain %s/%s: %w", Table, Chain(dev), err)
