@@ -80,7 +80,7 @@ func ParseConfig(stdin []byte) (*NetConf, error) {
 	return conf, nil
 }
 
-// ovsdbEndpoint is the socket in the syntax ovs-vsctl --db takes.
+// ovsdbEndpoint is the socket as an OVSDB endpoint (unix:PATH, tcp:...).
 func (c *NetConf) ovsdbEndpoint() string {
 	if strings.Contains(c.OVSDBSocket, ":") {
 		return c.OVSDBSocket

@@ -6,6 +6,6 @@ const (
 	// ErrIPAM means the IPAM delegate failed, e.g. its range is exhausted;
 	// the delegate's message is in the error's details.
 	ErrIPAM uint = 100
-	// ErrOVS means an OVSDB operation (ovs-vsctl) failed.
+	// ErrOVS means an OVSDB operation failed.
 	ErrOVS uint = 101
 )

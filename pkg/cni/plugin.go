@@ -66,7 +66,11 @@ func Add(args *skel.CmdArgs) (retErr error) {
 	if err != nil {
 		return err
 	}
-	ovs := vsctl{db: conf.ovsdbEndpoint()}
+	ovs, err := connectOVSDB(conf)
+	if err != nil {
+		return err
+	}
+	defer ovs.close()
 	if err := requireBridge(ovs, conf.Bridge); err != nil {
 		return err
 	}
@@ -215,8 +219,13 @@ func Del(args *skel.CmdArgs) error {
 	// retries.
 	if ovsdbSocketMissing(conf.OVSDBSocket) {
 		// nothing to delete in OVS
-	} else if err := (vsctl{db: conf.ovsdbEndpoint()}).delPort(hostName); err != nil {
-		errs = append(errs, types.NewError(ErrOVS, "failed to delete port "+hostName, err.Error()))
+	} else if ovs, err := connectOVSDB(conf); err != nil {
+		errs = append(errs, err)
+	} else {
+		if err := ovs.delPort(hostName); err != nil {
+			errs = append(errs, types.NewError(ErrOVS, "failed to delete port "+hostName, err.Error()))
+		}
+		ovs.close()
 	}
 
 	if err := deleteVeth(hostName); err != nil {
@@ -306,7 +315,11 @@ func Check(args *skel.CmdArgs) error {
 		return types.NewError(types.ErrInternal, fmt.Sprintf("host veth %s has MAC %s, prevResult says %s", hostName, mac, hostIface.Mac), "")
 	}
 
-	ovs := vsctl{db: conf.ovsdbEndpoint()}
+	ovs, err := connectOVSDB(conf)
+	if err != nil {
+		return err
+	}
+	defer ovs.close()
 	br, err := ovs.portBridge(hostName)
 	if err != nil {
 		return types.NewError(ErrOVS, "failed to look up OVS port "+hostName, err.Error())
@@ -364,16 +377,31 @@ func Status(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	if err := requireBridge(vsctl{db: conf.ovsdbEndpoint()}, conf.Bridge); err != nil {
+	ovs, err := connectOVSDB(conf)
+	if err != nil {
+		return types.NewError(types.ErrPluginNotAvailable, err.Error(), "")
+	}
+	defer ovs.close()
+	if err := requireBridge(ovs, conf.Bridge); err != nil {
 		return types.NewError(types.ErrPluginNotAvailable, err.Error(), "")
 	}
 	return ipam.ExecStatus(conf.IPAM.Type, args.StdinData)
 }
 
-func requireBridge(ovs vsctl, bridge string) error {
+// connectOVSDB connects to the node's OVSDB; an error is a CNI error the
+// runtime retries.
+func connectOVSDB(conf *NetConf) (*ovsDB, error) {
+	ovs, err := openOVSDB(conf.ovsdbEndpoint())
+	if err != nil {
+		return nil, types.NewError(ErrOVS, fmt.Sprintf("cannot query OVSDB at %s", conf.ovsdbEndpoint()), err.Error())
+	}
+	return ovs, nil
+}
+
+func requireBridge(ovs *ovsDB, bridge string) error {
 	ok, err := ovs.bridgeExists(bridge)
 	if err != nil {
-		return types.NewError(ErrOVS, fmt.Sprintf("cannot query OVSDB at %s", ovs.db), err.Error())
+		return types.NewError(ErrOVS, fmt.Sprintf("cannot query OVSDB at %s", ovs.endpoint), err.Error())
 	}
 	if !ok {
 		return types.NewError(types.ErrTryAgainLater, fmt.Sprintf("OVS bridge %q does not exist", bridge), "")
@@ -383,7 +411,7 @@ func requireBridge(ovs vsctl, bridge string) error {
 
 // userspaceDatapath reports whether bridge uses OVS's userspace datapath,
 // whose ports need the host guard.
-func userspaceDatapath(ovs vsctl, bridge string) (bool, error) {
+func userspaceDatapath(ovs *ovsDB, bridge string) (bool, error) {
 	dp, err := ovs.datapathType(bridge)
 	if err != nil {
 		return false, types.NewError(ErrOVS, fmt.Sprintf("cannot read the datapath type of bridge %q", bridge), err.Error())

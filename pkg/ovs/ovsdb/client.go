@@ -556,3 +556,29 @@ func (c *Client) WaitOFPort(ctx context.Context, name string) (uint32, error) {
 	}, "an ofport for interface "+name)
 	return port, err
 }
+
+// PortBridge returns the name of the bridge holding the port named name,
+// or "" when no bridge does.
+func (c *Client) PortBridge(name string) (string, error) {
+	var ports []Port
+	if err := c.ovs.WhereCache(func(p *Port) bool { return p.Name == name }).List(context.Background(), &ports); err != nil {
+		return "", err
+	}
+	if len(ports) == 0 {
+		return "", nil
+	}
+	var bridges []Bridge
+	if err := c.ovs.List(context.Background(), &bridges); err != nil {
+		return "", err
+	}
+	for _, br := range bridges {
+		for _, u := range br.Ports {
+			for _, p := range ports {
+				if u == p.UUID {
+					return br.Name, nil
+				}
+			}
+		}
+	}
+	return "", nil
+}
