@@ -40,14 +40,16 @@ test-agent: deps kube-binaries ## the agent process: cmd/tierflow-agent and pkg/
 # Kubernetes binaries for the real kube-apiserver test harness (test/kubeapi),
 # built from the separate module in build/kube. Cached: rebuilt only when
 # build/kube/go.mod or go.sum is newer than the binaries.
-KUBE_BINS := kube-apiserver kube-controller-manager kube-scheduler kubectl
+KUBE_BINS := kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy agnhost
+KUBE_PKGS := $(addprefix k8s.io/kubernetes/cmd/,kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy) \
+	k8s.io/kubernetes/test/images/agnhost
 KUBE_VERSION := v1.31.4
 KUBE_LDFLAGS := -s -w -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
 	-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=31 \
 	-X k8s.io/client-go/pkg/version.gitVersion=$(KUBE_VERSION) \
 	-X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=31
 .PHONY: kube-binaries crds
-kube-binaries: $(addprefix $(OUT)/bin/,$(KUBE_BINS)) ## build kube-apiserver, kube-controller-manager, kube-scheduler, kubectl (cached)
+kube-binaries: $(addprefix $(OUT)/bin/,$(KUBE_BINS)) ## build the Kubernetes control plane, kubelet, kube-proxy, kubectl and agnhost (cached)
 
 # Serialized with test/kubeapi (which holds the same lock and sets
 # TIERFLOW_KUBE_LOCK_HELD when it runs this target) so concurrent builds
@@ -55,8 +57,8 @@ kube-binaries: $(addprefix $(OUT)/bin/,$(KUBE_BINS)) ## build kube-apiserver, ku
 KUBE_LOCK := $(if $(TIERFLOW_KUBE_LOCK_HELD),,flock $(CURDIR)/$(OUT)/.kube-binaries.lock)
 $(addprefix $(OUT)/bin/,$(KUBE_BINS)) &: build/kube/go.mod build/kube/go.sum
 	@mkdir -p $(OUT)/bin
-	cd build/kube && GOTOOLCHAIN=local GOWORK=off $(KUBE_LOCK) $(GO) build -ldflags '$(KUBE_LDFLAGS)' -o $(CURDIR)/$(OUT)/bin/ \
-		$(addprefix k8s.io/kubernetes/cmd/,$(KUBE_BINS))
+	cd build/kube && CGO_ENABLED=0 GOTOOLCHAIN=local GOWORK=off $(KUBE_LOCK) $(GO) build -ldflags '$(KUBE_LDFLAGS)' -o $(CURDIR)/$(OUT)/bin/ \
+		$(KUBE_PKGS)
 	@touch $(addprefix $(OUT)/bin/,$(KUBE_BINS))
 
 # The network-policy-api CRDs (generated: never edit manifests/crds/ by hand,
@@ -124,11 +126,63 @@ container-engine:
 	@command -v $(DOCKER) >/dev/null 2>&1 || { echo "images: '$(DOCKER)' not found: install Docker (or set DOCKER=podman); see build/README.md" >&2; exit 1; }
 	@$(DOCKER) info >/dev/null 2>&1 || { echo "images: no container engine reachable ('$(DOCKER) info' failed): start the Docker daemon; see build/README.md" >&2; exit 1; }
 
-image-controller: container-engine
-	$(DOCKER) build -f build/controller/Dockerfile -t '$(CONTROLLER_IMAGE)' .
+# The build context is the repository's files as git sees them (tracked and
+# untracked, not ignored), copied to $(IMAGE_CONTEXT): .git and _output
+# stay out with every builder (Docker's legacy builder and podman read no
+# Dockerfile.dockerignore). BASE_IMAGE and GO_IMAGE, when set, replace the
+# Dockerfiles' public bases (an offline machine: make base-images).
+BASE_IMAGE ?=
+GO_IMAGE ?=
+IMAGE_BUILD_ARGS = $(if $(BASE_IMAGE),--build-arg BASE_IMAGE='$(BASE_IMAGE)') $(if $(GO_IMAGE),--build-arg GO_IMAGE='$(GO_IMAGE)')
+IMAGE_CONTEXT := $(OUT)/image-context
+.PHONY: image-context
+image-context:
+	@rm -rf $(IMAGE_CONTEXT) && mkdir -p $(IMAGE_CONTEXT)
+	@{ git ls-files -z --cached --others --exclude-standard 2>/dev/null || \
+	   find . \( -path ./.git -o -path ./$(OUT) \) -prune -o -type f -print0; } | \
+	  tar --null --ignore-failed-read -T - -cf - 2>/dev/null | tar -xf - -C $(IMAGE_CONTEXT)
 
-image-agent: container-engine
-	$(DOCKER) build -f build/agent/Dockerfile -t '$(AGENT_IMAGE)' .
+image-controller: container-engine image-context
+	$(DOCKER) build -f $(IMAGE_CONTEXT)/build/controller/Dockerfile $(IMAGE_BUILD_ARGS) -t '$(CONTROLLER_IMAGE)' $(IMAGE_CONTEXT)
+
+image-agent: container-engine image-context
+	$(DOCKER) build -f $(IMAGE_CONTEXT)/build/agent/Dockerfile $(IMAGE_BUILD_ARGS) -t '$(AGENT_IMAGE)' $(IMAGE_CONTEXT)
+
+# The real test cluster (test/cluster): node containers with containerd,
+# the kubelet and kube-proxy, the control plane on the first node, CoreDNS;
+# every image built here from Debian packages and Go modules. NODES counts
+# every node. Nodes stay NotReady until tierflow is installed on them (the
+# README's "Install on a real cluster").
+CLUSTER_DIR ?= $(OUT)/cluster
+CLUSTER_TOOL := $(OUT)/bin/tierflow-cluster
+CLUSTER_BINS := $(addprefix $(OUT)/bin/,$(KUBE_BINS) coredns pause)
+.PHONY: cluster-prereqs cluster-up cluster-down cluster-load-images base-images e2e-cluster
+cluster-prereqs: deps kube-binaries $(OUT)/bin/coredns $(OUT)/bin/pause ## what make cluster-up needs: Debian's docker.io, containerd, runc, mmdebstrap; the node and image binaries
+	@test/tools/install-deps.sh cluster
+	@$(GO) build -o $(OUT)/bin/ ./test/cluster/cmd/tierflow-cluster
+
+$(OUT)/bin/coredns: build/coredns/go.mod build/coredns/go.sum build/coredns/main.go
+	@mkdir -p $(OUT)/bin
+	cd build/coredns && CGO_ENABLED=0 GOTOOLCHAIN=local GOWORK=off $(GO) build -ldflags '-s -w' -o $(CURDIR)/$@ .
+
+$(OUT)/bin/pause: test/cluster/cmd/pause/main.go
+	@mkdir -p $(OUT)/bin
+	CGO_ENABLED=0 $(GO) build -ldflags '-s -w' -o $@ ./test/cluster/cmd/pause
+
+cluster-up: cluster-prereqs ## bring up the real cluster (NODES=n, 3 by default; state, kubeconfig and cluster.env in $(CLUSTER_DIR))
+	$(CLUSTER_TOOL) up --dir $(CLUSTER_DIR) --nodes $(NODES) --bin-dir $(OUT)/bin
+
+cluster-down: ## remove the real cluster and everything it left on this machine
+	@test -x $(CLUSTER_TOOL) || $(GO) build -o $(OUT)/bin/ ./test/cluster/cmd/tierflow-cluster
+	$(CLUSTER_TOOL) down --dir $(CLUSTER_DIR)
+
+cluster-load-images: ## copy tierflow's images (CONTROLLER_IMAGE, AGENT_IMAGE) into every node of the real cluster
+	@test -x $(CLUSTER_TOOL) || $(GO) build -o $(OUT)/bin/ ./test/cluster/cmd/tierflow-cluster
+	$(CLUSTER_TOOL) load-images --dir $(CLUSTER_DIR) '$(CONTROLLER_IMAGE)' '$(AGENT_IMAGE)'
+
+base-images: ## build stand-ins for the Dockerfiles' public bases from Debian packages and print BASE_IMAGE=... GO_IMAGE=...
+	@test -x $(CLUSTER_TOOL) || $(GO) build -o $(OUT)/bin/ ./test/cluster/cmd/tierflow-cluster
+	@$(CLUSTER_TOOL) base-images --dir $(CLUSTER_DIR)
 
 # Simulated cluster for demos (test/testbed): real kube-apiserver, kwok nodes,
 # private OVS, pods as network namespaces attached by tierflow-cni.

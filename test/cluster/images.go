@@ -1,0 +1,339 @@
+package cluster
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/tierflow/tierflow/test/cluster/node"
+)
+
+// Images the cluster builds: nothing can be pulled where it runs, so every
+// image comes from Debian packages (mmdebstrap) and Go modules.
+const (
+	// BaseImage and GoImage stand in for debian:13.2-slim and
+	// golang:1.26.8-trixie, the public bases of tierflow's Dockerfiles:
+	// `make images BASE_IMAGE=... GO_IMAGE=...` on a machine that cannot
+	// pull them (`make base-images` builds both).
+	BaseImage = "tierflow.local/debian:trixie"
+	GoImage   = "tierflow.local/golang:1.26.8-trixie"
+	// PauseImage is every node containerd's sandbox_image.
+	PauseImage = "tierflow.local/pause:3.10"
+	// CoreDNSImage runs the cluster DNS (build/coredns).
+	CoreDNSImage = "tierflow.local/coredns:v1.15.0"
+	nodeBaseRepo = "tierflow.local/node-base"
+	nodeRepo     = "tierflow.local/node"
+	contentLabel = "tierflow.content"
+)
+
+// AgnhostImages are the agnhost tags the suites run against the cluster
+// name (network-policy-api v0.1.7/v0.2.0: 2.45; cyclonus: 2.43; tierflow's
+// e2e workloads: 2.53); all are the agnhost of k8s.io/kubernetes v1.31.4.
+var AgnhostImages = []string{
+	"registry.k8s.io/e2e-test-images/agnhost:2.43",
+	"registry.k8s.io/e2e-test-images/agnhost:2.45",
+	"registry.k8s.io/e2e-test-images/agnhost:2.53",
+}
+
+// nodePackages are the Debian (bookworm) packages of a node: the container
+// runtime, what the kubelet and kube-proxy call (iptables, conntrack,
+// mount, nsenter), the control plane's etcd, and tini as init.
+var nodePackages = []string{
+	"containerd", "runc", "tini", "iptables", "nftables", "iproute2", "conntrack", "ethtool",
+	"kmod", "procps", "psmisc", "util-linux", "mount", "ca-certificates", "curl", "socat", "etcd-server",
+}
+
+// BinDir holds the binaries the images are made of; Binaries lists what
+// must be there (`make cluster-prereqs` builds them).
+var Binaries = []string{
+	"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kubelet", "kube-proxy",
+	"agnhost", "coredns", "pause",
+}
+
+// imageBuilder builds the cluster's images with docker, in a scratch
+// directory for build contexts.
+type imageBuilder struct {
+	binDir  string
+	scratch string
+	logf    func(format string, args ...any)
+}
+
+// ensureAll builds every image the cluster runs that is missing or stale
+// and returns the node image's tag.
+func (b *imageBuilder) ensureAll(ctx context.Context) (string, error) {
+	nodeBase, err := b.debootstrap(ctx, nodeBaseRepo, "bookworm", nodePackages)
+	if err != nil {
+		return "", err
+	}
+	if _, err := b.ensureBase(ctx); err != nil {
+		return "", err
+	}
+	nodeImage, err := b.build(ctx, []string{nodeRepo}, true,
+		"FROM "+nodeBase+"\n"+
+			"COPY bin/ /usr/local/bin/\n"+
+			"COPY containerd.toml /etc/containerd/config.toml\n"+
+			"COPY entrypoint.sh /usr/local/sbin/tierflow-node-init\n"+
+			"ENTRYPOINT [\"/usr/bin/tini\", \"-g\", \"--\", \"/usr/local/sbin/tierflow-node-init\"]\n",
+		map[string]string{
+			"bin/kube-apiserver":          filepath.Join(b.binDir, "kube-apiserver"),
+			"bin/kube-controller-manager": filepath.Join(b.binDir, "kube-controller-manager"),
+			"bin/kube-scheduler":          filepath.Join(b.binDir, "kube-scheduler"),
+			"bin/kubectl":                 filepath.Join(b.binDir, "kubectl"),
+			"bin/kubelet":                 filepath.Join(b.binDir, "kubelet"),
+			"bin/kube-proxy":              filepath.Join(b.binDir, "kube-proxy"),
+		}, map[string][]byte{
+			"containerd.toml": node.ContainerdConfig,
+			"entrypoint.sh":   node.Entrypoint,
+		})
+	if err != nil {
+		return "", err
+	}
+	if _, err := b.build(ctx, []string{PauseImage}, false,
+		"FROM scratch\nCOPY pause /pause\nUSER 65535:65535\nENTRYPOINT [\"/pause\"]\n",
+		map[string]string{"pause": filepath.Join(b.binDir, "pause")}, nil); err != nil {
+		return "", err
+	}
+	if _, err := b.build(ctx, AgnhostImages, false,
+		"FROM "+BaseImage+"\nCOPY agnhost /agnhost\nENTRYPOINT [\"/agnhost\"]\nCMD [\"pause\"]\n",
+		map[string]string{"agnhost": filepath.Join(b.binDir, "agnhost")}, nil); err != nil {
+		return "", err
+	}
+	if _, err := b.build(ctx, []string{CoreDNSImage}, false,
+		"FROM "+BaseImage+"\nCOPY coredns /coredns\nEXPOSE 53 53/udp\nENTRYPOINT [\"/coredns\"]\n",
+		map[string]string{"coredns": filepath.Join(b.binDir, "coredns")}, nil); err != nil {
+		return "", err
+	}
+	return nodeImage, nil
+}
+
+// ensureBase builds BaseImage (Debian trixie, minbase, CA certificates) and
+// GoImage (BaseImage with this machine's Go toolchain) if missing.
+func (b *imageBuilder) ensureBase(ctx context.Context) (string, error) {
+	base, err := b.debootstrap(ctx, "", "trixie", []string{"ca-certificates"})
+	if err != nil {
+		return "", err
+	}
+	goroot, err := command(ctx, nil, "go", "env", "GOROOT")
+	if err != nil {
+		return "", err
+	}
+	version, err := os.ReadFile(filepath.Join(goroot, "VERSION"))
+	if err != nil {
+		return "", err
+	}
+	if !strings.HasPrefix(string(version), "go1.26.8") {
+		return "", fmt.Errorf("%s is %s; %s needs go1.26.8 (the toolchain tierflow's go.mod names)", goroot, firstLine(string(version)), GoImage)
+	}
+	// The builder fetches modules from the Go module proxy, through
+	// whatever this machine's network does to TLS (here an intercepting
+	// egress proxy): it trusts what this machine trusts.
+	_, err = b.build(ctx, []string{GoImage}, false,
+		"FROM "+base+"\nCOPY go/ /usr/local/go/\n"+
+			"COPY ca-certificates.crt /etc/ssl/certs/ca-certificates.crt\n"+
+			"ENV PATH=/go/bin:/usr/local/go/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin GOPATH=/go GOTOOLCHAIN=local\n"+
+			"WORKDIR /go\n",
+		map[string]string{"go": goroot, "ca-certificates.crt": hostCABundle}, nil)
+	return base, err
+}
+
+// hostCABundle is Debian's bundle of this machine's trusted CAs.
+const hostCABundle = "/etc/ssl/certs/ca-certificates.crt"
+
+func firstLine(s string) string { return strings.SplitN(s, "\n", 2)[0] }
+
+// debootstrap makes an image of Debian suite with packages (mmdebstrap,
+// variant minbase) unless it exists. repo "" means BaseImage; otherwise the
+// tag is repo:<hash of suite and packages>.
+func (b *imageBuilder) debootstrap(ctx context.Context, repo, suite string, packages []string) (string, error) {
+	sum := sha256.Sum256([]byte(suite + "\n" + strings.Join(packages, ",")))
+	tag := repo + ":" + hex.EncodeToString(sum[:6])
+	if repo == "" {
+		tag = BaseImage
+	}
+	if imageExists(ctx, tag) {
+		return tag, nil
+	}
+	if _, err := exec.LookPath("mmdebstrap"); err != nil {
+		return "", fmt.Errorf("building %s needs mmdebstrap: install it (make cluster-prereqs does)", tag)
+	}
+	b.logf("building %s from Debian %s packages (mmdebstrap)", tag, suite)
+	if err := os.MkdirAll(b.scratch, 0o755); err != nil {
+		return "", err
+	}
+	tarball := filepath.Join(b.scratch, "rootfs-"+suite+".tar")
+	defer os.Remove(tarball)
+	args := []string{"--variant=minbase", "--quiet",
+		// As the slim images do: no documentation or locales.
+		"--dpkgopt=path-exclude=/usr/share/doc/*", "--dpkgopt=path-exclude=/usr/share/man/*",
+		"--dpkgopt=path-exclude=/usr/share/locale/*", "--dpkgopt=path-include=/usr/share/doc/*/copyright"}
+	if len(packages) > 0 {
+		args = append(args, "--include="+strings.Join(packages, ","))
+	}
+	args = append(args, suite, tarball)
+	if _, err := command(ctx, nil, "mmdebstrap", args...); err != nil {
+		return "", fmt.Errorf("mmdebstrap (needs deb.debian.org): %w", err)
+	}
+	if _, err := docker(ctx, "import", tarball, tag); err != nil {
+		return "", err
+	}
+	return tag, nil
+}
+
+func imageExists(ctx context.Context, tag string) bool {
+	_, err := docker(ctx, "image", "inspect", "--format", "{{.Id}}", tag)
+	return err == nil
+}
+
+// build builds an image from dockerfile and a context of files (context
+// path → path on this machine, a file or a directory) and inline blobs,
+// tagging it with every name in tags. The image carries a hash of its
+// inputs: an image with the same hash is reused. With hashTag the first tag
+// is a repository that gets the hash as its tag, and that tag is returned.
+func (b *imageBuilder) build(ctx context.Context, tags []string, hashTag bool, dockerfile string, files map[string]string, blobs map[string][]byte) (string, error) {
+	for _, src := range files {
+		if _, err := os.Stat(src); err != nil {
+			return "", fmt.Errorf("image %s: %w", tags[0], err)
+		}
+	}
+	hash, err := contentHash(dockerfile, files, blobs)
+	if err != nil {
+		return "", err
+	}
+	if hashTag {
+		tags = append([]string{tags[0] + ":" + hash[:12]}, tags[1:]...)
+	}
+	if labelOf(ctx, tags) == hash {
+		return tags[0], nil
+	}
+	b.logf("building %s", strings.Join(tags, ", "))
+	dir, err := os.MkdirTemp(b.scratch, "context-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(dir)
+	for dst, src := range files {
+		target := filepath.Join(dir, dst)
+		if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+			return "", err
+		}
+		// Hard links when the scratch directory shares the file system;
+		// a copy otherwise.
+		if _, err := command(ctx, nil, "cp", "-al", src, target); err != nil {
+			if _, err := command(ctx, nil, "cp", "-a", src, target); err != nil {
+				return "", err
+			}
+		}
+	}
+	blobs = withDockerfile(blobs, dockerfile)
+	for name, content := range blobs {
+		if err := os.WriteFile(filepath.Join(dir, name), content, 0o755); err != nil {
+			return "", err
+		}
+	}
+	args := []string{"build", "--quiet", "--label", contentLabel + "=" + hash}
+	for _, t := range tags {
+		args = append(args, "-t", t)
+	}
+	if _, err := docker(ctx, append(args, dir)...); err != nil {
+		return "", err
+	}
+	return tags[0], nil
+}
+
+func withDockerfile(blobs map[string][]byte, dockerfile string) map[string][]byte {
+	out := map[string][]byte{"Dockerfile": []byte(dockerfile)}
+	for k, v := range blobs {
+		out[k] = v
+	}
+	return out
+}
+
+// labelOf returns the content label all tags share, or "" when any is
+// missing or they differ.
+func labelOf(ctx context.Context, tags []string) string {
+	label := ""
+	for i, t := range tags {
+		l, err := docker(ctx, "image", "inspect", "--format", "{{index .Config.Labels \""+contentLabel+"\"}}", t)
+		if err != nil || (i > 0 && l != label) {
+			return ""
+		}
+		label = l
+	}
+	return label
+}
+
+// contentHash hashes the Dockerfile, every blob and every file (a
+// directory by its files' paths, sizes and modification times: GOROOT is
+// large and changes only as a whole).
+func contentHash(dockerfile string, files map[string]string, blobs map[string][]byte) (string, error) {
+	h := sha256.New()
+	io.WriteString(h, dockerfile)
+	for _, name := range sortedKeys(blobs) {
+		fmt.Fprintf(h, "\x00blob %s %x", name, sha256.Sum256(blobs[name]))
+	}
+	for _, dst := range sortedKeys(files) {
+		src := files[dst]
+		fmt.Fprintf(h, "\x00file %s ", dst)
+		st, err := os.Stat(src)
+		if err != nil {
+			return "", err
+		}
+		if !st.IsDir() {
+			f, err := os.Open(src)
+			if err != nil {
+				return "", err
+			}
+			_, err = io.Copy(h, f)
+			f.Close()
+			if err != nil {
+				return "", err
+			}
+			continue
+		}
+		err = filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(h, "%s %d %d\n", path, info.Size(), info.ModTime().UnixNano())
+			return nil
+		})
+		if err != nil {
+			return "", err
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// BuildBaseImages builds BaseImage and GoImage (if missing) for `make
+// images` on a machine that cannot pull tierflow's Dockerfile bases.
+func BuildBaseImages(ctx context.Context, scratch string, logf func(string, ...any)) (base, goImage string, err error) {
+	if !dockerReachable(ctx) {
+		return "", "", fmt.Errorf("no Docker daemon reachable (make cluster-up starts one)")
+	}
+	b := &imageBuilder{scratch: scratch, logf: logf}
+	if _, err := b.ensureBase(ctx); err != nil {
+		return "", "", err
+	}
+	return BaseImage, GoImage, nil
+}
