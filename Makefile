@@ -16,14 +16,20 @@ build: ## build every command into _output/bin
 lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt: $$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags clustere2e ./test/clustere2e/
 
 # The upstream conformance suites run last, alone: v0.1.7 probes once,
 # right after each policy change, with no retry (upstream's TODO in
 # PokeServer), so its results should not depend on what else the two cores
 # are doing. Other real-OVS packages wait for its bed's OVS lock anyway.
-test: deps lint kube-binaries ## every test: unit, real OVS, real kube-apiserver, then upstream conformance
-	$(GO) test -count=1 -timeout 60m $$($(GO) list ./... | grep -v '/test/conformance$$')
+#
+# The real-cluster smoke test (test/cluster: tierflow's images built and
+# installed on node containers with real kubelets) runs after them, alone
+# too: it needs the CPU for its image builds and its nodes.
+test: deps lint kube-binaries ## every test: unit, real OVS, real kube-apiserver, upstream conformance, the real-cluster smoke test
+	$(GO) test -count=1 -timeout 60m $$($(GO) list ./... | grep -v -e '/test/conformance$$' -e '/test/cluster$$')
 	$(GO) test -count=1 -timeout 50m ./test/conformance/
+	$(GO) test -count=1 -timeout 60m ./test/cluster/
 
 .PHONY: test-ovs
 test-ovs: deps ## the OVS layer alone: test/ovsenv, pkg/ovs/openflow, pkg/ovs/ovsdb (real OVS, root)
@@ -183,6 +189,16 @@ cluster-load-images: ## copy tierflow's images (CONTROLLER_IMAGE, AGENT_IMAGE) i
 base-images: ## build stand-ins for the Dockerfiles' public bases from Debian packages and print BASE_IMAGE=... GO_IMAGE=...
 	@test -x $(CLUSTER_TOOL) || $(GO) build -o $(OUT)/bin/ ./test/cluster/cmd/tierflow-cluster
 	@$(CLUSTER_TOOL) base-images --dir $(CLUSTER_DIR)
+
+# tierflow on the real cluster (test/clustere2e): tierctl through kubectl
+# exec, both upstream conformance suites, cyclonus's generated cases (pod
+# IPs and Services), faults under continuous probes, uninstall. Brings up
+# its own cluster (or TIERFLOW_E2E_CLUSTER_DIR=_output/cluster: one that is
+# up with tierflow installed) and ends with `N passed, M failed, K skipped`.
+e2e-cluster: cluster-prereqs ## tierflow on a real cluster: tierctl, conformance, cyclonus, faults, uninstall (test/clustere2e; over an hour)
+	@mkdir -p $(OUT)/e2e-cluster
+	@set -o pipefail; $(GO) test -tags clustere2e -count=1 -json -timeout 240m ./test/clustere2e/ | \
+		tee $(OUT)/e2e-cluster/go-test.jsonl | $(GO) run ./test/clustere2e/cmd/testsummary
 
 # Simulated cluster for demos (test/testbed): real kube-apiserver, kwok nodes,
 # private OVS, pods as network namespaces attached by tierflow-cni.

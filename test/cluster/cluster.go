@@ -373,7 +373,7 @@ func (c *Cluster) waitNodesRegistered(ctx context.Context, timeout time.Duration
 		}
 		time.Sleep(2 * time.Second)
 	}
-	return fmt.Errorf("nodes did not register within %v: %v\n%s", timeout, last, c.nodeLogs(ctx, 10))
+	return fmt.Errorf("nodes did not register within %v: %v\n%s", timeout, last, c.NodeLogs(ctx, 10))
 }
 
 // nodesRunning fails when a node container has exited.
@@ -391,8 +391,8 @@ func (c *Cluster) nodesRunning(ctx context.Context) error {
 	return nil
 }
 
-// nodeLogs returns the last lines of each node's daemon logs.
-func (c *Cluster) nodeLogs(ctx context.Context, lines int) string {
+// NodeLogs returns the last lines of each node's daemon logs.
+func (c *Cluster) NodeLogs(ctx context.Context, lines int) string {
 	var b strings.Builder
 	for _, n := range c.Nodes {
 		out, _ := c.Exec(ctx, n.Name, "sh", "-c", "for f in /var/log/tierflow-node/*.log; do echo \"== $f\"; tail -n "+strconv.Itoa(lines)+" \"$f\"; done")

@@ -94,6 +94,9 @@ func TestUpstreamConformance(t *testing.T) {
 
 	p, f, k := conformance.Tally(all)
 	line := fmt.Sprintf("%d passed, %d failed, %d skipped", p, f, k)
+	if os.Getenv(conformance.ExtraFeaturesEnv) == "" && line != conformance.BedTally {
+		t.Errorf("tally %s, want %s (conformance.BedTally)", line, conformance.BedTally)
+	}
 	sctp := conformance.SCTPNote(all, traced, agreed, sctpOK)
 	if err := os.WriteFile(filepath.Join(out, "results.txt"), []byte(conformance.Summary(all)+sctp+"\n"+line+"\n"), 0o644); err != nil {
 		t.Error(err)

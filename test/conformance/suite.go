@@ -57,6 +57,13 @@ var Suites = []Suite{
 	},
 }
 
+// BedTally is the suites' tally with the features of Suites claimed: every
+// failure is an SCTP probe (no SCTP in this kernel; each is checked with
+// ofproto/trace instead on the simulated bed). The simulated bed
+// (TestUpstreamConformance) and the real cluster (test/clustere2e) must
+// both report it.
+const BedTally = "112 passed, 72 failed, 0 skipped"
+
 // Name is module@version.
 func (s Suite) Name() string { return s.Module + "@" + s.Version }
 

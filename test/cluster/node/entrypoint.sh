@@ -16,6 +16,9 @@ mkdir -p "$logdir" "$rundir"
 
 log() { echo "$(date -Is) $*" >>"$logdir/init.log"; }
 
+# A machine ID per node, as a systemd host has (the kubelet reports it).
+[[ -s /etc/machine-id ]] || tr -d - </proc/sys/kernel/random/uuid >/etc/machine-id
+
 # Mounts made inside containers (secrets, projected volumes) must reach the
 # runtimes and back, as on a systemd host where / is shared.
 mount --make-rshared /
@@ -104,7 +107,7 @@ fi
 
 supervise kubelet kubelet --config=/etc/kubernetes/kubelet-config.yaml \
   --kubeconfig=/etc/kubernetes/kubelet.conf --hostname-override="$NODE_NAME" \
-  --node-ip="$NODE_IP" --v="${KUBELET_VERBOSITY:-1}"
+  --node-ip="$NODE_IP" --v="${KUBELET_VERBOSITY:-0}"
 supervise kube-proxy kube-proxy --config=/etc/kubernetes/kube-proxy-config.yaml \
   --hostname-override="$NODE_NAME"
 
