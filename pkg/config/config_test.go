@@ -124,10 +124,10 @@ func TestControllerLeaderService(t *testing.T) {
 	if got := fmt.Sprint(cfg.Advertised()); got != "[10.0.0.5 fd00::5]" || ns != "kube-system" || name != "tierflow-controller" {
 		t.Errorf("addresses %s, service %s/%s", got, ns, name)
 	}
-	if cfg, err = loadController(t, "--config", file, "--advertise-addresses=127.0.0.1", "--query-address=127.0.0.1:10352", "--agent-listen-address=127.0.0.1:10349"); err != nil {
+	if cfg, err = loadController(t, "--config", file, "--advertise-addresses=192.0.2.7", "--query-address=192.0.2.7:10352", "--agent-listen-address=192.0.2.7:10349"); err != nil {
 		t.Fatal(err)
 	}
-	if got := fmt.Sprint(cfg.Advertised()); got != "[127.0.0.1]" {
+	if got := fmt.Sprint(cfg.Advertised()); got != "[192.0.2.7]" {
 		t.Errorf("addresses from the flag: %s", got)
 	}
 }
@@ -304,6 +304,7 @@ func TestRejections(t *testing.T) {
 		{name: "bad lease name", file: "leaderElection:\n  leaseName: Not_A_Name\n", want: []string{"leaderElection.leaseName", "valid Kubernetes name"}},
 		{name: "missing tls key", args: []string{"--tls-key-file="}, want: []string{"tlsKeyFile", "must not be empty"}},
 		{name: "bad advertise address", args: []string{"--advertise-addresses=10.0.0.5,nope"}, want: []string{"advertiseAddresses", "IP addresses", "from flag --advertise-addresses"}},
+		{name: "loopback advertise address", args: []string{"--advertise-addresses=127.0.0.1"}, want: []string{"advertiseAddresses", "loopback"}},
 		{name: "two addresses of a family", env: map[string]string{PodIPsEnv: "10.0.0.5,10.0.0.6"}, want: []string{"advertiseAddresses", "one address per IP family", "from env POD_IPS"}},
 		{name: "leader service without addresses", args: []string{"--leader-service=kube-system/tierflow-controller"}, want: []string{"advertiseAddresses", "POD_IPS"}},
 		{name: "leader service without namespace", args: []string{"--leader-service=tierflow-controller"}, want: []string{"leaderService", "NAMESPACE/NAME"}},

@@ -245,6 +245,10 @@ func parseAdvertiseAddresses(v string) ([]netip.Addr, error) {
 		if err != nil || a.Zone() != "" || a.IsUnspecified() {
 			return nil, &FieldError{Key: "advertiseAddresses", Value: v, Reason: "must be IP addresses separated by commas, e.g. 10.0.0.5,fd00::5"}
 		}
+		if a.IsLoopback() || a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast() {
+			// The API server refuses them in EndpointSlices.
+			return nil, &FieldError{Key: "advertiseAddresses", Value: v, Reason: "must not hold loopback or link-local addresses (EndpointSlices cannot)"}
+		}
 		a = a.Unmap()
 		if families[a.Is4()] {
 			return nil, &FieldError{Key: "advertiseAddresses", Value: v, Reason: "must hold at most one address per IP family"}
