@@ -144,6 +144,24 @@ func TestTwoReplicas(t *testing.T) {
 	if err != nil || len(pols.Policies) != 1 || pols.Policies[0].Source.Name != "ha-one" {
 		t.Fatalf("tierctl's client through the follower: %+v, %v", pols, err)
 	}
+	// tierctl as `kubectl exec deploy/tierflow-controller -- tierctl get
+	// policies` runs it in a follower's pod: the Deployment's TIERCTL_*
+	// environment and the pod's service account token (bound to
+	// tierflow-query by the manifests).
+	tierctl := filepath.Join(t.TempDir(), "tierctl")
+	if out, err := exec.Command("go", "build", "-o", tierctl, "../tierctl").CombinedOutput(); err != nil {
+		t.Fatalf("building tierctl: %v\n%s", err, out)
+	}
+	saToken, err := c.Kube.CoreV1().ServiceAccounts("kube-system").CreateToken(ctx, "tierflow-controller", &authnv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(tierctl, "get", "policies")
+	cmd.Env = append(os.Environ(), "TIERCTL_CONTROLLER="+b.query, "TIERCTL_CONTROLLER_CA_FILE="+certFile,
+		"TIERCTL_CONTROLLER_SERVER_NAME="+serverName, "TIERCTL_TOKEN="+saToken.Status.Token)
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "ha-one") {
+		t.Errorf("tierctl get policies in the follower's pod: %v\n%s", err, out)
+	}
 
 	// The leader crashes (no release: its lease expires). The follower
 	// takes over and points the Service at itself; it has no IPv6
