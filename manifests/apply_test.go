@@ -282,6 +282,17 @@ func testRBAC(t *testing.T, ctx context.Context, c *kubeapi.Cluster, checked *Ch
 			{"create", "coordination.k8s.io", "leases", "", lease.LeaseNamespace, "", true},
 			{"update", "coordination.k8s.io", "leases", "", lease.LeaseNamespace, lease.LeaseName, true},
 			{"get", "coordination.k8s.io", "leases", "", lease.LeaseNamespace, lease.LeaseName, true},
+			// The leader points its Service at itself; followers read it.
+			{"get", "", "services", "", Namespace, ControllerName, true},
+			{"create", "discovery.k8s.io", "endpointslices", "", Namespace, "", true},
+			{"list", "discovery.k8s.io", "endpointslices", "", Namespace, "", true},
+			{"watch", "discovery.k8s.io", "endpointslices", "", Namespace, "", true},
+			{"get", "discovery.k8s.io", "endpointslices", "", Namespace, ControllerName + "-ipv6", true},
+			{"update", "discovery.k8s.io", "endpointslices", "", Namespace, ControllerName + "-ipv4", true},
+			{"delete", "discovery.k8s.io", "endpointslices", "", Namespace, ControllerName + "-ipv6", true},
+			// tierctl in the controller's pods uses their token.
+			{"get", "tierflow.io", "queries", "", "", "policies", true},
+			{"get", "tierflow.io", "queries", "", "", "trace", true},
 			// Not needed: denied.
 			{"update", "coordination.k8s.io", "leases", "", lease.LeaseNamespace, "kube-scheduler", false},
 			{"update", "policy.networking.k8s.io", "adminnetworkpolicies", "", "", "x", false},
@@ -289,6 +300,12 @@ func testRBAC(t *testing.T, ctx context.Context, c *kubeapi.Cluster, checked *Ch
 			{"delete", "", "pods", "", "team-a", "x", false},
 			{"get", "", "secrets", "", Namespace, TLSSecretName, false},
 			{"update", "", "nodes", "", "", "x", false},
+			{"update", "discovery.k8s.io", "endpointslices", "", Namespace, "kube-dns-x7k2p", false},
+			{"delete", "discovery.k8s.io", "endpointslices", "", Namespace, "kube-dns-x7k2p", false},
+			{"create", "discovery.k8s.io", "endpointslices", "", "team-a", "", false},
+			{"get", "", "services", "", Namespace, "kube-dns", false},
+			{"update", "", "services", "", Namespace, ControllerName, false},
+			{"create", "tierflow.io", "queries", "", "", "policies", false},
 		},
 		AgentName: {
 			{"get", "", "nodes", "", "", "node-a", true},
@@ -322,8 +339,8 @@ func testRBAC(t *testing.T, ctx context.Context, c *kubeapi.Cluster, checked *Ch
 		}
 	}
 
-	// tierflow-query is bound to no one; bound to a user, it grants get on
-	// the query API's endpoints and nothing else.
+	// tierflow-query is bound to the controller only; bound to a user, it
+	// grants get on the query API's endpoints and nothing else.
 	binding := &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: "test-tierflow-query"},
 		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "tierflow-query"},

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/tierflow/tierflow/pkg/config"
+	"github.com/tierflow/tierflow/pkg/controller/leaderendpoints"
 )
 
 // Names the parts use and Check relies on.
@@ -33,12 +34,14 @@ const (
 	checkNodeName    = "check-node"
 	checkPodName     = "check-pod"
 	checkClusterIP   = "10.96.100.100"
+	checkPodIPs      = "10.0.0.5,fd00::5"
 	controllerCName  = "controller"
 	agentCName       = "agent"
 	installCNICName  = "install-cni"
 	ovsCName         = "ovs"
 	metricsPortName  = "metrics"
-	agentsPortName   = "agents"
+	agentsPortName   = leaderendpoints.PortAgents
+	queryPortName    = leaderendpoints.PortQuery
 	leaseRoleSuffix  = "-leader-election"
 	serviceDNSSuffix = ".svc"
 )
@@ -185,17 +188,31 @@ func (c *checker) run(res *Checked) error {
 	if err := portMatches(ctr, metricsPortName, ctl.MetricsAddress, "metricsAddress"); err != nil {
 		return fmt.Errorf("Deployment %s: %w", ControllerName, err)
 	}
-	if len(svc.Spec.Ports) == 0 || svc.Spec.Ports[0].TargetPort.String() != agentsPortName {
-		return fmt.Errorf("Service %s: its first port must target the container port %q (agents read TIERFLOW_CONTROLLER_SERVICE_PORT)", ControllerName, agentsPortName)
+	if ctl.QueryAddress != "" {
+		if err := portMatches(ctr, queryPortName, ctl.QueryAddress, "queryAddress"); err != nil {
+			return fmt.Errorf("Deployment %s: %w", ControllerName, err)
+		}
 	}
-	if !selects(svc.Spec.Selector, dep.Spec.Template.Labels) {
-		return fmt.Errorf("Service %s does not select the controller's pods", ControllerName)
+	if len(svc.Spec.Ports) == 0 || svc.Spec.Ports[0].Name != agentsPortName {
+		return fmt.Errorf("Service %s: its first port must be named %q, like the leader's EndpointSlice port (agents read TIERFLOW_CONTROLLER_SERVICE_PORT)", ControllerName, agentsPortName)
+	}
+	if ctl.QueryAddress != "" && !slices.ContainsFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool { return p.Name == queryPortName }) {
+		return fmt.Errorf("Service %s has no port named %q (the leader's query API)", ControllerName, queryPortName)
+	}
+	if len(svc.Spec.Selector) > 0 {
+		return fmt.Errorf("Service %s must have no selector: the leader writes its EndpointSlices (a selector would make every Ready replica, the follower too, an endpoint for agents)", ControllerName)
 	}
 	if err := c.checkLease(ctl); err != nil {
 		return err
 	}
 	if err := c.checkServiceAccount(pod.ServiceAccountName); err != nil {
 		return fmt.Errorf("Deployment %s: %w", ControllerName, err)
+	}
+	if err := c.checkLeaderService(pod, ctr, ctl, svc); err != nil {
+		return fmt.Errorf("Deployment %s: %w", ControllerName, err)
+	}
+	if err := c.checkTierctl(pod, ctr, ctl); err != nil {
+		return fmt.Errorf("Deployment %s: tierctl in the controller's pods: %w", ControllerName, err)
 	}
 
 	// The agent and its CNI installer.
@@ -362,8 +379,10 @@ func loadConfig(pod *corev1.PodSpec, ctr *corev1.Container, cm *corev1.ConfigMap
 			env[e.Name] = checkNodeName
 		case e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name":
 			env[e.Name] = checkPodName
+		case e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "status.podIPs":
+			env[e.Name] = checkPodIPs
 		case e.ValueFrom != nil:
-			return fmt.Errorf("env %s: only spec.nodeName and metadata.name references are understood by this check", e.Name)
+			return fmt.Errorf("env %s: only spec.nodeName, metadata.name and status.podIPs references are understood by this check", e.Name)
 		default:
 			env[e.Name] = envRef.ReplaceAllStringFunc(e.Value, func(ref string) string {
 				name := envRef.FindStringSubmatch(ref)[1]
@@ -395,13 +414,14 @@ func loadConfig(pod *corev1.PodSpec, ctr *corev1.Container, cm *corev1.ConfigMap
 	})
 }
 
-// withEnv runs fn with exactly env as the TIERFLOW_*, NODE_NAME and
-// POD_NAME variables (others untouched), restoring the process environment after.
+// withEnv runs fn with exactly env as the TIERFLOW_*, NODE_NAME, POD_NAME
+// and POD_IPS variables (others untouched), restoring the process
+// environment after.
 func withEnv(env map[string]string, fn func() error) error {
 	saved := map[string]string{}
 	for _, kv := range os.Environ() {
 		name, value, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(name, config.EnvPrefix) || name == config.NodeNameEnv || name == config.PodNameEnv {
+		if strings.HasPrefix(name, config.EnvPrefix) || name == config.NodeNameEnv || name == config.PodNameEnv || name == config.PodIPsEnv {
 			saved[name] = value
 			os.Unsetenv(name)
 		}
@@ -514,16 +534,112 @@ func portMatches(ctr *corev1.Container, portName, address, key string) error {
 	return fmt.Errorf("container %s has no port %s", ctr.Name, portName)
 }
 
-func selects(selector, labels map[string]string) bool {
-	if len(selector) == 0 {
-		return false
+// checkLeaderService: the leader points this Service at itself, with the
+// pod's addresses, and may; the follower verifies the leader with the CA
+// of the TLS Secret.
+func (c *checker) checkLeaderService(pod *corev1.PodSpec, ctr *corev1.Container, ctl config.Controller, svc *corev1.Service) error {
+	if want := svc.Namespace + "/" + svc.Name; ctl.LeaderService != want {
+		return fmt.Errorf("leaderService is %q, want the Service %s (it has no selector: the leader writes its EndpointSlices)", ctl.LeaderService, want)
 	}
-	for k, v := range selector {
-		if labels[k] != v {
-			return false
+	if got := ctl.AdvertiseAddresses; got != checkPodIPs {
+		return fmt.Errorf("advertiseAddresses must be the pod's status.podIPs (env %s), got %q", config.PodIPsEnv, got)
+	}
+	if ctl.QueryAddress != "" {
+		if err := secretFile(pod, ctr, ctl.TLSCAFile, TLSSecretName); err != nil {
+			return fmt.Errorf("tlsCAFile: %w", err)
 		}
 	}
-	return true
+	sa := pod.ServiceAccountName
+	need := []struct{ group, resource, verb, name string }{
+		{"", "services", "get", svc.Name},
+		{"discovery.k8s.io", "endpointslices", "get", ""},
+		{"discovery.k8s.io", "endpointslices", "list", ""},
+		{"discovery.k8s.io", "endpointslices", "watch", ""},
+		{"discovery.k8s.io", "endpointslices", "create", ""},
+	}
+	for _, name := range leaderendpoints.SliceNames(svc.Name) {
+		need = append(need, struct{ group, resource, verb, name string }{"discovery.k8s.io", "endpointslices", "update", name},
+			struct{ group, resource, verb, name string }{"discovery.k8s.io", "endpointslices", "delete", name})
+	}
+	for _, n := range need {
+		if !c.allows(svc.Namespace, sa, n.group, n.resource, n.verb, n.name) {
+			return fmt.Errorf("service account %s may not %s %s %q in %s (leaderService)", sa, n.verb, n.resource, n.name, svc.Namespace)
+		}
+	}
+	return nil
+}
+
+// checkTierctl: tierctl run in the controller's pods (kubectl exec) reaches
+// that replica's query API, trusts its certificate and may query.
+func (c *checker) checkTierctl(pod *corev1.PodSpec, ctr *corev1.Container, ctl config.Controller) error {
+	if ctl.QueryAddress == "" {
+		return nil
+	}
+	env := map[string]string{}
+	for _, e := range ctr.Env {
+		env[e.Name] = e.Value
+	}
+	host, port, err := net.SplitHostPort(env["TIERCTL_CONTROLLER"])
+	_, queryPort, _ := net.SplitHostPort(ctl.QueryAddress)
+	if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() || port != queryPort {
+		return fmt.Errorf("TIERCTL_CONTROLLER %q must be a loopback address with the port of queryAddress %q", env["TIERCTL_CONTROLLER"], ctl.QueryAddress)
+	}
+	if err := secretFile(pod, ctr, env["TIERCTL_CONTROLLER_CA_FILE"], TLSSecretName); err != nil {
+		return fmt.Errorf("TIERCTL_CONTROLLER_CA_FILE: %w", err)
+	}
+	if want := ControllerName + "." + Namespace + serviceDNSSuffix; env["TIERCTL_CONTROLLER_SERVER_NAME"] != want {
+		return fmt.Errorf("TIERCTL_CONTROLLER_SERVER_NAME %q must be %q (the certificate's)", env["TIERCTL_CONTROLLER_SERVER_NAME"], want)
+	}
+	if !c.allows(Namespace, pod.ServiceAccountName, "tierflow.io", "queries", "get", "policies") {
+		return fmt.Errorf("service account %s may not get queries.tierflow.io (tierctl authenticates with its token)", pod.ServiceAccountName)
+	}
+	return nil
+}
+
+// allows evaluates the manifest's RBAC: whether service account ns/sa may
+// verb the resource named name (empty: any) in namespace ns, through a Role
+// or ClusterRole bound to it.
+func (c *checker) allows(ns, sa, group, resource, verb, name string) bool {
+	bound := func(subjects []rbacv1.Subject) bool {
+		return slices.ContainsFunc(subjects, func(s rbacv1.Subject) bool {
+			return s.Kind == "ServiceAccount" && s.Name == sa && s.Namespace == Namespace
+		})
+	}
+	matches := func(rules []rbacv1.PolicyRule) bool {
+		for _, r := range rules {
+			in := func(list []string, v string) bool { return slices.Contains(list, v) || slices.Contains(list, "*") }
+			if in(r.APIGroups, group) && in(r.Resources, resource) && in(r.Verbs, verb) &&
+				(len(r.ResourceNames) == 0 || (name != "" && slices.Contains(r.ResourceNames, name))) {
+				return true
+			}
+		}
+		return false
+	}
+	roleRules := func(ref rbacv1.RoleRef, bindingNS string) []rbacv1.PolicyRule {
+		if ref.Kind == "ClusterRole" {
+			if r, ok := c.typed["ClusterRole//"+ref.Name].(*rbacv1.ClusterRole); ok {
+				return r.Rules
+			}
+			return nil
+		}
+		if r, ok := c.typed["Role/"+bindingNS+"/"+ref.Name].(*rbacv1.Role); ok {
+			return r.Rules
+		}
+		return nil
+	}
+	for _, o := range c.typed {
+		switch b := o.(type) {
+		case *rbacv1.ClusterRoleBinding:
+			if bound(b.Subjects) && matches(roleRules(b.RoleRef, "")) {
+				return true
+			}
+		case *rbacv1.RoleBinding:
+			if b.Namespace == ns && bound(b.Subjects) && matches(roleRules(b.RoleRef, b.Namespace)) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // checkLease: the Role allows the Lease the configuration names, where it

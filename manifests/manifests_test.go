@@ -58,12 +58,18 @@ func TestRenderedConfigurationIsAccepted(t *testing.T) {
 	if !ctl.LeaderElection.Enabled || ctl.LeaderElection.LeaseName != "tierflow-controller" || ctl.AgentTokenAudience != "tierflow" {
 		t.Errorf("controller configuration %+v", ctl)
 	}
+	// Both replicas are reachable by the other (forwarding) and the leader
+	// points the Service at its pod IPs.
+	if ctl.QueryAddress != ":10352" || ctl.LeaderService != "kube-system/tierflow-controller" || ctl.AdvertiseAddresses != checkPodIPs || ctl.TLSCAFile != "/etc/tierflow/tls/ca.crt" {
+		t.Errorf("controller configuration %+v", ctl)
+	}
 	if agent.NodeName != checkNodeName || agent.DatapathType != config.DatapathSystem || agent.ControllerAddress != checkClusterIP+":10349" || agent.StateDir != "/var/lib/tierflow/agent" {
 		t.Errorf("agent configuration %+v", agent)
 	}
-	// CRDs, RBAC (with the unbound tierflow-query ClusterRole), ConfigMap,
-	// controller Service and Deployment, agent DaemonSet.
-	if len(checked.Objects) != 3+9+1+2+1 {
+	// CRDs, RBAC (with the tierflow-query ClusterRole, bound to the
+	// controller only), ConfigMap, controller Service and Deployment, agent
+	// DaemonSet.
+	if len(checked.Objects) != 3+12+1+2+1 {
 		t.Errorf("%d objects", len(checked.Objects))
 	}
 
@@ -133,6 +139,14 @@ func TestCheckCatchesBrokenManifests(t *testing.T) {
 		{"no service env", "$(TIERFLOW_CONTROLLER_SERVICE_HOST)", "$(CONTROLLER_HOST)", "controllerAddress"},
 		{"socket dir", "mountPath: /run/openvswitch", "mountPath: /var/run/ovs", "OVSDB socket directory"},
 		{"metrics port", "containerPort: 10351", "containerPort: 10999", "metricsAddress"},
+		{"Service with a selector", "  type: ClusterIP\n", "  type: ClusterIP\n  selector:\n    app.kubernetes.io/component: controller\n", "must have no selector"},
+		{"Service port name", "    - name: agents\n      port: 10349", "    - name: grpc\n      port: 10349", `first port must be named "agents"`},
+		{"query API on loopback", `queryAddress: ":10352"`, `queryAddress: "127.0.0.1:10352"`, "must listen on advertiseAddresses"},
+		{"query port", "containerPort: 10352", "containerPort: 10353", "queryAddress"},
+		{"no pod IPs", "- name: POD_IPS", "- name: POD_IP", "advertiseAddresses"},
+		{"slice names", "resourceNames: [tierflow-controller-ipv4, tierflow-controller-ipv6]", "resourceNames: [tierflow-controller-ipv4]", `update endpointslices "tierflow-controller-ipv6"`},
+		{"tierctl server name", "value: tierflow-controller.kube-system.svc", "value: tierflow-controller", "TIERCTL_CONTROLLER_SERVER_NAME"},
+		{"tierctl not bound", "  name: tierflow-query\nsubjects:", "  name: tierflow-agent\nsubjects:", "may not get queries.tierflow.io"},
 		{"missing ServiceAccount", "  name: tierflow-agent\n  namespace: kube-system\n  labels:\n    app.kubernetes.io/name: tierflow\n    app.kubernetes.io/component: agent\n---", "  name: tierflow-agent-x\n  namespace: kube-system\n  labels:\n    app.kubernetes.io/name: tierflow\n    app.kubernetes.io/component: agent\n---", "ServiceAccount kube-system/tierflow-agent is missing"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

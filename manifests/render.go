@@ -34,7 +34,7 @@ type Values struct {
 	AgentPort             int // controller port the agents connect to (and the Service's)
 	ControllerMetricsPort int
 	AgentMetricsPort      int // on every node: the agent runs on the host network
-	QueryPort             int // tierctl's queries, on the controller's loopback
+	QueryPort             int // tierctl's queries: the controller's query API (and the Service's port)
 	// PodMTU is the agent's cni.mtu: 0 keeps the kernel default.
 	PodMTU int
 }

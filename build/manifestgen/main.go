@@ -23,7 +23,7 @@ func main() {
 	flag.IntVar(&v.AgentPort, "agent-port", v.AgentPort, "port the controller serves agents on")
 	flag.IntVar(&v.ControllerMetricsPort, "controller-metrics-port", v.ControllerMetricsPort, "controller /metrics, /healthz, /readyz port (host network)")
 	flag.IntVar(&v.AgentMetricsPort, "agent-metrics-port", v.AgentMetricsPort, "agent /metrics, /healthz, /readyz port (host network)")
-	flag.IntVar(&v.QueryPort, "query-port", v.QueryPort, "controller's loopback port for tierctl")
+	flag.IntVar(&v.QueryPort, "query-port", v.QueryPort, "controller's query API port for tierctl (host network, every address; in the Service too)")
 	flag.IntVar(&v.PodMTU, "pod-mtu", v.PodMTU, "MTU of pod interfaces; 0 keeps the kernel default")
 	flag.Parse()
 	if flag.NArg() > 0 {

@@ -59,7 +59,7 @@ func Bind[T any](fs *pflag.FlagSet, defaults T, validate func(*T) error) *Bindin
 // BindController binds the controller's configuration to cmd's flags.
 func BindController(cmd *cobra.Command) *Binding[Controller] {
 	b := Bind(cmd.Flags(), DefaultController(), (*Controller).Validate)
-	b.defaultOrigin = map[string]string{"identity": "env " + PodNameEnv + " or the hostname"}
+	b.defaultOrigin = map[string]string{"identity": "env " + PodNameEnv + " or the hostname", "advertiseAddresses": "env " + PodIPsEnv}
 	return b
 }
 

@@ -3,6 +3,7 @@ package config
 import (
 	"bytes"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -22,7 +23,7 @@ func clearEnv(t *testing.T) {
 	t.Helper()
 	for _, kv := range os.Environ() {
 		name, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(name, EnvPrefix) || name == NodeNameEnv || name == PodNameEnv {
+		if strings.HasPrefix(name, EnvPrefix) || name == NodeNameEnv || name == PodNameEnv || name == PodIPsEnv {
 			t.Setenv(name, "") // restores the old value after the test
 			os.Unsetenv(name)
 		}
@@ -105,6 +106,29 @@ func TestControllerIdentity(t *testing.T) {
 	if cfg, err = loadController(t, "--id=replica-2", "--leader-elect-namespace=tierflow", "--leader-elect-name=lease"); err != nil ||
 		cfg.Identity != "replica-2" || cfg.LeaderElection.LeaseNamespace != "tierflow" || cfg.LeaderElection.LeaseName != "lease" {
 		t.Fatalf("flags %+v %v", cfg, err)
+	}
+}
+
+// TestControllerLeaderService: the addresses come from POD_IPS (the
+// Deployment's status.podIPs) unless set, and leaderService with its
+// listeners on every address is accepted.
+func TestControllerLeaderService(t *testing.T) {
+	clearEnv(t)
+	t.Setenv(PodIPsEnv, "10.0.0.5,fd00::5")
+	file := writeFile(t, "leaderService: kube-system/tierflow-controller\nqueryAddress: \":10352\"\ntlsCAFile: /etc/tierflow/tls/ca.crt\n")
+	cfg, err := loadController(t, "--config", file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, name := cfg.LeaderServiceName()
+	if got := fmt.Sprint(cfg.Advertised()); got != "[10.0.0.5 fd00::5]" || ns != "kube-system" || name != "tierflow-controller" {
+		t.Errorf("addresses %s, service %s/%s", got, ns, name)
+	}
+	if cfg, err = loadController(t, "--config", file, "--advertise-addresses=192.0.2.7", "--query-address=192.0.2.7:10352", "--agent-listen-address=192.0.2.7:10349"); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(cfg.Advertised()); got != "[192.0.2.7]" {
+		t.Errorf("addresses from the flag: %s", got)
 	}
 }
 
@@ -279,6 +303,16 @@ func TestRejections(t *testing.T) {
 		{name: "empty listen address", args: []string{"--agent-listen-address="}, want: []string{"agentListenAddress", "must not be empty"}},
 		{name: "bad lease name", file: "leaderElection:\n  leaseName: Not_A_Name\n", want: []string{"leaderElection.leaseName", "valid Kubernetes name"}},
 		{name: "missing tls key", args: []string{"--tls-key-file="}, want: []string{"tlsKeyFile", "must not be empty"}},
+		{name: "bad advertise address", args: []string{"--advertise-addresses=10.0.0.5,nope"}, want: []string{"advertiseAddresses", "IP addresses", "from flag --advertise-addresses"}},
+		{name: "loopback advertise address", args: []string{"--advertise-addresses=127.0.0.1"}, want: []string{"advertiseAddresses", "loopback"}},
+		{name: "two addresses of a family", env: map[string]string{PodIPsEnv: "10.0.0.5,10.0.0.6"}, want: []string{"advertiseAddresses", "one address per IP family", "from env POD_IPS"}},
+		{name: "leader service without addresses", args: []string{"--leader-service=kube-system/tierflow-controller"}, want: []string{"advertiseAddresses", "POD_IPS"}},
+		{name: "leader service without namespace", args: []string{"--leader-service=tierflow-controller"}, want: []string{"leaderService", "NAMESPACE/NAME"}},
+		{name: "query API on loopback with leader service", env: map[string]string{PodIPsEnv: "10.0.0.5"}, args: []string{"--leader-service=kube-system/tierflow-controller", "--tls-ca-file=/ca.crt"},
+			want: []string{`invalid queryAddress "127.0.0.1:10352"`, "must listen on advertiseAddresses"}},
+		{name: "IPv4-only listener with an IPv6 address", env: map[string]string{PodIPsEnv: "10.0.0.5,fd00::5"}, args: []string{"--leader-service=kube-system/tierflow-controller", "--tls-ca-file=/ca.crt", "--query-address=0.0.0.0:10352"},
+			want: []string{"queryAddress", "must listen on advertiseAddresses"}},
+		{name: "leader service without CA", env: map[string]string{PodIPsEnv: "10.0.0.5"}, args: []string{"--leader-service=kube-system/tierflow-controller", "--query-address=:10352"}, want: []string{"tlsCAFile", "must not be empty"}},
 
 		{name: "bad datapath", agent: true, file: "datapathType: dpdk\n", want: []string{`invalid datapathType "dpdk"`, `"system" or "netdev"`}},
 		{name: "bad datapath env", agent: true, env: map[string]string{"TIERFLOW_DATAPATH_TYPE": "kernel"}, want: []string{`"kernel"`, "from env TIERFLOW_DATAPATH_TYPE"}},

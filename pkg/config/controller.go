@@ -2,6 +2,8 @@ package config
 
 import (
 	"log/slog"
+	"net"
+	"net/netip"
 	"os"
 	"strings"
 	"time"
@@ -39,11 +41,26 @@ type Controller struct {
 	AgentServiceAccount string `json:"agentServiceAccount" flag:"agent-service-account" usage:"NAMESPACE/NAME of the agents' service account"`
 
 	MetricsAddress string `json:"metricsAddress" flag:"metrics-address" usage:"host:port serving /metrics, /healthz and /readyz; empty disables"`
-	// QueryAddress serves tierctl's queries (computed policies, explain).
-	// Loopback by default: the API is unauthenticated, tierctl runs in the
-	// controller's pod (kubectl exec) or through a port-forward.
+	// QueryAddress serves tierctl's queries (pkg/queryapi: HTTPS, every
+	// request authenticated and authorized). Loopback by default; the
+	// manifests listen on every address, so that the other replica can
+	// forward its queries to the leader.
 	QueryAddress string `json:"queryAddress" flag:"query-address" usage:"host:port of the API tierctl queries; empty disables"`
-	LogLevel     string `json:"logLevel" flag:"log-level" usage:"log level: debug, info, warn or error"`
+
+	// LeaderService is the selector-less Service the leader points at
+	// itself by writing its EndpointSlices
+	// (pkg/controller/leaderendpoints): agents reach the leader through
+	// it, and followers find the leader's query API in it.
+	LeaderService string `json:"leaderService" flag:"leader-service" usage:"NAMESPACE/NAME of the selector-less Service whose EndpointSlices the leader points at itself; empty: none"`
+	// AdvertiseAddresses are the addresses the leader publishes, at most
+	// one per IP family: in a pod, status.podIPs (the Deployment sets
+	// POD_IPS from it).
+	AdvertiseAddresses string `json:"advertiseAddresses" flag:"advertise-addresses" usage:"this replica's IP addresses, comma-separated, at most one per family, published in leaderService's EndpointSlices when it leads (default: env POD_IPS)"`
+	// TLSCAFile verifies the leader's query API when a follower forwards
+	// tierctl's queries to it (the leader presents tlsCertFile too).
+	TLSCAFile string `json:"tlsCAFile" flag:"tls-ca-file" usage:"PEM CA that signed tlsCertFile: a follower verifies the leader's query API with it when it forwards tierctl's queries"`
+
+	LogLevel string `json:"logLevel" flag:"log-level" usage:"log level: debug, info, warn or error"`
 }
 
 // LeaderElection configures the Lease that makes one controller replica
@@ -69,7 +86,8 @@ const (
 // manifests in manifests/.
 func DefaultController() Controller {
 	return Controller{
-		Identity: defaultIdentity(),
+		Identity:           defaultIdentity(),
+		AdvertiseAddresses: os.Getenv(PodIPsEnv),
 		LeaderElection: LeaderElection{
 			Enabled:        true,
 			LeaseNamespace: "kube-system",
@@ -163,12 +181,116 @@ func (c *Controller) Validate() error {
 	if err := checkPath("kubeconfig", c.Kubeconfig, false); err != nil {
 		return err
 	}
+	if err := c.validateLeaderService(); err != nil {
+		return err
+	}
 	return checkLogLevel("logLevel", c.LogLevel)
+}
+
+// validateLeaderService checks leaderService and what it needs: addresses
+// to publish, listeners on them, and the CA a follower verifies the leader
+// with.
+func (c *Controller) validateLeaderService() error {
+	addrs, err := parseAdvertiseAddresses(c.AdvertiseAddresses)
+	if err != nil {
+		return err
+	}
+	if c.LeaderService == "" {
+		return checkPath("tlsCAFile", c.TLSCAFile, false)
+	}
+	if ns, name, ok := strings.Cut(c.LeaderService, "/"); !ok ||
+		len(validation.IsDNS1123Label(ns)) > 0 || len(validation.IsDNS1035Label(name)) > 0 {
+		return &FieldError{Key: "leaderService", Value: c.LeaderService, Reason: "must be NAMESPACE/NAME of a Service, e.g. kube-system/tierflow-controller"}
+	}
+	if len(addrs) == 0 {
+		return &FieldError{Key: "advertiseAddresses", Value: c.AdvertiseAddresses,
+			Reason: "is required with leaderService (the addresses the leader publishes): set POD_IPS from status.podIPs, TIERFLOW_ADVERTISE_ADDRESSES or --advertise-addresses"}
+	}
+	// The published ports must be reachable at the published addresses.
+	for _, l := range []struct{ key, addr string }{{"agentListenAddress", c.AgentListenAddress}, {"queryAddress", c.QueryAddress}} {
+		if l.addr != "" && !listensOn(l.addr, addrs) {
+			return &FieldError{Key: l.key, Value: l.addr,
+				Reason: "must listen on advertiseAddresses (" + c.AdvertiseAddresses + ") with leaderService set: leave the host empty, e.g. :10352"}
+		}
+	}
+	if c.QueryAddress != "" {
+		return checkPath("tlsCAFile", c.TLSCAFile, true)
+	}
+	return checkPath("tlsCAFile", c.TLSCAFile, false)
+}
+
+// Advertised returns AdvertiseAddresses parsed (valid after Validate).
+func (c *Controller) Advertised() []netip.Addr {
+	addrs, _ := parseAdvertiseAddresses(c.AdvertiseAddresses)
+	return addrs
+}
+
+// LeaderServiceName splits LeaderService (valid after Validate).
+func (c *Controller) LeaderServiceName() (namespace, name string) {
+	namespace, name, _ = strings.Cut(c.LeaderService, "/")
+	return namespace, name
+}
+
+// parseAdvertiseAddresses parses a comma-separated list of IP addresses
+// (status.podIPs as the downward API renders it), at most one per family.
+func parseAdvertiseAddresses(v string) ([]netip.Addr, error) {
+	var out []netip.Addr
+	families := map[bool]bool{}
+	for _, f := range strings.Split(v, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		a, err := netip.ParseAddr(f)
+		if err != nil || a.Zone() != "" || a.IsUnspecified() {
+			return nil, &FieldError{Key: "advertiseAddresses", Value: v, Reason: "must be IP addresses separated by commas, e.g. 10.0.0.5,fd00::5"}
+		}
+		if a.IsLoopback() || a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast() {
+			// The API server refuses them in EndpointSlices.
+			return nil, &FieldError{Key: "advertiseAddresses", Value: v, Reason: "must not hold loopback or link-local addresses (EndpointSlices cannot)"}
+		}
+		a = a.Unmap()
+		if families[a.Is4()] {
+			return nil, &FieldError{Key: "advertiseAddresses", Value: v, Reason: "must hold at most one address per IP family"}
+		}
+		families[a.Is4()] = true
+		out = append(out, a)
+	}
+	return out, nil
+}
+
+// listensOn reports whether a listener on host:port accepts connections
+// to every address of addrs.
+func listensOn(hostPort string, addrs []netip.Addr) bool {
+	host, _, err := net.SplitHostPort(hostPort)
+	if err != nil {
+		return false
+	}
+	if host == "" || host == "::" {
+		return true // Go listens on both families
+	}
+	a, err := netip.ParseAddr(host)
+	if err != nil {
+		return false
+	}
+	if a.Unmap() == netip.IPv4Unspecified() {
+		for _, x := range addrs {
+			if !x.Is4() {
+				return false
+			}
+		}
+		return true
+	}
+	return len(addrs) == 1 && a.Unmap() == addrs[0]
 }
 
 // PodNameEnv is the environment variable the controller's identity
 // defaults to; the Deployment sets it from metadata.name.
 const PodNameEnv = "POD_NAME"
+
+// PodIPsEnv is the environment variable advertiseAddresses defaults to;
+// the Deployment sets it from status.podIPs.
+const PodIPsEnv = "POD_IPS"
 
 func defaultIdentity() string {
 	if v := os.Getenv(PodNameEnv); v != "" {

@@ -27,18 +27,20 @@ func Reference(defaults any) string {
 // ReferenceDoc is docs/configuration.md of this package: both components'
 // Reference tables. The agent's node name default is shown as NODE_NAME's
 // role rather than its value on the machine generating the document, and
-// so is the controller's identity.
+// so are the controller's identity and addresses.
 func ReferenceDoc() string {
 	agent := DefaultAgent()
 	agent.NodeName = ""
 	controller := DefaultController()
 	controller.Identity = ""
+	controller.AdvertiseAddresses = ""
 	return "# tierflow configuration reference\n\n" +
 		"Generated from `pkg/config` by `go test ./pkg/config -run TestReferenceDocUpToDate -update`; do not edit.\n\n" +
 		"Precedence, highest first: flags > `TIERFLOW_*` environment > the `--config` YAML file > defaults.\n" +
 		"Unknown file keys and invalid values stop the component at start.\n\n" +
 		"## tierflow-controller\n\n" +
-		"The identity defaults to the environment variable `POD_NAME` (set by the Deployment from `metadata.name`), else the hostname.\n\n" +
+		"The identity defaults to the environment variable `POD_NAME` (set by the Deployment from `metadata.name`), else the hostname; " +
+		"`advertiseAddresses` to `POD_IPS` (set by the Deployment from `status.podIPs`).\n\n" +
 		Reference(controller) +
 		"\n## tierflow-agent\n\n" +
 		"The node name defaults to the environment variable `NODE_NAME` (set by the DaemonSet from `spec.nodeName`).\n\n" +

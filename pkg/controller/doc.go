@@ -25,6 +25,11 @@
 // discovery every Config.CRDPollInterval; its informer starts once the API
 // server serves the kind (which it does only when the CRD is Established).
 //
-// Only one replica may write: RunWithLeaderElection runs a controller while
-// holding a coordination.k8s.io Lease and stops it when the lease is lost.
+// Only one replica may write: an Elector runs a controller while holding a
+// coordination.k8s.io Lease and stops it when the lease is lost. The other
+// replicas stand by; the Elector tells them who leads (Holder, where they
+// forward tierctl's queries) and whether they could take over
+// (StandingBy: they read the Lease within the last lease duration), which
+// is what a follower's /readyz reports. The leader points the controller's
+// Service at itself (package leaderendpoints).
 package controller

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/tierflow/tierflow/pkg/controller"
 	"github.com/tierflow/tierflow/test/kubeapi"
@@ -18,6 +20,7 @@ import (
 // loop that builds a fresh Controller per term.
 type replica struct {
 	id      string
+	elector *controller.Elector
 	cancel  context.CancelFunc
 	done    chan error
 	current chan *controller.Controller // the controller of the current term
@@ -28,11 +31,16 @@ func startReplica(t *testing.T, c *kubeapi.Cluster, id string) *replica {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &replica{id: id, cancel: cancel, done: make(chan error, 1), current: make(chan *controller.Controller, 1)}
+	var err error
+	r.elector, err = controller.NewElector(c.Kube, controller.LeaderElection{
+		Namespace: "kube-system", Name: "tierflow-controller", Identity: id,
+		LeaseDuration: 8 * time.Second, RenewDeadline: 6 * time.Second, RetryPeriod: 500 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	go func() {
-		r.done <- controller.RunWithLeaderElection(ctx, c.Kube, controller.LeaderElection{
-			Namespace: "kube-system", Name: "tierflow-controller", Identity: id,
-			LeaseDuration: 8 * time.Second, RenewDeadline: 6 * time.Second, RetryPeriod: 500 * time.Millisecond,
-		}, func(ctx context.Context) {
+		r.done <- r.elector.Run(ctx, func(ctx context.Context) {
 			ctl, err := controller.New(controller.Config{Kube: c.Kube, Policy: c.Policy, Identity: id, CRDPollInterval: 200 * time.Millisecond})
 			if err != nil {
 				t.Errorf("%s: %v", id, err)
@@ -70,7 +78,8 @@ func statusManagers(fields []metav1.ManagedFieldsEntry) []string {
 }
 
 // TestOnlyTheLeaderWrites runs two replicas with leader election: only the
-// lease holder writes status; when it stops, the other takes over.
+// lease holder writes status; when it stops, the other takes over. Both
+// see who leads and stand by (they read the Lease).
 func TestOnlyTheLeaderWrites(t *testing.T) {
 	c := kubeapi.Start(t, kubeapi.WithCRDs())
 	ctx := context.Background()
@@ -128,6 +137,14 @@ func TestOnlyTheLeaderWrites(t *testing.T) {
 		t.Fatalf("follower %s started a controller (%s) while %s leads", follower.id, ctl.Identity(), leader.id)
 	default:
 	}
+	eventually(t, "both replicas see the leader and stand by", func() error {
+		for _, r := range []*replica{leader, follower} {
+			if h := r.elector.Holder(); h != leader.id || !r.elector.StandingBy() {
+				return fmt.Errorf("%s: holder %q, standing by %v", r.id, h, r.elector.StandingBy())
+			}
+		}
+		return nil
+	})
 
 	// The leader stops (releasing the lease); the follower takes over and
 	// handles the next change.
@@ -164,10 +181,41 @@ func TestOnlyTheLeaderWrites(t *testing.T) {
 		}
 		return nil
 	})
+	if h := follower.elector.Holder(); h != follower.id {
+		t.Errorf("new leader sees holder %q", h)
+	}
 	if n := counter(t, follower.ctl, "tierflow_controller_status_writes_total", nil); n < 2 {
 		t.Errorf("new leader counted %v status writes, want at least one per twin", n)
 	}
 	if n := counter(t, leader.ctl, "tierflow_controller_status_writes_total", nil); n != oldLeaderWrites || n == 0 {
 		t.Errorf("first leader's status writes: %v at its stop, %v now (want unchanged and non-zero)", oldLeaderWrites, n)
+	}
+}
+
+// TestElectorWithoutAPIServerDoesNotStandBy: a replica that cannot read
+// the Lease could not take over, so it is not a standby (its /readyz
+// fails).
+func TestElectorWithoutAPIServerDoesNotStandBy(t *testing.T) {
+	kube, err := kubernetes.NewForConfig(&rest.Config{Host: "https://127.0.0.1:1", Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := controller.NewElector(kube, controller.LeaderElection{
+		Namespace: "kube-system", Name: "tierflow-controller", Identity: "lonely",
+		LeaseDuration: 2 * time.Second, RenewDeadline: time.Second, RetryPeriod: 100 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	if err := e.Run(ctx, func(context.Context) { t.Error("led without an API server") }); err != nil {
+		t.Fatal(err)
+	}
+	if e.StandingBy() || e.Holder() != "" {
+		t.Errorf("standing by %v, holder %q without an API server", e.StandingBy(), e.Holder())
+	}
+	if err := e.Run(context.Background(), nil); err == nil {
+		t.Error("a second Run was accepted")
 	}
 }

@@ -32,5 +32,20 @@
 // is 502 "node NODE unreachable", no answer within 20 s is 504. No
 // listener is opened on nodes.
 //
+// Only the leading controller replica has answers (the others compute
+// nothing). The other replica's query API forwards every request to the
+// leader's (WithForwarding), so tierctl run in either pod (kubectl exec
+// lands in any pod of the Deployment) gets the leader's answer: the
+// request goes unchanged, its bearer token included, and the leader
+// authenticates and authorizes it as if it had been made to it; the answer
+// comes back unchanged with the header Tierflow-Leader. The follower finds
+// the leader from the Lease holder and the leader's EndpointSlice of the
+// controller Service (pkg/controller/leaderendpoints), dials its address
+// and verifies its certificate against the CA, by the DNS name of the
+// serving certificate both replicas share (LeaderTLS). It answers itself
+// only to say why it cannot forward: 503 when no leader is known (none
+// elected, or the new one has not published its address yet) and 502 when
+// the leader does not answer. A request is forwarded at most once.
+//
 // Client is the Go client tierctl uses.
 package queryapi
