@@ -4,7 +4,7 @@
 // authentication, realization reports), client (agent side: the stream,
 // the Receiver interface the agent implements, the on-disk state via
 // pkg/agent/statestore) and disttest (test helpers: TLS material, a
-// cuttable TCP proxy). pkg/agent/fake is a datapath-less agent on top of
+// cuttable TCP proxy). pkg/agent/nodatapath is a datapath-less agent on top of
 // client. The tests in this directory run a compute engine, a TLS server
 // and several agents in one process.
 package distribution

@@ -13,7 +13,7 @@ const (
 	// DatapathOVS: the agent programs an Open vSwitch bridge.
 	DatapathOVS = "ovs"
 	// DatapathNone: no datapath; the agent only keeps the rule cache and
-	// reports every policy realized (fan-out tests, see pkg/agent/fake).
+	// reports every policy realized (fan-out tests, see pkg/agent/nodatapath).
 	DatapathNone = "none"
 )
 

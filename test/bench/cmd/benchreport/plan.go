@@ -120,7 +120,7 @@ func plan(quick bool) []*Run {
 		Description: "TCP throughput between two pods on one bridge (userspace datapath), no policy vs 1000 rules realized, in one run",
 		Package:     pkg, Bench: "^BenchmarkDatapathThroughput$", Timeout: 20 * time.Minute, NeedsOVS: true})
 	add(&Run{ID: "fanout", Section: SectionFanout, Scenario: "fake agents", Scale: scale,
-		Description: "datapath-less agents (pkg/agent/fake) on the real distribution server; controller on a real kube-apiserver",
+		Description: "datapath-less agents (pkg/agent/nodatapath) on the real distribution server; controller on a real kube-apiserver",
 		Package:     pkg, Bench: "^BenchmarkFanout$", Timeout: 30 * time.Minute})
 	return runs
 }

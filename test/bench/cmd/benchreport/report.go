@@ -202,7 +202,7 @@ func (rep *Report) Markdown() string {
 					num(r, "no-policy-flows") + " / " + num(r, "rules-flows"), secs(r, "iperf-s") + " × " + num(r, "rounds") + " each"}
 			}},
 		{SectionFanout,
-			"pkg/controller on a real kube-apiserver, the distribution server (gRPC over TLS, static tokens) and datapath-less agents (pkg/agent/fake), all in one process. Initial: from the agents' start until each has exactly the policies spanning its node. Change: an AdminNetworkPolicy selecting every namespace created through the API, until every agent has it (median / maximum). Memory is the whole process (controller plus the agents' caches).",
+			"pkg/controller on a real kube-apiserver, the distribution server (gRPC over TLS, static tokens) and datapath-less agents (pkg/agent/nodatapath), all in one process. Initial: from the agents' start until each has exactly the policies spanning its node. Change: an AdminNetworkPolicy selecting every namespace created through the API, until every agent has it (median / maximum). Memory is the whole process (controller plus the agents' states).",
 			[]string{"scale", "agents", "pods", "initial convergence", "policy change p50", "policy change max", "changes", "heap in use", "peak RSS"},
 			func(r *Run) []string {
 				return []string{r.Scale, num(r, "agents"), num(r, "pods"), secs(r, "initial-s"), ms(r, "change-p50-ms"), ms(r, "change-max-ms"), num(r, "changes"),
