@@ -15,7 +15,7 @@ import (
 	certutil "k8s.io/client-go/util/cert"
 
 	"github.com/tierflow/tierflow/pkg/agent/runtime/query"
-	"github.com/tierflow/tierflow/pkg/agent/statestore"
+	"github.com/tierflow/tierflow/pkg/distribution/client/statestore"
 	"github.com/tierflow/tierflow/pkg/distribution/wire"
 	"github.com/tierflow/tierflow/pkg/model"
 )

@@ -22,9 +22,9 @@ import (
 	"sigs.k8s.io/network-policy-api/apis/v1alpha1"
 
 	"github.com/tierflow/tierflow/pkg/agent/nodatapath"
-	"github.com/tierflow/tierflow/pkg/agent/statestore"
 	"github.com/tierflow/tierflow/pkg/compute"
 	"github.com/tierflow/tierflow/pkg/distribution/client"
+	"github.com/tierflow/tierflow/pkg/distribution/client/statestore"
 	"github.com/tierflow/tierflow/pkg/distribution/disttest"
 	"github.com/tierflow/tierflow/pkg/distribution/server"
 	"github.com/tierflow/tierflow/pkg/distribution/wire"

@@ -20,9 +20,9 @@ import (
 	"github.com/tierflow/tierflow/pkg/agent/nodenet"
 	"github.com/tierflow/tierflow/pkg/agent/pipeline"
 	"github.com/tierflow/tierflow/pkg/agent/runtime/query"
-	"github.com/tierflow/tierflow/pkg/agent/statestore"
 	"github.com/tierflow/tierflow/pkg/config"
 	"github.com/tierflow/tierflow/pkg/distribution/client"
+	"github.com/tierflow/tierflow/pkg/distribution/client/statestore"
 	"github.com/tierflow/tierflow/pkg/distribution/wire"
 )
 

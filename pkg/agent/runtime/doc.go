@@ -1,6 +1,6 @@
 // Package runtime is tierflow-agent's top-level wiring: it connects the
 // controller stream (pkg/distribution/client, with the on-disk state of
-// pkg/agent/statestore) to the dataplane (pkg/agent/realizer on an OVS
+// its statestore) to the dataplane (pkg/agent/realizer on an OVS
 // bridge managed through pkg/ovs/ovsdb and pkg/ovs/openflow), and serves
 // Prometheus metrics and the local query API (package query).
 //

@@ -20,9 +20,9 @@ import (
 
 	"github.com/tierflow/tierflow/pkg/agent/runtime"
 	"github.com/tierflow/tierflow/pkg/agent/runtime/query"
-	"github.com/tierflow/tierflow/pkg/agent/statestore"
 	"github.com/tierflow/tierflow/pkg/compute"
 	"github.com/tierflow/tierflow/pkg/config"
+	"github.com/tierflow/tierflow/pkg/distribution/client/statestore"
 	"github.com/tierflow/tierflow/pkg/distribution/server"
 	"github.com/tierflow/tierflow/test/livecluster"
 )
