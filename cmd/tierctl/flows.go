@@ -17,9 +17,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tierflow/tierflow/pkg/agent/pipeline"
-	"github.com/tierflow/tierflow/pkg/agent/runtime/query"
 	"github.com/tierflow/tierflow/pkg/model"
 	"github.com/tierflow/tierflow/pkg/ovs/openflow"
+	"github.com/tierflow/tierflow/pkg/queryapi/agentquery"
 )
 
 const flowsLong = `Show the OpenFlow flows that realize a policy, a rule, a pod or a table on
@@ -122,7 +122,7 @@ func (o *flowsOptions) run(w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	f := query.FlowFilter{Table: o.table, Direction: dir}
+	f := agentquery.FlowFilter{Table: o.table, Direction: dir}
 	if o.pod != "" {
 		f.Pod = o.live.endpoint(o.pod)
 	}
@@ -166,15 +166,15 @@ func (o *flowsOptions) run(w io.Writer) error {
 }
 
 // pickRule finds one rule of policy by index (and direction) or by name.
-func pickRule(rules []query.Rule, policyID, dir, rule string) (query.Rule, error) {
+func pickRule(rules []agentquery.Rule, policyID, dir, rule string) (agentquery.Rule, error) {
 	idx, byIndex := -1, false
 	if n, err := strconv.Atoi(rule); err == nil {
 		if n < 0 {
-			return query.Rule{}, fmt.Errorf("rule %q: want an index (0, 1, ...) or a name", rule)
+			return agentquery.Rule{}, fmt.Errorf("rule %q: want an index (0, 1, ...) or a name", rule)
 		}
 		idx, byIndex = n, true
 	}
-	var found []query.Rule
+	var found []agentquery.Rule
 	seen := map[string]bool{}
 	for _, r := range rules {
 		if r.PolicyID != policyID || (dir != "" && string(r.Direction) != dir) {
@@ -191,14 +191,14 @@ func pickRule(rules []query.Rule, policyID, dir, rule string) (query.Rule, error
 	}
 	switch len(found) {
 	case 0:
-		return query.Rule{}, fmt.Errorf("rule %s not found (no flows realize a rule by that index or name)", rule)
+		return agentquery.Rule{}, fmt.Errorf("rule %s not found (no flows realize a rule by that index or name)", rule)
 	case 1:
 		return found[0], nil
 	}
-	return query.Rule{}, fmt.Errorf("rule %s is ambiguous (an ingress and an egress rule): give --direction", rule)
+	return agentquery.Rule{}, fmt.Errorf("rule %s is ambiguous (an ingress and an egress rule): give --direction", rule)
 }
 
-func writeFlows(w io.Writer, flows []query.Flow) error {
+func writeFlows(w io.Writer, flows []agentquery.Flow) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TABLE\tPRIORITY\tROLE\tRULE\tPACKETS\tBYTES\tFLOW")
 	for _, f := range flows {
@@ -311,7 +311,7 @@ func (o *flowsOptions) runCheck(ctx context.Context, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	installed, err := agent.Flows(ctx, query.FlowFilter{})
+	installed, err := agent.Flows(ctx, agentquery.FlowFilter{})
 	if err != nil {
 		return err
 	}
@@ -324,7 +324,7 @@ func (o *flowsOptions) runCheck(ctx context.Context, w io.Writer) error {
 		return err
 	}
 	rep := CheckReport{Node: o.node, Bridge: st.Bridge, Round: rules.Round, Policies: []PolicyCheck{}, MissingFlows: []FlowID{}, ExtraFlows: []FlowID{}}
-	ruleByID := map[uint32]query.Rule{}
+	ruleByID := map[uint32]agentquery.Rule{}
 	for _, r := range rules.Rules {
 		ruleByID[r.ID] = r
 	}
@@ -397,7 +397,7 @@ func (o *flowsOptions) runCheck(ctx context.Context, w io.Writer) error {
 			localPods[model.PodRef{Namespace: p.Namespace, Name: p.Name}] = true
 		}
 	}
-	agentHas := map[string]query.PolicyRealization{}
+	agentHas := map[string]agentquery.PolicyRealization{}
 	for _, p := range real.Policies {
 		agentHas[p.ID] = p
 	}
@@ -608,7 +608,7 @@ var (
 // dumpBridge reads the bridge's flows with ovs-ofctl (here, or by the agent
 // when it is reached through the controller), counted by cookie,
 // table and priority.
-func (o *flowsOptions) dumpBridge(ctx context.Context, agent *query.Client, bridge string) (map[flowKey]int, error) {
+func (o *flowsOptions) dumpBridge(ctx context.Context, agent *agentquery.Client, bridge string) (map[flowKey]int, error) {
 	if bridge == "" {
 		return nil, fmt.Errorf("node %s: the agent has no bridge (datapath none): nothing to check", o.node)
 	}

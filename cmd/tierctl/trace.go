@@ -15,9 +15,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tierflow/tierflow/pkg/agent/pipeline"
-	"github.com/tierflow/tierflow/pkg/agent/runtime/query"
 	"github.com/tierflow/tierflow/pkg/explain"
 	"github.com/tierflow/tierflow/pkg/model"
+	"github.com/tierflow/tierflow/pkg/queryapi/agentquery"
 )
 
 const traceLong = `Trace a new connection's first packet through the OVS pipeline with
@@ -126,15 +126,15 @@ type TraceStep struct {
 type agentView struct {
 	// client is the agent's query client; it runs ofproto/trace when
 	// agents are reached through the controller.
-	client *query.Client
+	client *agentquery.Client
 	node   string
-	status *query.Status
-	pods   *query.Pods
-	rules  map[uint32]query.Rule
+	status *agentquery.Status
+	pods   *agentquery.Pods
+	rules  map[uint32]agentquery.Rule
 }
 
 func (o *traceOptions) agents(ctx context.Context, srcName, dstName string) ([]*agentView, error) {
-	var clients []*query.Client
+	var clients []*agentquery.Client
 	if o.live.viaController() {
 		ctl, err := o.live.controllerClient()
 		if err != nil {
@@ -159,14 +159,14 @@ func (o *traceOptions) agents(ctx context.Context, srcName, dstName string) ([]*
 	} else {
 		sockets := o.live.agentSockets
 		if len(sockets) == 0 {
-			sockets = []string{query.DefaultSocket}
+			sockets = []string{agentquery.DefaultSocket}
 		}
 		for _, s := range sockets {
 			path := s
 			if _, p, ok := strings.Cut(s, "="); ok {
 				path = p
 			}
-			clients = append(clients, query.NewClient(path))
+			clients = append(clients, agentquery.NewClient(path))
 		}
 	}
 	var out []*agentView
@@ -185,7 +185,7 @@ func (o *traceOptions) agents(ctx context.Context, srcName, dstName string) ([]*
 		if err != nil {
 			return nil, fmt.Errorf("node %s: %w", st.Node, err)
 		}
-		av := &agentView{client: c, node: st.Node, status: st, pods: pods, rules: map[uint32]query.Rule{}}
+		av := &agentView{client: c, node: st.Node, status: st, pods: pods, rules: map[uint32]agentquery.Rule{}}
 		for _, r := range rules.Rules {
 			av.rules[r.ID] = r
 		}
@@ -223,7 +223,7 @@ func (o *traceOptions) run(w io.Writer) error {
 		return fmt.Errorf("unknown pod %s: attached on no node whose agent was reached (%s)", srcName, nodeList(agents))
 	}
 	var dstAgent *agentView
-	var dst *query.Pod
+	var dst *agentquery.Pod
 	var dstIPs []netip.Addr
 	if ip, err := netip.ParseAddr(dstName); err == nil {
 		dstIPs = []netip.Addr{ip.Unmap()}
@@ -300,7 +300,7 @@ func nodeList(agents []*agentView) string {
 }
 
 // findPod finds a local pod by NS/NAME, or by address.
-func findPod(agents []*agentView, name string, ip netip.Addr) (*agentView, *query.Pod) {
+func findPod(agents []*agentView, name string, ip netip.Addr) (*agentView, *agentquery.Pod) {
 	for _, a := range agents {
 		for i := range a.pods.Pods {
 			p := &a.pods.Pods[i]

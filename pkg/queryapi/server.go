@@ -33,7 +33,7 @@ type Source struct {
 	// and its caches are synced); nil means always.
 	Ready func() bool
 	// AgentQuery forwards a request of the agent query API
-	// (pkg/agent/runtime/query: path /v1/..., URL-encoded parameters) to
+	// (pkg/queryapi/agentquery: path /v1/..., URL-encoded parameters) to
 	// node's agent and returns its HTTP status and body; nil: the
 	// /v1/nodes/ endpoints answer 501. A context deadline error means the
 	// agent did not answer in time, any other error that it is unreachable.

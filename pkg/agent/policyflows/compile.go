@@ -10,6 +10,7 @@ import (
 	"github.com/tierflow/tierflow/pkg/agent/pipeline"
 	"github.com/tierflow/tierflow/pkg/model"
 	"github.com/tierflow/tierflow/pkg/ovs/openflow"
+	"github.com/tierflow/tierflow/pkg/queryapi/agentquery"
 )
 
 // Input is everything the agent knows: the span-filtered model objects and
@@ -22,29 +23,15 @@ type Input struct {
 	Pods            []pipeline.LocalPod
 }
 
-// RuleInfo describes the rule behind a rule ID: what a cookie's or a
-// ct_label's rule ID reads back to.
-type RuleInfo struct {
-	ID        uint32          `json:"id"`
-	Policy    model.PolicyRef `json:"policy"`
-	PolicyID  string          `json:"policyID"`
-	Tier      model.Tier      `json:"tier"`
-	Direction model.Direction `json:"direction"`
-	Index     int             `json:"index"`
-	Name      string          `json:"name,omitempty"`
-	Action    model.Action    `json:"action"`
-	Table     string          `json:"table"`
-	Priority  uint16          `json:"priority"`
-}
-
 // Result is one compilation.
 type Result struct {
 	// Flows are the policy tables' flows (rules, isolation, metrics).
 	Flows []openflow.Flow
 	// Keys are Flow.Key of each flow (same index), computed once.
 	Keys []string
-	// Rules maps every rule ID present in Flows' cookies to its rule.
-	Rules map[uint32]RuleInfo
+	// Rules maps every rule ID present in Flows' cookies to its rule, in
+	// the form the agent's query API answers with.
+	Rules map[uint32]agentquery.RuleInfo
 	// Warnings name rules that could not be compiled as written and how
 	// they were compiled instead (always towards denying).
 	Warnings []string
@@ -116,7 +103,7 @@ type placed struct {
 // Compile compiles the whole input. An error means nothing should change
 // on the bridge (the previous flows stay).
 func (c *Compiler) Compile(in Input) (Result, error) {
-	res := Result{Rules: map[uint32]RuleInfo{}}
+	res := Result{Rules: map[uint32]agentquery.RuleInfo{}}
 	pods := map[model.PodRef]pipeline.LocalPod{}
 	ports := map[uint32]model.PodRef{}
 	ips := map[netip.Addr]model.PodRef{}
@@ -226,7 +213,7 @@ func (c *Compiler) Compile(in Input) (Result, error) {
 			if pr.pol.Tier == model.TierNetworkPolicy {
 				p = pipeline.NetworkPolicyRulePriority
 			}
-			res.Rules[id] = RuleInfo{ID: id, Policy: pr.pol.Source, PolicyID: pr.pol.ID, Tier: pr.pol.Tier, Direction: pr.rule.Direction,
+			res.Rules[id] = agentquery.RuleInfo{ID: id, Policy: pr.pol.Source, PolicyID: pr.pol.ID, Tier: pr.pol.Tier, Direction: pr.rule.Direction,
 				Index: pr.rule.Index, Name: pr.rule.Name, Action: pr.rule.Action, Table: t.String(), Priority: p}
 			fp := c.fingerprint(in, pods, pr, id, p)
 			e := c.cache[pr.key]

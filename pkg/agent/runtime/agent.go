@@ -19,18 +19,18 @@ import (
 	"github.com/tierflow/tierflow/pkg/agent/nodatapath"
 	"github.com/tierflow/tierflow/pkg/agent/nodenet"
 	"github.com/tierflow/tierflow/pkg/agent/pipeline"
-	"github.com/tierflow/tierflow/pkg/agent/runtime/query"
 	"github.com/tierflow/tierflow/pkg/config"
 	"github.com/tierflow/tierflow/pkg/distribution/client"
 	"github.com/tierflow/tierflow/pkg/distribution/client/statestore"
 	"github.com/tierflow/tierflow/pkg/distribution/wire"
+	"github.com/tierflow/tierflow/pkg/queryapi/agentquery"
 )
 
 // Options configure an Agent.
 type Options struct {
 	// Config is the validated agent configuration (pkg/config).
 	Config *config.Agent
-	// Datapath is query.DatapathOVS (default) or query.DatapathNone.
+	// Datapath is agentquery.DatapathOVS (default) or agentquery.DatapathNone.
 	Datapath string
 	// QuerySocket is the unix socket of the query API; empty disables it.
 	QuerySocket string
@@ -94,10 +94,10 @@ func New(opts Options) (*Agent, error) {
 	}
 	switch opts.Datapath {
 	case "":
-		opts.Datapath = query.DatapathOVS
-	case query.DatapathOVS, query.DatapathNone:
+		opts.Datapath = agentquery.DatapathOVS
+	case agentquery.DatapathOVS, agentquery.DatapathNone:
 	default:
-		return nil, fmt.Errorf("agent: datapath %q: want %s or %s", opts.Datapath, query.DatapathOVS, query.DatapathNone)
+		return nil, fmt.Errorf("agent: datapath %q: want %s or %s", opts.Datapath, agentquery.DatapathOVS, agentquery.DatapathNone)
 	}
 	if opts.RetryInterval <= 0 {
 		opts.RetryInterval = 2 * time.Second
@@ -150,7 +150,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if a.opts.Datapath == query.DatapathNone {
+	if a.opts.Datapath == agentquery.DatapathNone {
 		a.none = nodatapath.New(a.cfg.NodeName)
 	}
 	// Serve health and queries at once: OVS may still be starting (its
@@ -161,7 +161,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	defer servers.close()
-	if a.opts.Datapath == query.DatapathOVS {
+	if a.opts.Datapath == agentquery.DatapathOVS {
 		d, err := a.openOVSRetrying(ctx)
 		if err != nil || d == nil {
 			return err

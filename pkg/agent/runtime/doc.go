@@ -2,7 +2,7 @@
 // controller stream (pkg/distribution/client, with the on-disk state of
 // its statestore) to the dataplane (pkg/agent/realizer on an OVS
 // bridge managed through pkg/ovs/ovsdb and pkg/ovs/openflow), and serves
-// Prometheus metrics and the local query API (package query).
+// Prometheus metrics and the local query API (pkg/queryapi/agentquery).
 //
 // # Start-up order, and why
 //

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tierflow/tierflow/pkg/agent/runtime/query"
+	"github.com/tierflow/tierflow/pkg/queryapi/agentquery"
 )
 
 // The endpoints below run the OVS tools on the node for tierctl, so that
@@ -28,7 +28,7 @@ func (a *Agent) registerOVSTools(mux *http.ServeMux) {
 			writeError(w, http.StatusInternalServerError, err.Error())
 			return
 		}
-		writeJSON(w, query.BridgeFlows{Bridge: a.cfg.BridgeName, Dump: out})
+		writeJSON(w, agentquery.BridgeFlows{Bridge: a.cfg.BridgeName, Dump: out})
 	})
 	mux.HandleFunc("GET /v1/ofproto-trace", func(w http.ResponseWriter, r *http.Request) {
 		if a.needOVS(w) == nil {
@@ -49,7 +49,7 @@ func (a *Agent) registerOVSTools(mux *http.ServeMux) {
 			writeError(w, http.StatusBadRequest, err.Error())
 			return
 		}
-		res := query.Trace{Flow: flow, Output: out, Rules: []query.Rule{}}
+		res := agentquery.Trace{Flow: flow, Output: out, Rules: []agentquery.Rule{}}
 		res.DatapathActions, res.Dropped, res.LeftBridge = traceVerdict(out, a.cfg.BridgeName)
 		writeJSON(w, res)
 	})

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/tierflow/tierflow/pkg/agent/pipeline"
-	"github.com/tierflow/tierflow/pkg/agent/runtime/query"
 	"github.com/tierflow/tierflow/pkg/model"
+	"github.com/tierflow/tierflow/pkg/queryapi/agentquery"
 )
 
 // placeholderMAC is the destination MAC of a traced packet to an address
@@ -28,10 +28,10 @@ var cookieRE = regexp.MustCompile(`cookie (0x[0-9a-f]+)`)
 // this bridge and names the rules whose flows it went through. Conntrack
 // is simulated as a new connection at each recirculation (the state a
 // first packet sees).
-func (d *ovsDatapath) trace(ctx context.Context, ctl, rundir string, req query.TraceRequest) (query.Trace, error) {
+func (d *ovsDatapath) trace(ctx context.Context, ctl, rundir string, req agentquery.TraceRequest) (agentquery.Trace, error) {
 	dst, err := netip.ParseAddr(req.Dst)
 	if err != nil {
-		return query.Trace{}, fmt.Errorf("dst %q: want an IP address", req.Dst)
+		return agentquery.Trace{}, fmt.Errorf("dst %q: want an IP address", req.Dst)
 	}
 	dst = dst.Unmap()
 	proto := strings.ToUpper(req.Protocol)
@@ -40,14 +40,14 @@ func (d *ovsDatapath) trace(ctx context.Context, ctl, rundir string, req query.T
 	}
 	l4 := map[string]string{"TCP": "tcp", "UDP": "udp", "SCTP": "sctp"}[proto]
 	if l4 == "" {
-		return query.Trace{}, fmt.Errorf("protocol %q: want TCP, UDP or SCTP", req.Protocol)
+		return agentquery.Trace{}, fmt.Errorf("protocol %q: want TCP, UDP or SCTP", req.Protocol)
 	}
 	if req.Port < 1 || req.Port > 65535 {
-		return query.Trace{}, fmt.Errorf("port %d: want 1..65535", req.Port)
+		return agentquery.Trace{}, fmt.Errorf("port %d: want 1..65535", req.Port)
 	}
 	ports, uplink, err := d.ports()
 	if err != nil {
-		return query.Trace{}, err
+		return agentquery.Trace{}, err
 	}
 	dstMAC := placeholderMAC
 	for _, p := range ports {
@@ -63,7 +63,7 @@ func (d *ovsDatapath) trace(ctx context.Context, ctl, rundir string, req query.T
 	if ns, name, isPod := strings.Cut(req.Src, "/"); isPod {
 		p, ok := d.pod(ns, name)
 		if !ok {
-			return query.Trace{}, fmt.Errorf("src pod %s has no port on this node", req.Src)
+			return agentquery.Trace{}, fmt.Errorf("src pod %s has no port on this node", req.Src)
 		}
 		inPort, srcMAC = p.OFPort, p.MAC.String()
 		for _, ip := range p.IPs {
@@ -73,19 +73,19 @@ func (d *ovsDatapath) trace(ctx context.Context, ctl, rundir string, req query.T
 			}
 		}
 		if !srcIP.IsValid() {
-			return query.Trace{}, fmt.Errorf("src pod %s has no address of %s's family", req.Src, dst)
+			return agentquery.Trace{}, fmt.Errorf("src pod %s has no address of %s's family", req.Src, dst)
 		}
 	} else {
 		// An address elsewhere: the packet arrives from the uplink.
 		if srcIP, err = netip.ParseAddr(req.Src); err != nil {
-			return query.Trace{}, fmt.Errorf("src %q: want NAMESPACE/POD or an IP address", req.Src)
+			return agentquery.Trace{}, fmt.Errorf("src %q: want NAMESPACE/POD or an IP address", req.Src)
 		}
 		srcIP = srcIP.Unmap()
 		if srcIP.Is4() != dst.Is4() {
-			return query.Trace{}, fmt.Errorf("src %s and dst %s are of different families", srcIP, dst)
+			return agentquery.Trace{}, fmt.Errorf("src %s and dst %s are of different families", srcIP, dst)
 		}
 		if uplink == 0 {
-			return query.Trace{}, fmt.Errorf("src %s is not a local pod and this bridge has no uplink", srcIP)
+			return agentquery.Trace{}, fmt.Errorf("src %s is not a local pod and this bridge has no uplink", srcIP)
 		}
 		inPort = uplink
 	}
@@ -110,12 +110,12 @@ func (d *ovsDatapath) trace(ctx context.Context, ctl, rundir string, req query.T
 	cmd.Env = append(os.Environ(), "OVS_RUNDIR="+rundir)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return query.Trace{}, fmt.Errorf("ofproto/trace %s: %v: %s", spec, err, strings.TrimSpace(string(out)))
+		return agentquery.Trace{}, fmt.Errorf("ofproto/trace %s: %v: %s", spec, err, strings.TrimSpace(string(out)))
 	}
 	r := d.current()
 	rules := r.Rules()
 	round := r.Round()
-	res := query.Trace{Flow: spec, Output: string(out), Rules: []query.Rule{}}
+	res := agentquery.Trace{Flow: spec, Output: string(out), Rules: []agentquery.Rule{}}
 	seen := map[uint32]bool{}
 	for _, m := range cookieRE.FindAllStringSubmatch(res.Output, -1) {
 		c, err := strconv.ParseUint(m[1], 0, 64)
@@ -125,7 +125,7 @@ func (d *ovsDatapath) trace(ctx context.Context, ctl, rundir string, req query.T
 		rd, _, id := pipeline.DecodeCookie(c)
 		if ri, ok := rules[id]; ok && rd == round && id != 0 && !seen[id] {
 			seen[id] = true
-			res.Rules = append(res.Rules, query.Rule{RuleInfo: ri, Cookie: fmt.Sprintf("%#x", pipeline.Cookie(round, pipeline.RoleAction, id))})
+			res.Rules = append(res.Rules, agentquery.Rule{RuleInfo: ri, Cookie: fmt.Sprintf("%#x", pipeline.Cookie(round, pipeline.RoleAction, id))})
 		}
 	}
 	res.DatapathActions, res.Dropped, res.LeftBridge = traceVerdict(res.Output, d.bridge)

@@ -1,10 +1,9 @@
-package query
+package agentquery
 
 import (
 	"net/netip"
 	"time"
 
-	"github.com/tierflow/tierflow/pkg/agent/policyflows"
 	"github.com/tierflow/tierflow/pkg/model"
 )
 
@@ -84,9 +83,27 @@ type Realization struct {
 	Policies []PolicyRealization `json:"policies"`
 }
 
+// RuleInfo describes the rule behind a rule ID: what a cookie's or a
+// ct_label's rule ID reads back to. The agent's flow compiler
+// (pkg/agent/policyflows) fills it as it allocates the IDs.
+type RuleInfo struct {
+	ID        uint32          `json:"id"`
+	Policy    model.PolicyRef `json:"policy"`
+	PolicyID  string          `json:"policyID"`
+	Tier      model.Tier      `json:"tier"`
+	Direction model.Direction `json:"direction"`
+	Index     int             `json:"index"`
+	Name      string          `json:"name,omitempty"`
+	Action    model.Action    `json:"action"`
+	// Table is the pipeline table the rule's flows are in (by name), and
+	// Priority their OpenFlow priority.
+	Table    string `json:"table"`
+	Priority uint16 `json:"priority"`
+}
+
 // Rule is one entry of the cookie → rule map.
 type Rule struct {
-	policyflows.RuleInfo
+	RuleInfo
 	// Cookie is the cookie of the rule's action flows (role "action");
 	// its clause and metric flows carry the same rule ID with another role.
 	Cookie string `json:"cookie"`
@@ -109,7 +126,7 @@ type Flow struct {
 	Role   string `json:"role"`
 	RuleID uint32 `json:"ruleID,omitempty"`
 	// Rule is the rule the cookie names, when it names one.
-	Rule *policyflows.RuleInfo `json:"rule,omitempty"`
+	Rule *RuleInfo `json:"rule,omitempty"`
 	// Text is the flow in ovs-ofctl syntax.
 	Text    string `json:"text"`
 	Packets uint64 `json:"packets"`
