@@ -1,13 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"net/netip"
-	"os/exec"
-	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -19,6 +16,7 @@ import (
 	"github.com/tierflow/tierflow/pkg/agent/pipeline"
 	"github.com/tierflow/tierflow/pkg/model"
 	"github.com/tierflow/tierflow/pkg/ovs/openflow"
+	"github.com/tierflow/tierflow/pkg/ovs/ovsctl"
 	"github.com/tierflow/tierflow/pkg/queryapi/agentquery"
 )
 
@@ -599,12 +597,6 @@ func sortFlowIDs(xs []FlowID) {
 	})
 }
 
-var (
-	dumpCookie   = regexp.MustCompile(`(?:^|[ ,])cookie=(0x[0-9a-fA-F]+)`)
-	dumpTable    = regexp.MustCompile(`(?:^|[ ,])table=([0-9]+)`)
-	dumpPriority = regexp.MustCompile(`(?:^|[ ,])priority=([0-9]+)`)
-)
-
 // dumpBridge reads the bridge's flows with ovs-ofctl (here, or by the agent
 // when it is reached through the controller), counted by cookie,
 // table and priority.
@@ -612,60 +604,29 @@ func (o *flowsOptions) dumpBridge(ctx context.Context, agent *agentquery.Client,
 	if bridge == "" {
 		return nil, fmt.Errorf("node %s: the agent has no bridge (datapath none): nothing to check", o.node)
 	}
+	var dump string
 	if o.live.viaController() {
 		// The same dump, run by the agent on its node.
 		d, err := agent.BridgeFlows(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("node %s: %w", o.node, err)
 		}
-		return parseDump(d.Dump)
+		dump = d.Dump
+	} else {
+		var err error
+		if dump, err = ovsctl.Run(ctx, o.live.ovsEnv(), "ovs-ofctl", ovsctl.DumpFlowsArgs(bridge)...); err != nil {
+			return nil, err
+		}
 	}
-	cmd := exec.CommandContext(ctx, "ovs-ofctl", "-O", "OpenFlow13", "--no-names", "--no-stats", "dump-flows", bridge)
-	cmd.Env = o.live.ovsEnv()
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("ovs-ofctl dump-flows %s: %v: %s", bridge, err, strings.TrimSpace(stderr.String()))
+	flows, err := ovsctl.ParseDumpFlows(dump)
+	if err != nil {
+		return nil, err
 	}
-	return parseDump(stdout.String())
-}
-
-func parseDump(out string) (map[flowKey]int, error) {
-	flows := map[flowKey]int{}
-	for _, line := range strings.Split(out, "\n") {
-		line = strings.TrimSpace(line)
-		if line == "" || strings.HasPrefix(line, "OFPST_FLOW") || strings.HasPrefix(line, "NXST_FLOW") {
-			continue
-		}
-		var k flowKey
-		// ovs-ofctl omits cookie=0, table=0 and priority=32768 (defaults).
-		k.priority = 32768
-		if m := dumpCookie.FindStringSubmatch(line); m != nil {
-			c, err := strconv.ParseUint(strings.TrimPrefix(m[1], "0x"), 16, 64)
-			if err != nil {
-				return nil, fmt.Errorf("dump-flows line %q: %v", line, err)
-			}
-			k.cookie = c
-		}
-		if m := dumpTable.FindStringSubmatch(line); m != nil {
-			n, err := strconv.ParseUint(m[1], 10, 8)
-			if err != nil {
-				return nil, fmt.Errorf("dump-flows line %q: %v", line, err)
-			}
-			k.table = uint8(n)
-		}
-		// The priority is part of the match, before " actions=".
-		match, _, _ := strings.Cut(line, " actions=")
-		if m := dumpPriority.FindStringSubmatch(match); m != nil {
-			n, err := strconv.ParseUint(m[1], 10, 16)
-			if err != nil {
-				return nil, fmt.Errorf("dump-flows line %q: %v", line, err)
-			}
-			k.priority = uint16(n)
-		}
-		flows[k]++
+	counts := map[flowKey]int{}
+	for _, f := range flows {
+		counts[flowKey{f.Cookie, f.Table, f.Priority}]++
 	}
-	return flows, nil
+	return counts, nil
 }
 
 func writeCheck(w io.Writer, rep *CheckReport) error {

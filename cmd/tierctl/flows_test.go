@@ -103,7 +103,7 @@ recirc(0x2) - resume conntrack with ct_state=new|trk
 Final flow: unchanged
 Datapath actions: drop
 `
-	tr := parseTrace(out, map[string]*agentView{})
+	tr := readTrace(out, map[string]*agentView{})
 	if tr.Verdict != "Dropped" {
 		t.Fatalf("raw verdict %q: the test input no longer shows the flooded-copy problem", tr.Verdict)
 	}
@@ -117,7 +117,7 @@ Datapath actions: drop
 		}
 	}
 
-	local := parseTrace(out[:strings.Index(out, `bridge("fabric")`)]+"Datapath actions: drop\n", map[string]*agentView{})
+	local := readTrace(out[:strings.Index(out, `bridge("fabric")`)]+"Datapath actions: drop\n", map[string]*agentView{})
 	confineToBridge(local, "n1")
 	if local.Verdict != "Dropped" {
 		t.Errorf("a trace that never left n1 keeps its verdict, got %q", local.Verdict)

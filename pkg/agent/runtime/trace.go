@@ -5,15 +5,12 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
-	"strconv"
 	"strings"
-	"time"
 
 	"github.com/tierflow/tierflow/pkg/agent/pipeline"
 	"github.com/tierflow/tierflow/pkg/model"
+	"github.com/tierflow/tierflow/pkg/ovs/ovsctl"
 	"github.com/tierflow/tierflow/pkg/queryapi/agentquery"
 )
 
@@ -21,8 +18,6 @@ import (
 // that is not a local pod's: the pipeline forwards by IP address, so any
 // unicast MAC does.
 const placeholderMAC = "02:00:00:00:00:01"
-
-var cookieRE = regexp.MustCompile(`cookie (0x[0-9a-f]+)`)
 
 // trace runs ovs-vswitchd's ofproto/trace for a new connection through
 // this bridge and names the rules whose flows it went through. Conntrack
@@ -99,61 +94,45 @@ func (d *ovsDatapath) trace(ctx context.Context, ctl, rundir string, req agentqu
 	}
 	spec += fmt.Sprintf(",%s=%s,%s=%s,%s_dst=%d", src, srcIP, dstField, dst, l4, req.Port)
 
-	target := ctl
-	if target == "" {
-		target = "ovs-vswitchd" // found through the pidfile in OVS_RUNDIR
-	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "ovs-appctl", "-t", target, "ofproto/trace", d.bridge, spec,
-		"--ct-next", "trk,new", "--ct-next", "trk,new")
-	cmd.Env = append(os.Environ(), "OVS_RUNDIR="+rundir)
-	out, err := cmd.CombinedOutput()
+	out, err := ovsctl.Run(ctx, ovsEnv(rundir), "ovs-appctl", ovsctl.TraceArgs(vswitchdTarget(ctl), d.bridge, spec)...)
 	if err != nil {
-		return agentquery.Trace{}, fmt.Errorf("ofproto/trace %s: %v: %s", spec, err, strings.TrimSpace(string(out)))
+		return agentquery.Trace{}, err
 	}
 	r := d.current()
 	rules := r.Rules()
 	round := r.Round()
-	res := agentquery.Trace{Flow: spec, Output: string(out), Rules: []agentquery.Rule{}}
+	tr := ovsctl.ParseTrace(out)
+	res := agentquery.Trace{Flow: spec, Output: out, Rules: []agentquery.Rule{}}
 	seen := map[uint32]bool{}
-	for _, m := range cookieRE.FindAllStringSubmatch(res.Output, -1) {
-		c, err := strconv.ParseUint(m[1], 0, 64)
-		if err != nil {
-			continue
-		}
-		rd, _, id := pipeline.DecodeCookie(c)
+	for _, s := range tr.Steps {
+		rd, _, id := pipeline.DecodeCookie(s.Cookie)
 		if ri, ok := rules[id]; ok && rd == round && id != 0 && !seen[id] {
 			seen[id] = true
 			res.Rules = append(res.Rules, agentquery.Rule{RuleInfo: ri, Cookie: fmt.Sprintf("%#x", pipeline.Cookie(round, pipeline.RoleAction, id))})
 		}
 	}
-	res.DatapathActions, res.Dropped, res.LeftBridge = traceVerdict(res.Output, d.bridge)
+	traceVerdict(&res, tr, d.bridge)
 	return res, nil
 }
 
-var traceBridgeRE = regexp.MustCompile(`(?m)^bridge\("([^"]+)"\)`)
-
-// traceVerdict reads ofproto/trace output for a packet traced on bridge:
-// the last "Datapath actions" line, whether the packet is dropped on this
-// bridge, and whether it left it. A packet that crossed a patch port into
-// another bridge left this one (the source node outputs to its uplink only
-// what its policy allowed); the passes after that belong to other bridges,
-// and to whichever copy a flooding fabric produced last, so they do not
-// decide.
-func traceVerdict(out, bridge string) (actions string, dropped, left bool) {
-	for _, line := range strings.Split(out, "\n") {
-		if a, ok := strings.CutPrefix(strings.TrimSpace(line), "Datapath actions:"); ok {
-			actions = strings.TrimSpace(a)
-		}
-	}
-	for _, m := range traceBridgeRE.FindAllStringSubmatch(out, -1) {
-		if m[1] != bridge {
-			return actions, false, true
-		}
-	}
-	return actions, actions == "drop" || actions == "", false
+// traceVerdict fills what a trace says of the packet on bridge, where it
+// started: the last datapath actions, whether bridge dropped it and
+// whether it left bridge for another (see ovsctl.Trace.LeftBridge).
+func traceVerdict(res *agentquery.Trace, tr *ovsctl.Trace, bridge string) {
+	res.DatapathActions, res.Dropped, res.LeftBridge = tr.FinalActions(), tr.DroppedOn(bridge), tr.LeftBridge(bridge)
 }
+
+// vswitchdTarget is ovs-appctl's target: the configured control socket,
+// or ovs-vswitchd, found through its pidfile in OVS_RUNDIR.
+func vswitchdTarget(ctl string) string {
+	if ctl == "" {
+		return "ovs-vswitchd"
+	}
+	return ctl
+}
+
+// ovsEnv is the environment of the OVS tools run against this agent's OVS.
+func ovsEnv(rundir string) []string { return append(os.Environ(), "OVS_RUNDIR="+rundir) }
 
 // ovsRundir is where OVS keeps its sockets and pidfiles: the OVSDB
 // socket's directory in every standard layout.
