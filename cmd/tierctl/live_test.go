@@ -20,6 +20,7 @@ import (
 	anpv1 "sigs.k8s.io/network-policy-api/apis/v1alpha1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/tierflow/tierflow/pkg/agent/audit"
 	"github.com/tierflow/tierflow/pkg/explain"
 	"github.com/tierflow/tierflow/pkg/queryapi"
 	"github.com/tierflow/tierflow/pkg/queryapi/agentquery"
@@ -267,7 +268,7 @@ func TestLive(t *testing.T) {
 				t.Errorf("check %s: local and through the controller differ:\nlocal %s\nremote %s", node, local, viaCtl)
 			}
 			out := mustTierctl(append(append([]string{"flows", "--node", node, "--check", "-o", "json"}, agents...), ctl...)...)
-			var rep CheckReport
+			var rep audit.Report
 			if err := json.Unmarshal([]byte(out), &rep); err != nil {
 				t.Fatal(err)
 			}
@@ -388,7 +389,7 @@ func TestLive(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "problem") {
 			t.Fatalf("check after deleting a flow: %v\n%s", err, out)
 		}
-		var rep CheckReport
+		var rep audit.Report
 		if err := json.Unmarshal([]byte(out), &rep); err != nil {
 			t.Fatal(err)
 		}

@@ -410,7 +410,7 @@ func readTrace(out string, byBridge map[string]*agentView) *NodeTrace {
 			s.Role = role.String()
 			if a != nil && rid != 0 {
 				if r, ok := a.rules[rid]; ok {
-					s.Rule = ruleName(r.Policy, r.Direction, r.Index, r.Name)
+					s.Rule = r.String()
 					s.Action = string(r.Action)
 				}
 			}

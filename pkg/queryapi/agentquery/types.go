@@ -1,6 +1,7 @@
 package agentquery
 
 import (
+	"fmt"
 	"net/netip"
 	"time"
 
@@ -99,6 +100,20 @@ type RuleInfo struct {
 	// Priority their OpenFlow priority.
 	Table    string `json:"table"`
 	Priority uint16 `json:"priority"`
+}
+
+// String names the rule as tooling prints it: POLICY ingress[INDEX]
+// (NAME), or egress.
+func (r RuleInfo) String() string {
+	d := "egress"
+	if r.Direction == model.DirectionIn {
+		d = "ingress"
+	}
+	s := fmt.Sprintf("%s %s[%d]", r.Policy, d, r.Index)
+	if r.Name != "" {
+		s += " (" + r.Name + ")"
+	}
+	return s
 }
 
 // Rule is one entry of the cookie → rule map.
