@@ -152,7 +152,7 @@ test-distribution: ## controller↔agent distribution: stream, deltas, resync, T
 	$(GO) test -count=1 ./pkg/distribution/... ./pkg/agent/nodatapath
 
 bench-distribution: ## fan-out to 100 and 200 datapath-less agents: time until every agent holds a change
-	$(GO) test -count=1 -run '^$$' -bench BenchmarkFanOut -benchtime=20x ./pkg/distribution/
+	$(GO) test -count=1 -run '^$$' -bench BenchmarkFanOut -benchtime=20x ./pkg/distribution/server/
 
 # Benchmark report (test/bench): every scenario in its own process, progress
 # on stdout, results in _output/bench/report.md and report.json. Numbers are
