@@ -19,8 +19,9 @@ const (
 	SectionFanout      = "Controller fan-out"
 )
 
-// Reference is a figure from /work/shared/BENCH-REFERENCES.md (Antrea's
-// network-policy controller on a machine of the project's kind).
+// Reference is a figure from ../shared/BENCH-REFERENCES.md, relative to the
+// repository root (Antrea's network-policy controller on a machine of the
+// project's kind).
 type Reference struct {
 	Time   string `json:"time,omitempty"`
 	Memory string `json:"memory,omitempty"`

@@ -119,7 +119,7 @@ func (rep *Report) Markdown() string {
 	if rep.Commit != "" {
 		fmt.Fprintf(&b, "- Commit: %s\n", rep.Commit)
 	}
-	b.WriteString("- References: Antrea's network-policy controller (commit fc70f2bb) on a machine of the project's kind (2 cores, 24 GiB), from /work/shared/BENCH-REFERENCES.md.\n")
+	b.WriteString("- References: Antrea's network-policy controller (commit fc70f2bb) on a machine of the project's kind (2 cores, 24 GiB), from ../shared/BENCH-REFERENCES.md (relative to the repository root).\n")
 	b.WriteString("- Times are wall-clock on a machine shared with other work; CPU time (user + system of the driver process) is given beside them where it matters: when it is well below the wall time, the run waited for a core.\n")
 	b.WriteString("- Every scenario ran once in its own process (`go test -bench` drivers in test/bench, `-benchtime=1x`); logs are in _output/bench/logs. Numbers are reports, not pass/fail.\n")
 	if rep.AgentVsOfctlRatio != nil {
