@@ -22,15 +22,18 @@ func read(t *testing.T, name string) string {
 	return string(b)
 }
 
+// dump parses a testdata dump.
+func dump(t *testing.T, name string) []DumpedFlow {
+	t.Helper()
+	flows, err := ParseDumpFlows(read(t, name))
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return flows
+}
+
 func TestParseDumpFlows(t *testing.T) {
-	withStats, err := ParseDumpFlows(read(t, "dump-flows.txt"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	noStats, err := ParseDumpFlows(read(t, "dump-flows-no-stats.txt"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	withStats, noStats := dump(t, "dump-flows.txt"), dump(t, "dump-flows-no-stats.txt")
 	if len(withStats) != 70 || len(noStats) != 70 {
 		t.Fatalf("%d flows with statistics, %d without; the dumps hold 70", len(withStats), len(noStats))
 	}
@@ -55,14 +58,7 @@ func TestParseDumpFlows(t *testing.T) {
 	}
 
 	// What ovs-ofctl leaves out: cookie 0, table 0, the default priority.
-	fabric, err := ParseDumpFlows(read(t, "dump-flows-fabric.txt"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	fabricNoStats, err := ParseDumpFlows(read(t, "dump-flows-fabric-no-stats.txt"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	fabric, fabricNoStats := dump(t, "dump-flows-fabric.txt"), dump(t, "dump-flows-fabric-no-stats.txt")
 	want := []DumpedFlow{{Cookie: 0x2a, Priority: 5}, {Priority: 0}, {Table: 1, Priority: DefaultPriority}}
 	for i := range fabric {
 		fabric[i].Packets, fabric[i].Bytes = 0, 0

@@ -311,12 +311,12 @@ func AdminHeavy(quick bool) *Cluster {
 	c := teams(bd, pick(quick, 1000, 100))
 	n := pick(quick, 1001, 101)
 	for k := 0; k < n; k++ {
-		c.ANPs = append(c.ANPs, adminPolicy(bd, fmt.Sprintf("anp-%d", k), int32(k), k))
+		c.ANPs = append(c.ANPs, adminPolicy(bd, fmt.Sprintf("anp-%d", k), int32(k), k, 25, true))
 	}
 	c.PodRelabel = relabelled(c.Pods[0], map[string]string{"app": "app-5"})
 	c.NamespaceRelabel = nsRelabelled(c.Namespaces[0], map[string]string{"team": "t1"})
 	// Priorities are all taken: the added policy shares priority 500.
-	c.AddedANP = adminPolicy(bd, "anp-added", 500, 7)
+	c.AddedANP = adminPolicy(bd, "anp-added", 500, 7, 25, true)
 	return c
 }
 
@@ -347,44 +347,35 @@ func Mixed(nps int) *Cluster {
 			map[string]string{"app": fmt.Sprintf("app-%d", k%10)},
 			podPeer(map[string]string{"app": fmt.Sprintf("app-%d", (k+1)%10)})))
 	}
-	actions := []v1alpha1.AdminNetworkPolicyRuleAction{
-		v1alpha1.AdminNetworkPolicyRuleActionAllow, v1alpha1.AdminNetworkPolicyRuleActionDeny, v1alpha1.AdminNetworkPolicyRuleActionPass}
 	for k := 0; k < 100; k++ {
-		anp := &v1alpha1.AdminNetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("anp-%d", k), UID: bd.nextUID()}}
-		anp.Spec.Priority = int32(k * 10)
-		anp.Spec.Subject.Namespaces = &metav1.LabelSelector{MatchLabels: map[string]string{"team": fmt.Sprintf("t%d", k%10)}}
-		for r := 0; r < 20; r++ {
-			anp.Spec.Ingress = append(anp.Spec.Ingress, v1alpha1.AdminNetworkPolicyIngressRule{
-				Name:   fmt.Sprintf("r%d", r),
-				Action: actions[r%3],
-				From: []v1alpha1.AdminNetworkPolicyIngressPeer{{Pods: &v1alpha1.NamespacedPod{
-					NamespaceSelector: metav1.LabelSelector{MatchLabels: map[string]string{"team": fmt.Sprintf("t%d", (k+r)%10)}},
-					PodSelector:       metav1.LabelSelector{MatchLabels: map[string]string{"app": fmt.Sprintf("app-%d", r%10)}},
-				}}},
-			})
-		}
-		c.ANPs = append(c.ANPs, anp)
+		c.ANPs = append(c.ANPs, adminPolicy(bd, fmt.Sprintf("anp-%d", k), int32(k*10), k, 20, false))
 	}
 	return c
 }
 
-func adminPolicy(bd *builder, name string, prio int32, k int) *v1alpha1.AdminNetworkPolicy {
+// adminPolicy is the k-th policy of a teams cluster: its subject is team
+// k%10's namespaces; rule r (Allow, Deny, Pass in turn) has one app's pods
+// in one team's namespaces as peers and, withPort, one TCP port.
+func adminPolicy(bd *builder, name string, prio int32, k, rules int, withPort bool) *v1alpha1.AdminNetworkPolicy {
 	actions := []v1alpha1.AdminNetworkPolicyRuleAction{
 		v1alpha1.AdminNetworkPolicyRuleActionAllow, v1alpha1.AdminNetworkPolicyRuleActionDeny, v1alpha1.AdminNetworkPolicyRuleActionPass}
 	anp := &v1alpha1.AdminNetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: name, UID: bd.nextUID()}}
 	anp.Spec.Priority = prio
 	anp.Spec.Subject.Namespaces = &metav1.LabelSelector{MatchLabels: map[string]string{"team": fmt.Sprintf("t%d", k%10)}}
 	port := int32(80 + k%20)
-	for r := 0; r < 25; r++ {
-		anp.Spec.Ingress = append(anp.Spec.Ingress, v1alpha1.AdminNetworkPolicyIngressRule{
+	for r := 0; r < rules; r++ {
+		rule := v1alpha1.AdminNetworkPolicyIngressRule{
 			Name:   fmt.Sprintf("r%d", r),
 			Action: actions[r%3],
 			From: []v1alpha1.AdminNetworkPolicyIngressPeer{{Pods: &v1alpha1.NamespacedPod{
 				NamespaceSelector: metav1.LabelSelector{MatchLabels: map[string]string{"team": fmt.Sprintf("t%d", (k+r)%10)}},
 				PodSelector:       metav1.LabelSelector{MatchLabels: map[string]string{"app": fmt.Sprintf("app-%d", r%10)}},
 			}}},
-			Ports: &[]v1alpha1.AdminNetworkPolicyPort{{PortNumber: &v1alpha1.Port{Protocol: corev1.ProtocolTCP, Port: port}}},
-		})
+		}
+		if withPort {
+			rule.Ports = &[]v1alpha1.AdminNetworkPolicyPort{{PortNumber: &v1alpha1.Port{Protocol: corev1.ProtocolTCP, Port: port}}}
+		}
+		anp.Spec.Ingress = append(anp.Spec.Ingress, rule)
 	}
 	return anp
 }
