@@ -219,10 +219,10 @@ testbed-down: ## stop the simulated cluster; fails if anything had been left beh
 
 .PHONY: test-distribution bench-distribution
 test-distribution: ## controller↔agent distribution: stream, deltas, resync, TokenReview auth (real kube-apiserver), state store
-	$(GO) test -count=1 ./pkg/distribution/... ./pkg/agent/statestore ./pkg/agent/fake
+	$(GO) test -count=1 ./pkg/distribution/... ./pkg/agent/nodatapath
 
 bench-distribution: ## fan-out to 100 and 200 datapath-less agents: time until every agent holds a change
-	$(GO) test -count=1 -run '^$$' -bench BenchmarkFanOut -benchtime=20x ./pkg/distribution/
+	$(GO) test -count=1 -run '^$$' -bench BenchmarkFanOut -benchtime=20x ./pkg/distribution/server/
 
 # Benchmark report (test/bench): every scenario in its own process, progress
 # on stdout, results in _output/bench/report.md and report.json. Numbers are

@@ -11,7 +11,7 @@
 // output and pkg/explain/load for how manifests are read), or live against
 // the controller with the same output. get and live explain ask the
 // controller's query API (pkg/queryapi); flows and trace ask the agents
-// (pkg/agent/runtime/query) through the controller, which forwards the
+// (pkg/queryapi/agentquery) through the controller, which forwards the
 // queries over the agents' distribution streams (--controller without
 // --agent-socket), or on their node-local query sockets, running ovs-ofctl
 // and ovs-appctl on the node. README.md describes how each command reaches its

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/netip"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/tierflow/tierflow/pkg/explain"
 	"github.com/tierflow/tierflow/pkg/explain/load"
-	"github.com/tierflow/tierflow/pkg/model"
 )
 
 const explainLong = `Explain which policy rule decides a new connection, offline from manifests
@@ -134,10 +132,10 @@ func (o *explainOptions) run(stdout, stderr io.Writer) (runErr error) {
 	var src, dst explain.Endpoint
 	if !o.matrix {
 		var err error
-		if src, err = parseEndpoint(o.src); err != nil {
+		if src, err = explain.ParseEndpoint(o.src); err != nil {
 			return fmt.Errorf("--src: %w", err)
 		}
-		if dst, err = parseEndpoint(o.dst); err != nil {
+		if dst, err = explain.ParseEndpoint(o.dst); err != nil {
 			return fmt.Errorf("--dst: %w", err)
 		}
 	}
@@ -208,20 +206,6 @@ func summarize(xs []string) string {
 		return strings.Join(xs[:5], ", ") + fmt.Sprintf(", and %d more", len(xs)-5)
 	}
 	return strings.Join(xs, ", ")
-}
-
-func parseEndpoint(s string) (explain.Endpoint, error) {
-	if ns, name, ok := strings.Cut(s, "/"); ok {
-		if ns == "" || name == "" || strings.Contains(name, "/") {
-			return explain.Endpoint{}, fmt.Errorf("%q: want NS/POD or an IP address", s)
-		}
-		return explain.Endpoint{Pod: &model.PodRef{Namespace: ns, Name: name}}, nil
-	}
-	ip, err := netip.ParseAddr(s)
-	if err != nil {
-		return explain.Endpoint{}, fmt.Errorf("%q: want NS/POD or an IP address", s)
-	}
-	return explain.Endpoint{IP: ip}, nil
 }
 
 func write(w io.Writer, format string, v any) error {
@@ -343,7 +327,7 @@ func (o *explainOptions) runLive(stdout, stderr io.Writer, ports []explain.PortS
 	}
 	src, dst := o.live.endpoint(o.src), o.live.endpoint(o.dst)
 	for flag, ep := range map[string]string{"--src": src, "--dst": dst} {
-		if _, err := parseEndpoint(ep); err != nil {
+		if _, err := explain.ParseEndpoint(ep); err != nil {
 			return fmt.Errorf("%s: %w", flag, err)
 		}
 	}

@@ -1,25 +1,19 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
-	"net/netip"
-	"os/exec"
-	"regexp"
-	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
-	"github.com/tierflow/tierflow/pkg/agent/pipeline"
-	"github.com/tierflow/tierflow/pkg/agent/runtime/query"
+	"github.com/tierflow/tierflow/pkg/agent/audit"
 	"github.com/tierflow/tierflow/pkg/model"
-	"github.com/tierflow/tierflow/pkg/ovs/openflow"
+	"github.com/tierflow/tierflow/pkg/ovs/ovsctl"
+	"github.com/tierflow/tierflow/pkg/queryapi/agentquery"
 )
 
 const flowsLong = `Show the OpenFlow flows that realize a policy, a rule, a pod or a table on
@@ -122,7 +116,7 @@ func (o *flowsOptions) run(w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	f := query.FlowFilter{Table: o.table, Direction: dir}
+	f := agentquery.FlowFilter{Table: o.table, Direction: dir}
 	if o.pod != "" {
 		f.Pod = o.live.endpoint(o.pod)
 	}
@@ -166,15 +160,15 @@ func (o *flowsOptions) run(w io.Writer) error {
 }
 
 // pickRule finds one rule of policy by index (and direction) or by name.
-func pickRule(rules []query.Rule, policyID, dir, rule string) (query.Rule, error) {
+func pickRule(rules []agentquery.Rule, policyID, dir, rule string) (agentquery.Rule, error) {
 	idx, byIndex := -1, false
 	if n, err := strconv.Atoi(rule); err == nil {
 		if n < 0 {
-			return query.Rule{}, fmt.Errorf("rule %q: want an index (0, 1, ...) or a name", rule)
+			return agentquery.Rule{}, fmt.Errorf("rule %q: want an index (0, 1, ...) or a name", rule)
 		}
 		idx, byIndex = n, true
 	}
-	var found []query.Rule
+	var found []agentquery.Rule
 	seen := map[string]bool{}
 	for _, r := range rules {
 		if r.PolicyID != policyID || (dir != "" && string(r.Direction) != dir) {
@@ -191,105 +185,28 @@ func pickRule(rules []query.Rule, policyID, dir, rule string) (query.Rule, error
 	}
 	switch len(found) {
 	case 0:
-		return query.Rule{}, fmt.Errorf("rule %s not found (no flows realize a rule by that index or name)", rule)
+		return agentquery.Rule{}, fmt.Errorf("rule %s not found (no flows realize a rule by that index or name)", rule)
 	case 1:
 		return found[0], nil
 	}
-	return query.Rule{}, fmt.Errorf("rule %s is ambiguous (an ingress and an egress rule): give --direction", rule)
+	return agentquery.Rule{}, fmt.Errorf("rule %s is ambiguous (an ingress and an egress rule): give --direction", rule)
 }
 
-func writeFlows(w io.Writer, flows []query.Flow) error {
+func writeFlows(w io.Writer, flows []agentquery.Flow) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TABLE\tPRIORITY\tROLE\tRULE\tPACKETS\tBYTES\tFLOW")
 	for _, f := range flows {
 		rule := "-"
 		if f.Rule != nil {
-			rule = ruleName(f.Rule.Policy, f.Rule.Direction, f.Rule.Index, f.Rule.Name)
+			rule = f.Rule.String()
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%d\t%s\n", f.Table, f.Priority, f.Role, rule, f.Packets, f.Bytes, f.Text)
 	}
 	return tw.Flush()
 }
 
-// ruleName renders a rule as POLICY ingress[i] (name).
-func ruleName(p model.PolicyRef, dir model.Direction, index int, name string) string {
-	d := "egress"
-	if dir == model.DirectionIn {
-		d = "ingress"
-	}
-	s := fmt.Sprintf("%s %s[%d]", p, d, index)
-	if name != "" {
-		s += " (" + name + ")"
-	}
-	return s
-}
-
-// CheckReport is the output of flows --check.
-type CheckReport struct {
-	Node   string `json:"node"`
-	Bridge string `json:"bridge"`
-	Round  uint8  `json:"round"`
-	// OK: no policy or flow problem found.
-	OK       bool          `json:"ok"`
-	Policies []PolicyCheck `json:"policies"`
-	// FlowsInstalled is how many flows the agent installed, FlowsInBridge
-	// how many the bridge holds (the sentinel aside).
-	FlowsInstalled int `json:"flowsInstalled"`
-	FlowsInBridge  int `json:"flowsInBridge"`
-	// MissingFlows are installed flows the bridge does not hold, ExtraFlows
-	// flows the bridge holds that the agent did not install (as cookie,
-	// table and priority: what OpenFlow statistics identify a flow by).
-	MissingFlows []FlowID `json:"missingFlows"`
-	ExtraFlows   []FlowID `json:"extraFlows"`
-	// Sentinel: the bridge holds the agent's OpenFlow connection sentinel
-	// (pkg/ovs/openflow), whose absence tells the agent OVS lost its flows.
-	Sentinel bool `json:"sentinel"`
-}
-
-// PolicyCheck is one policy's audit.
-type PolicyCheck struct {
-	Policy string `json:"policy"`
-	ID     string `json:"id"`
-	// Status: ok, notReceived (the agent does not hold it), stale (the
-	// agent holds or enforces an older generation), failed (realization
-	// error), unexpected (the agent holds a policy the controller does not
-	// send the node), rulesMissing (a rule lacks flows in the bridge).
-	Status               string      `json:"status"`
-	ControllerGeneration int64       `json:"controllerGeneration,omitempty"`
-	AgentGeneration      int64       `json:"agentGeneration,omitempty"`
-	RealizedGeneration   int64       `json:"realizedGeneration,omitempty"`
-	Error                string      `json:"error,omitempty"`
-	Rules                []RuleCheck `json:"rules,omitempty"`
-}
-
-// RuleCheck is one rule's audit.
-type RuleCheck struct {
-	Direction model.Direction `json:"direction"`
-	Index     int             `json:"index"`
-	Name      string          `json:"name,omitempty"`
-	Action    model.Action    `json:"action"`
-	// Status: ok (its action flows are in the bridge), missing (no action
-	// flow of it in the bridge), noMatch (it can match nothing on this node,
-	// so it needs no flows; Reason says why).
-	Status      string `json:"status"`
-	Reason      string `json:"reason,omitempty"`
-	ActionFlows int    `json:"actionFlows"`
-}
-
-// FlowID identifies a flow the way OpenFlow statistics do.
-type FlowID struct {
-	Cookie   string `json:"cookie"`
-	Table    string `json:"table"`
-	Priority uint16 `json:"priority"`
-	Rule     string `json:"rule,omitempty"`
-}
-
-type flowKey struct {
-	cookie   uint64
-	table    uint8
-	priority uint16
-}
-
+// runCheck audits the node's realization (pkg/agent/audit) with what the
+// controller and the node's agent answer and the bridge's flows.
 func (o *flowsOptions) runCheck(ctx context.Context, w io.Writer) error {
 	ctl, err := o.live.controllerClient()
 	if err != nil {
@@ -299,171 +216,31 @@ func (o *flowsOptions) runCheck(ctx context.Context, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	snap, err := ctl.Snapshot(ctx)
-	if err != nil {
+	in := audit.Input{Node: o.node, Bridge: st.Bridge}
+	if in.Snapshot, err = ctl.Snapshot(ctx); err != nil {
 		return err
 	}
-	real, err := agent.Realization(ctx)
-	if err != nil {
+	if in.Realization, err = agent.Realization(ctx); err != nil {
 		return err
 	}
-	rules, err := agent.Rules(ctx)
-	if err != nil {
+	if in.Rules, err = agent.Rules(ctx); err != nil {
 		return err
 	}
-	installed, err := agent.Flows(ctx, query.FlowFilter{})
-	if err != nil {
+	if in.Installed, err = agent.Flows(ctx, agentquery.FlowFilter{}); err != nil {
 		return err
 	}
-	pods, err := agent.Pods(ctx)
-	if err != nil {
+	if in.Pods, err = agent.Pods(ctx); err != nil {
 		return err
 	}
-	inBridge, err := o.dumpBridge(ctx, agent, st.Bridge)
-	if err != nil {
+	if in.BridgeFlows, err = o.dumpBridge(ctx, agent, st.Bridge); err != nil {
 		return err
 	}
-	rep := CheckReport{Node: o.node, Bridge: st.Bridge, Round: rules.Round, Policies: []PolicyCheck{}, MissingFlows: []FlowID{}, ExtraFlows: []FlowID{}}
-	ruleByID := map[uint32]query.Rule{}
-	for _, r := range rules.Rules {
-		ruleByID[r.ID] = r
-	}
-	describe := func(k flowKey) FlowID {
-		id := FlowID{Cookie: fmt.Sprintf("%#x", k.cookie), Table: pipeline.Table(k.table).String(), Priority: k.priority}
-		if _, _, rid := pipeline.DecodeCookie(k.cookie); rid != 0 {
-			if r, ok := ruleByID[rid]; ok {
-				id.Rule = ruleName(r.Policy, r.Direction, r.Index, r.Name)
-			}
-		}
-		return id
-	}
-
-	// The bridge against the agent's installed flows.
-	want := map[flowKey]int{}
-	for _, f := range installed.Flows {
-		c, err := strconv.ParseUint(strings.TrimPrefix(f.Cookie, "0x"), 16, 64)
-		if err != nil {
-			return fmt.Errorf("agent flow cookie %q: %v", f.Cookie, err)
-		}
-		want[flowKey{c, f.TableID, f.Priority}]++
-	}
-	rep.FlowsInstalled = len(installed.Flows)
-	// The OpenFlow client's sentinel flow is installed outside the
-	// pipeline's flows: expected, once, not "extra".
-	for k := range inBridge {
-		if k.cookie == openflow.SentinelCookie {
-			rep.Sentinel = true
-			inBridge[k]--
-			if inBridge[k] == 0 {
-				delete(inBridge, k)
-			}
-			break
-		}
-	}
-	rep.FlowsInBridge = 0
-	for _, n := range inBridge {
-		rep.FlowsInBridge += n
-	}
-	present := map[flowKey]int{}
-	for k, n := range want {
-		have := inBridge[k]
-		present[k] = min(have, n)
-		for i := have; i < n; i++ {
-			rep.MissingFlows = append(rep.MissingFlows, describe(k))
-		}
-	}
-	for k, n := range inBridge {
-		for i := want[k]; i < n; i++ {
-			rep.ExtraFlows = append(rep.ExtraFlows, describe(k))
-		}
-	}
-	sortFlowIDs(rep.MissingFlows)
-	sortFlowIDs(rep.ExtraFlows)
-
-	// Action flows in the bridge per rule.
-	actionFlows := map[string]int{} // policyID/direction/index
-	for k, n := range present {
-		_, role, rid := pipeline.DecodeCookie(k.cookie)
-		if role != pipeline.RoleAction {
-			continue
-		}
-		if r, ok := ruleByID[rid]; ok {
-			actionFlows[fmt.Sprintf("%s/%s/%d", r.PolicyID, r.Direction, r.Index)] += n
-		}
-	}
-	localPods := map[model.PodRef]bool{}
-	for _, p := range pods.Pods {
-		if p.Error == "" {
-			localPods[model.PodRef{Namespace: p.Namespace, Name: p.Name}] = true
-		}
-	}
-	agentHas := map[string]query.PolicyRealization{}
-	for _, p := range real.Policies {
-		agentHas[p.ID] = p
-	}
-	expected := map[string]bool{}
-	for _, p := range snap.Policies {
-		if !slices.Contains(p.Span, o.node) {
-			continue
-		}
-		expected[p.ID] = true
-		pc := PolicyCheck{Policy: p.Source.String(), ID: p.ID, ControllerGeneration: p.Generation, Status: "ok"}
-		ar, held := agentHas[p.ID]
-		switch {
-		case !held:
-			pc.Status = "notReceived"
-		case ar.Error != "":
-			pc.Status, pc.AgentGeneration, pc.RealizedGeneration, pc.Error = "failed", ar.Wanted, ar.Generation, ar.Error
-		case ar.Wanted != p.Generation || ar.Generation != p.Generation:
-			pc.Status, pc.AgentGeneration, pc.RealizedGeneration = "stale", ar.Wanted, ar.Generation
-		default:
-			pc.AgentGeneration, pc.RealizedGeneration = ar.Wanted, ar.Generation
-		}
-		local := hasLocalMember(snap, p, o.node, localPods)
-		for _, r := range p.Rules {
-			rc := RuleCheck{Direction: r.Direction, Index: r.Index, Name: r.Name, Action: r.Action,
-				ActionFlows: actionFlows[fmt.Sprintf("%s/%s/%d", p.ID, r.Direction, r.Index)]}
-			why := ""
-			if !local {
-				why = "no applied-to pod of this node is attached to the bridge"
-			} else {
-				why = matchesNothing(snap, p, r, o.node, localPods)
-			}
-			switch {
-			case rc.ActionFlows > 0:
-				rc.Status = "ok"
-			case why != "":
-				rc.Status, rc.Reason = "noMatch", why
-			default:
-				rc.Status = "missing"
-				if pc.Status == "ok" {
-					pc.Status = "rulesMissing"
-				}
-			}
-			pc.Rules = append(pc.Rules, rc)
-		}
-		rep.Policies = append(rep.Policies, pc)
-	}
-	for _, p := range real.Policies {
-		if !expected[p.ID] {
-			rep.Policies = append(rep.Policies, PolicyCheck{Policy: p.Source.String(), ID: p.ID, Status: "unexpected",
-				AgentGeneration: p.Wanted, RealizedGeneration: p.Generation, Error: p.Error})
-		}
-	}
-	sort.Slice(rep.Policies, func(i, j int) bool { return rep.Policies[i].Policy < rep.Policies[j].Policy })
-	rep.OK = len(rep.MissingFlows) == 0 && len(rep.ExtraFlows) == 0 && rep.Sentinel
-	problems := len(rep.MissingFlows) + len(rep.ExtraFlows)
-	if !rep.Sentinel {
-		problems++
-	}
-	for _, p := range rep.Policies {
-		if p.Status != "ok" {
-			rep.OK = false
-			problems++
-		}
+	rep, err := audit.Check(in)
+	if err != nil {
+		return err
 	}
 	if o.output == "table" {
-		err = writeCheck(w, &rep)
+		err = writeCheck(w, rep)
 	} else {
 		err = write(w, o.output, rep)
 	}
@@ -471,204 +248,35 @@ func (o *flowsOptions) runCheck(ctx context.Context, w io.Writer) error {
 		return err
 	}
 	if !rep.OK {
-		return fmt.Errorf("check: node %s: %d problem(s) found", o.node, problems)
+		return fmt.Errorf("check: node %s: %d problem(s) found", o.node, rep.Problems())
 	}
 	return nil
 }
 
-// hasLocalMember reports whether one of the policy's applied-to pods on
-// node is attached to the bridge.
-func hasLocalMember(snap *modelSnapshot, p *model.Policy, node string, local map[model.PodRef]bool) bool {
-	for _, id := range p.AppliedToGroups {
-		g := snap.AppliedToGroups[id]
-		if g == nil {
-			continue
-		}
-		for _, m := range g.MembersByNode[node] {
-			if m.Pod != nil && local[*m.Pod] {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// matchesNothing says why a rule can match no packet whatever its pods
-// ("" when it can match some). It reads the rule as the agent's compiler
-// (pkg/agent/policyflows) does: no peer address means no flow; a rule whose
-// ports are all named ports has flows only for the names that resolve — on
-// the node's applied-to pods for ingress, on the destination pods (address
-// group members, and NamedPortGroups members inside an ipBlock) for egress.
-func matchesNothing(snap *modelSnapshot, p *model.Policy, r model.Rule, node string, local map[model.PodRef]bool) string {
-	hasPeer := false
-	for _, blk := range r.Peer.IPBlocks {
-		if blk.CIDR.IsValid() {
-			hasPeer = true
-		}
-	}
-	for _, id := range r.Peer.AddressGroups {
-		if g := snap.AddressGroups[id]; g != nil && len(g.Members) > 0 {
-			hasPeer = true
-		}
-	}
-	if !hasPeer {
-		return "its peers hold no address"
-	}
-	var named []model.Port
-	for _, port := range r.Ports {
-		if port.Name == "" {
-			return "" // a numeric or protocol-only port matches something
-		}
-		named = append(named, port)
-	}
-	if len(named) == 0 {
-		return ""
-	}
-	resolves := func(m model.GroupMember) bool {
-		for _, want := range named {
-			for _, np := range m.Ports {
-				if np.Name == want.Name && (want.Protocol == "" || want.Protocol == np.Protocol) && np.Port >= 1 && np.Port <= 65535 {
-					return true
-				}
-			}
-		}
-		return false
-	}
-	if r.Direction == model.DirectionIn {
-		for _, id := range p.AppliedToGroups {
-			if g := snap.AppliedToGroups[id]; g != nil {
-				for _, m := range g.MembersByNode[node] {
-					if m.Pod != nil && local[*m.Pod] && resolves(m) {
-						return ""
-					}
-				}
-			}
-		}
-		return "its named ports resolve on none of this node's applied-to pods"
-	}
-	for _, id := range r.Peer.AddressGroups {
-		if g := snap.AddressGroups[id]; g != nil {
-			for _, m := range g.Members {
-				if resolves(m) {
-					return ""
-				}
-			}
-		}
-	}
-	for _, id := range r.NamedPortGroups {
-		g := snap.AddressGroups[id]
-		if g == nil {
-			continue
-		}
-		for _, m := range g.Members {
-			if m.Pod == nil || !resolves(m) {
-				continue
-			}
-			for _, ip := range m.IPs {
-				for _, blk := range r.Peer.IPBlocks {
-					if blk.CIDR.IsValid() && blk.CIDR.Contains(ip.Unmap()) && !inExcept(blk, ip.Unmap()) {
-						return ""
-					}
-				}
-			}
-		}
-	}
-	return "its named ports resolve on none of its destination pods"
-}
-
-func inExcept(blk model.IPBlock, ip netip.Addr) bool {
-	for _, x := range blk.Except {
-		if x.Contains(ip) {
-			return true
-		}
-	}
-	return false
-}
-
-type modelSnapshot = model.Snapshot
-
-func sortFlowIDs(xs []FlowID) {
-	sort.Slice(xs, func(i, j int) bool {
-		if xs[i].Table != xs[j].Table {
-			return xs[i].Table < xs[j].Table
-		}
-		if xs[i].Priority != xs[j].Priority {
-			return xs[i].Priority > xs[j].Priority
-		}
-		return xs[i].Cookie < xs[j].Cookie
-	})
-}
-
-var (
-	dumpCookie   = regexp.MustCompile(`(?:^|[ ,])cookie=(0x[0-9a-fA-F]+)`)
-	dumpTable    = regexp.MustCompile(`(?:^|[ ,])table=([0-9]+)`)
-	dumpPriority = regexp.MustCompile(`(?:^|[ ,])priority=([0-9]+)`)
-)
-
-// dumpBridge reads the bridge's flows with ovs-ofctl (here, or by the agent
-// when it is reached through the controller), counted by cookie,
-// table and priority.
-func (o *flowsOptions) dumpBridge(ctx context.Context, agent *query.Client, bridge string) (map[flowKey]int, error) {
+// dumpBridge reads the bridge's flows with ovs-ofctl: here, or by the agent
+// when it is reached through the controller.
+func (o *flowsOptions) dumpBridge(ctx context.Context, agent *agentquery.Client, bridge string) ([]ovsctl.DumpedFlow, error) {
 	if bridge == "" {
 		return nil, fmt.Errorf("node %s: the agent has no bridge (datapath none): nothing to check", o.node)
 	}
+	var dump string
 	if o.live.viaController() {
 		// The same dump, run by the agent on its node.
 		d, err := agent.BridgeFlows(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("node %s: %w", o.node, err)
 		}
-		return parseDump(d.Dump)
+		dump = d.Dump
+	} else {
+		var err error
+		if dump, err = ovsctl.Run(ctx, o.live.ovsEnv(), "ovs-ofctl", ovsctl.DumpFlowsArgs(bridge)...); err != nil {
+			return nil, err
+		}
 	}
-	cmd := exec.CommandContext(ctx, "ovs-ofctl", "-O", "OpenFlow13", "--no-names", "--no-stats", "dump-flows", bridge)
-	cmd.Env = o.live.ovsEnv()
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("ovs-ofctl dump-flows %s: %v: %s", bridge, err, strings.TrimSpace(stderr.String()))
-	}
-	return parseDump(stdout.String())
+	return ovsctl.ParseDumpFlows(dump)
 }
 
-func parseDump(out string) (map[flowKey]int, error) {
-	flows := map[flowKey]int{}
-	for _, line := range strings.Split(out, "\n") {
-		line = strings.TrimSpace(line)
-		if line == "" || strings.HasPrefix(line, "OFPST_FLOW") || strings.HasPrefix(line, "NXST_FLOW") {
-			continue
-		}
-		var k flowKey
-		// ovs-ofctl omits cookie=0, table=0 and priority=32768 (defaults).
-		k.priority = 32768
-		if m := dumpCookie.FindStringSubmatch(line); m != nil {
-			c, err := strconv.ParseUint(strings.TrimPrefix(m[1], "0x"), 16, 64)
-			if err != nil {
-				return nil, fmt.Errorf("dump-flows line %q: %v", line, err)
-			}
-			k.cookie = c
-		}
-		if m := dumpTable.FindStringSubmatch(line); m != nil {
-			n, err := strconv.ParseUint(m[1], 10, 8)
-			if err != nil {
-				return nil, fmt.Errorf("dump-flows line %q: %v", line, err)
-			}
-			k.table = uint8(n)
-		}
-		// The priority is part of the match, before " actions=".
-		match, _, _ := strings.Cut(line, " actions=")
-		if m := dumpPriority.FindStringSubmatch(match); m != nil {
-			n, err := strconv.ParseUint(m[1], 10, 16)
-			if err != nil {
-				return nil, fmt.Errorf("dump-flows line %q: %v", line, err)
-			}
-			k.priority = uint16(n)
-		}
-		flows[k]++
-	}
-	return flows, nil
-}
-
-func writeCheck(w io.Writer, rep *CheckReport) error {
+func writeCheck(w io.Writer, rep *audit.Report) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	verdict := "OK"
 	if !rep.OK {

@@ -12,8 +12,8 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/tierflow/tierflow/pkg/agent/runtime/query"
 	"github.com/tierflow/tierflow/pkg/queryapi"
+	"github.com/tierflow/tierflow/pkg/queryapi/agentquery"
 )
 
 // liveOptions are the flags of the commands that ask a running controller
@@ -51,7 +51,7 @@ func (o *liveOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.caFile, "controller-ca-file", os.Getenv("TIERCTL_CONTROLLER_CA_FILE"), "CA certificate that signed the controller's serving certificate (default $TIERCTL_CONTROLLER_CA_FILE, else system roots)")
 	f.StringVar(&o.serverName, "controller-server-name", os.Getenv("TIERCTL_CONTROLLER_SERVER_NAME"), "name to verify the controller's certificate against (default $TIERCTL_CONTROLLER_SERVER_NAME, else the host of --controller)")
 	f.BoolVar(&o.insecure, "insecure-skip-tls-verify", false, "do not verify the controller's certificate (insecure)")
-	f.StringArrayVar(&o.agentSockets, "agent-socket", envList("TIERCTL_AGENT_SOCKETS"), "an agent's query socket, PATH or NODE=PATH; repeatable (default $TIERCTL_AGENT_SOCKETS, comma-separated; else "+query.DefaultSocket+", or through --controller when given)")
+	f.StringArrayVar(&o.agentSockets, "agent-socket", envList("TIERCTL_AGENT_SOCKETS"), "an agent's query socket, PATH or NODE=PATH; repeatable (default $TIERCTL_AGENT_SOCKETS, comma-separated; else "+agentquery.DefaultSocket+", or through --controller when given)")
 	f.StringVar(&o.ovsRundir, "ovs-rundir", "", "OVS run directory for ovs-ofctl and ovs-appctl (sets OVS_RUNDIR; default: theirs)")
 	f.StringVar(&o.vswitchdCtl, "vswitchd-ctl", os.Getenv("TIERCTL_VSWITCHD_CTL"), "ovs-vswitchd control socket for ovs-appctl -t (default $TIERCTL_VSWITCHD_CTL, else ovs-appctl's)")
 	f.DurationVar(&o.timeout, "request-timeout", 30*time.Second, "time limit of each request")
@@ -139,7 +139,7 @@ func (o *liveOptions) ctx() (context.Context, context.CancelFunc) {
 // agentFor returns the query client of node's agent: the socket given for
 // it, or the one socket given (or the default) if that agent says it is
 // node's.
-func (o *liveOptions) agentFor(ctx context.Context, node string) (*query.Client, *query.Status, error) {
+func (o *liveOptions) agentFor(ctx context.Context, node string) (*agentquery.Client, *agentquery.Status, error) {
 	if o.viaController() {
 		ctl, err := o.controllerClient()
 		if err != nil {
@@ -169,14 +169,14 @@ func (o *liveOptions) agentFor(ctx context.Context, node string) (*query.Client,
 		candidates = append(candidates, s)
 	}
 	if len(o.agentSockets) == 0 {
-		candidates = []string{query.DefaultSocket}
+		candidates = []string{agentquery.DefaultSocket}
 	}
 	if len(candidates) == 0 {
 		return nil, nil, fmt.Errorf("node %s unreachable: no --agent-socket given for it", node)
 	}
 	var seen []string
 	for _, path := range candidates {
-		c := query.NewClient(path)
+		c := agentquery.NewClient(path)
 		st, err := c.Status(ctx)
 		if err != nil {
 			seen = append(seen, fmt.Sprintf("%s unreachable", path))

@@ -20,9 +20,10 @@ import (
 	anpv1 "sigs.k8s.io/network-policy-api/apis/v1alpha1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/tierflow/tierflow/pkg/agent/runtime/query"
+	"github.com/tierflow/tierflow/pkg/agent/audit"
 	"github.com/tierflow/tierflow/pkg/explain"
 	"github.com/tierflow/tierflow/pkg/queryapi"
+	"github.com/tierflow/tierflow/pkg/queryapi/agentquery"
 	"github.com/tierflow/tierflow/test/livecluster"
 	"github.com/tierflow/tierflow/test/ovsenv"
 )
@@ -199,7 +200,7 @@ func TestLive(t *testing.T) {
 	})
 
 	t.Run("flows", func(t *testing.T) {
-		var fl query.Flows
+		var fl agentquery.Flows
 		out := mustTierctl(append([]string{"flows", "--node", "n1", "--policy", anpRef, "--rule", "deny-c", "-o", "json"}, agents...)...)
 		if err := json.Unmarshal([]byte(out), &fl); err != nil {
 			t.Fatal(err)
@@ -227,7 +228,7 @@ func TestLive(t *testing.T) {
 			t.Fatalf("a -> b:80: %v", err)
 		}
 		livecluster.Eventually(t, 20*time.Second, "b-web counters", func() error {
-			var fl query.Flows
+			var fl agentquery.Flows
 			out := mustTierctl(append([]string{"flows", "--node", "n2", "--policy", npRef, "--rule", "0", "-o", "json"}, agents...)...)
 			if err := json.Unmarshal([]byte(out), &fl); err != nil {
 				return err
@@ -267,7 +268,7 @@ func TestLive(t *testing.T) {
 				t.Errorf("check %s: local and through the controller differ:\nlocal %s\nremote %s", node, local, viaCtl)
 			}
 			out := mustTierctl(append(append([]string{"flows", "--node", node, "--check", "-o", "json"}, agents...), ctl...)...)
-			var rep CheckReport
+			var rep audit.Report
 			if err := json.Unmarshal([]byte(out), &rep); err != nil {
 				t.Fatal(err)
 			}
@@ -388,7 +389,7 @@ func TestLive(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "problem") {
 			t.Fatalf("check after deleting a flow: %v\n%s", err, out)
 		}
-		var rep CheckReport
+		var rep audit.Report
 		if err := json.Unmarshal([]byte(out), &rep); err != nil {
 			t.Fatal(err)
 		}
@@ -423,7 +424,7 @@ func normalizeTrace(out string) string { return recircID.ReplaceAllString(out, "
 // zeroed.
 func withoutCounters(t *testing.T, out string) string {
 	t.Helper()
-	var fl query.Flows
+	var fl agentquery.Flows
 	if err := json.Unmarshal([]byte(out), &fl); err != nil {
 		t.Fatalf("flows answer: %v\n%s", err, out)
 	}

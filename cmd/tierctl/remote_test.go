@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/tierflow/tierflow/pkg/agent/runtime"
-	"github.com/tierflow/tierflow/pkg/agent/runtime/query"
 	"github.com/tierflow/tierflow/pkg/config"
 	"github.com/tierflow/tierflow/pkg/queryapi"
+	"github.com/tierflow/tierflow/pkg/queryapi/agentquery"
 	"github.com/tierflow/tierflow/test/livecluster"
 )
 
@@ -38,7 +38,7 @@ func TestRemoteAgentQueries(t *testing.T) {
 	cfg.TokenFile = tok
 	cfg.StateDir = filepath.Join(c.Dir, "n1-state")
 	cfg.MetricsAddress = "127.0.0.1:0"
-	ag := livecluster.StartAgent(t, "n1", runtime.Options{Config: &cfg, Datapath: query.DatapathNone,
+	ag := livecluster.StartAgent(t, "n1", runtime.Options{Config: &cfg, Datapath: agentquery.DatapathNone,
 		QuerySocket: filepath.Join(c.Dir, "n1.sock")})
 
 	ctx := context.Background()

@@ -1,23 +1,20 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"net/netip"
-	"os/exec"
-	"regexp"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
 	"github.com/tierflow/tierflow/pkg/agent/pipeline"
-	"github.com/tierflow/tierflow/pkg/agent/runtime/query"
 	"github.com/tierflow/tierflow/pkg/explain"
 	"github.com/tierflow/tierflow/pkg/model"
+	"github.com/tierflow/tierflow/pkg/ovs/ovsctl"
+	"github.com/tierflow/tierflow/pkg/queryapi/agentquery"
 )
 
 const traceLong = `Trace a new connection's first packet through the OVS pipeline with
@@ -106,6 +103,8 @@ type NodeTrace struct {
 	DatapathActions []string    `json:"datapathActions"`
 	Steps           []TraceStep `json:"steps"`
 	Raw             string      `json:"raw"`
+
+	trace *ovsctl.Trace // Raw, read
 }
 
 // TraceStep is one flow the packet hit.
@@ -126,15 +125,15 @@ type TraceStep struct {
 type agentView struct {
 	// client is the agent's query client; it runs ofproto/trace when
 	// agents are reached through the controller.
-	client *query.Client
+	client *agentquery.Client
 	node   string
-	status *query.Status
-	pods   *query.Pods
-	rules  map[uint32]query.Rule
+	status *agentquery.Status
+	pods   *agentquery.Pods
+	rules  map[uint32]agentquery.Rule
 }
 
 func (o *traceOptions) agents(ctx context.Context, srcName, dstName string) ([]*agentView, error) {
-	var clients []*query.Client
+	var clients []*agentquery.Client
 	if o.live.viaController() {
 		ctl, err := o.live.controllerClient()
 		if err != nil {
@@ -159,14 +158,14 @@ func (o *traceOptions) agents(ctx context.Context, srcName, dstName string) ([]*
 	} else {
 		sockets := o.live.agentSockets
 		if len(sockets) == 0 {
-			sockets = []string{query.DefaultSocket}
+			sockets = []string{agentquery.DefaultSocket}
 		}
 		for _, s := range sockets {
 			path := s
 			if _, p, ok := strings.Cut(s, "="); ok {
 				path = p
 			}
-			clients = append(clients, query.NewClient(path))
+			clients = append(clients, agentquery.NewClient(path))
 		}
 	}
 	var out []*agentView
@@ -185,7 +184,7 @@ func (o *traceOptions) agents(ctx context.Context, srcName, dstName string) ([]*
 		if err != nil {
 			return nil, fmt.Errorf("node %s: %w", st.Node, err)
 		}
-		av := &agentView{client: c, node: st.Node, status: st, pods: pods, rules: map[uint32]query.Rule{}}
+		av := &agentView{client: c, node: st.Node, status: st, pods: pods, rules: map[uint32]agentquery.Rule{}}
 		for _, r := range rules.Rules {
 			av.rules[r.ID] = r
 		}
@@ -223,7 +222,7 @@ func (o *traceOptions) run(w io.Writer) error {
 		return fmt.Errorf("unknown pod %s: attached on no node whose agent was reached (%s)", srcName, nodeList(agents))
 	}
 	var dstAgent *agentView
-	var dst *query.Pod
+	var dst *agentquery.Pod
 	var dstIPs []netip.Addr
 	if ip, err := netip.ParseAddr(dstName); err == nil {
 		dstIPs = []netip.Addr{ip.Unmap()}
@@ -300,7 +299,7 @@ func nodeList(agents []*agentView) string {
 }
 
 // findPod finds a local pod by NS/NAME, or by address.
-func findPod(agents []*agentView, name string, ip netip.Addr) (*agentView, *query.Pod) {
+func findPod(agents []*agentView, name string, ip netip.Addr) (*agentView, *agentquery.Pod) {
 	for _, a := range agents {
 		for i := range a.pods.Pods {
 			p := &a.pods.Pods[i]
@@ -337,30 +336,26 @@ func sameFamily(srcs, dsts []netip.Addr) (netip.Addr, netip.Addr, bool) {
 // the last "Datapath actions" then belongs to whichever copy came last. The
 // source bridge outputs to its uplink only what its egress policy allowed
 // (denied packets are dropped at ConntrackCommit before any output), so
-// reaching another bridge means Allow, unless a Deny or isolation flow was
-// hit on the way out; the destination node's verdict comes from a trace of
-// its own. Steps on other bridges are dropped.
+// reaching another bridge (ovsctl.Trace.LeftBridge) means Allow, unless a
+// Deny or isolation flow was hit on the way out; the destination node's
+// verdict comes from a trace of its own. Steps on other bridges are
+// dropped.
 func confineToBridge(t *NodeTrace, bridge string) {
+	if !t.trace.LeftBridge(bridge) {
+		return
+	}
 	var own []TraceStep
-	left := false
 	for _, s := range t.Steps {
 		if s.Bridge == bridge || s.Bridge == "" {
 			own = append(own, s)
-		} else {
-			left = true
 		}
-	}
-	if !left {
-		return
 	}
 	t.Steps = own
 	t.Verdict, t.DroppedIn = "Allow", ""
-	for _, st := range own {
-		if st.Role == pipeline.RoleIsolation.String() || (st.Role == pipeline.RoleAction.String() && st.Action == string(model.ActionDeny)) {
-			t.Verdict = "Deny"
-			if n := len(own); n > 0 {
-				t.DroppedIn = own[n-1].Table
-			}
+	if denied(own) {
+		t.Verdict = "Deny"
+		if n := len(own); n > 0 {
+			t.DroppedIn = own[n-1].Table
 		}
 	}
 }
@@ -378,93 +373,49 @@ func (o *traceOptions) trace(ctx context.Context, a *agentView, inPort uint32, s
 	}
 	spec := fmt.Sprintf("in_port=%d,%s,dl_src=%s,dl_dst=%s,%s,nw_proto=%d,%s_dst=%d", inPort, l3, srcMAC, dstMAC, addr,
 		protoNumber[port.Protocol], strings.ToLower(string(port.Protocol)), port.Port)
+	var out string
 	if o.live.viaController() {
 		// The same trace, run by the agent on its node.
-		out, err := a.client.OfprotoTrace(ctx, spec)
+		res, err := a.client.OfprotoTrace(ctx, spec)
 		if err != nil {
 			return nil, fmt.Errorf("node %s: %w", a.node, err)
 		}
-		t := parseTrace(out.Output, byBridge)
-		t.Node, t.Bridge, t.Flow = a.node, a.status.Bridge, spec
-		return t, nil
+		out = res.Output
+	} else {
+		var err error
+		if out, err = ovsctl.Run(ctx, o.live.ovsEnv(), "ovs-appctl", ovsctl.TraceArgs(o.live.vswitchdCtl, a.status.Bridge, spec)...); err != nil {
+			return nil, fmt.Errorf("node %s: %w", a.node, err)
+		}
 	}
-	var args []string
-	if o.live.vswitchdCtl != "" {
-		args = append(args, "-t", o.live.vswitchdCtl)
-	}
-	// Conntrack answers "new connection" at each of the (at most two:
-	// source and destination bridge) conntrack passes.
-	args = append(args, "ofproto/trace", a.status.Bridge, spec, "--ct-next", "trk,new", "--ct-next", "trk,new")
-	cmd := exec.CommandContext(ctx, "ovs-appctl", args...)
-	cmd.Env = o.live.ovsEnv()
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("node %s: ovs-appctl ofproto/trace %s: %v: %s", a.node, a.status.Bridge, err, strings.TrimSpace(stderr.String()))
-	}
-	t := parseTrace(stdout.String(), byBridge)
+	t := readTrace(out, byBridge)
 	t.Node, t.Bridge, t.Flow = a.node, a.status.Bridge, spec
 	return t, nil
 }
 
-var (
-	traceBridge = regexp.MustCompile(`^bridge\("([^"]+)"\)`)
-	// " 3. ip,reg0=0x1, priority 200, cookie 0x300000000000005"
-	traceStep = regexp.MustCompile(`^\s*(\d+)\. (.*?), priority (\d+)(?:, cookie (0x[0-9a-fA-F]+))?\s*$`)
-)
-
-// parseTrace reads ofproto/trace output: the flows hit (with the bridge
-// they are on) and the datapath actions of each pass; the verdict is the
-// last pass's.
-func parseTrace(out string, byBridge map[string]*agentView) *NodeTrace {
-	t := &NodeTrace{Raw: out, Steps: []TraceStep{}}
-	bridge := ""
-	resuming := false
-	for _, line := range strings.Split(out, "\n") {
-		trimmed := strings.TrimSpace(line)
-		if strings.Contains(trimmed, "- resume conntrack") {
-			// A conntrack pass resumes where the packet recirculated, the
-			// last bridge seen; ofproto/trace prints the bridge the trace
-			// started on instead (patch ports share one datapath).
-			resuming = true
-			continue
-		}
-		if m := traceBridge.FindStringSubmatch(trimmed); m != nil {
-			if !resuming || bridge == "" {
-				bridge = m[1]
-			}
-			resuming = false
-			continue
-		}
-		if rest, ok := strings.CutPrefix(trimmed, "Datapath actions:"); ok {
-			t.DatapathActions = append(t.DatapathActions, strings.TrimSpace(rest))
-			continue
-		}
-		m := traceStep.FindStringSubmatch(line)
-		if m == nil {
-			continue
-		}
-		id, _ := strconv.Atoi(m[1])
-		prio, _ := strconv.Atoi(m[3])
-		s := TraceStep{Bridge: bridge, TableID: id, Table: pipeline.Table(uint8(id)).String(), Priority: prio, Match: m[2]}
-		a := byBridge[bridge]
+// readTrace reads ofproto/trace output (pkg/ovs/ovsctl) and names what
+// the packet hit: each flow's table, and the rule its cookie names on the
+// agent of the flow's bridge; the verdict is the last pass's.
+func readTrace(out string, byBridge map[string]*agentView) *NodeTrace {
+	tr := ovsctl.ParseTrace(out)
+	t := &NodeTrace{Raw: out, Steps: []TraceStep{}, DatapathActions: tr.DatapathActions, trace: tr}
+	for _, st := range tr.Steps {
+		s := TraceStep{Bridge: st.Bridge, TableID: int(st.Table), Table: pipeline.Table(st.Table).String(), Priority: int(st.Priority), Match: st.Match}
+		a := byBridge[st.Bridge]
 		if a != nil {
 			s.Node = a.node
 		}
-		if m[4] != "" {
-			s.Cookie = m[4]
-			if c, err := strconv.ParseUint(strings.TrimPrefix(m[4], "0x"), 16, 64); err == nil {
-				_, role, rid := pipeline.DecodeCookie(c)
-				s.Role = role.String()
-				if a != nil && rid != 0 {
-					if r, ok := a.rules[rid]; ok {
-						s.Rule = ruleName(r.Policy, r.Direction, r.Index, r.Name)
-						s.Action = string(r.Action)
-					}
+		if st.Cookie != 0 {
+			s.Cookie = fmt.Sprintf("%#x", st.Cookie)
+			_, role, rid := pipeline.DecodeCookie(st.Cookie)
+			s.Role = role.String()
+			if a != nil && rid != 0 {
+				if r, ok := a.rules[rid]; ok {
+					s.Rule = r.String()
+					s.Action = string(r.Action)
 				}
-				if role == pipeline.RoleIsolation {
-					s.Action = "Deny (isolation)"
-				}
+			}
+			if role == pipeline.RoleIsolation {
+				s.Action = "Deny (isolation)"
 			}
 		}
 		t.Steps = append(t.Steps, s)
@@ -481,10 +432,8 @@ func parseTrace(out string, byBridge map[string]*agentView) *NodeTrace {
 			if n := len(t.Steps); n > 0 {
 				t.DroppedIn = t.Steps[n-1].Table
 			}
-			for _, st := range t.Steps {
-				if st.Role == pipeline.RoleIsolation.String() || (st.Role == pipeline.RoleAction.String() && st.Action == string(model.ActionDeny)) {
-					t.Verdict = "Deny"
-				}
+			if denied(t.Steps) {
+				t.Verdict = "Deny"
 			}
 		case strings.Contains(last, "ct(commit") && !strings.HasSuffix(last, ")"):
 			// Committed, then output: the connection passes.
@@ -492,6 +441,16 @@ func parseTrace(out string, byBridge map[string]*agentView) *NodeTrace {
 		}
 	}
 	return t
+}
+
+// denied reports whether the packet hit a Deny rule or an isolation drop.
+func denied(steps []TraceStep) bool {
+	for _, st := range steps {
+		if st.Role == pipeline.RoleIsolation.String() || (st.Role == pipeline.RoleAction.String() && st.Action == string(model.ActionDeny)) {
+			return true
+		}
+	}
+	return false
 }
 
 func writeTrace(w io.Writer, r *TraceResult) error {

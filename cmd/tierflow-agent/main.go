@@ -15,8 +15,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tierflow/tierflow/pkg/agent/runtime"
-	"github.com/tierflow/tierflow/pkg/agent/runtime/query"
 	"github.com/tierflow/tierflow/pkg/config"
+	"github.com/tierflow/tierflow/pkg/queryapi/agentquery"
 )
 
 func main() {
@@ -42,9 +42,9 @@ func newCommand() *cobra.Command {
 	// below are the agent process's own knobs, not part of the node's
 	// configuration file.
 	cfg := config.BindAgent(cmd)
-	datapath := cmd.Flags().String("datapath", query.DatapathOVS,
+	datapath := cmd.Flags().String("datapath", agentquery.DatapathOVS,
 		"ovs: program the OVS bridge; none: no datapath, keep the rule cache and report policies realized (fan-out tests)")
-	querySocket := cmd.Flags().String("query-socket", query.DefaultSocket, "unix socket of the local query API (tierctl flows/trace); empty disables")
+	querySocket := cmd.Flags().String("query-socket", agentquery.DefaultSocket, "unix socket of the local query API (tierctl flows/trace); empty disables")
 	// Not zone 0: with the kernel datapath OVS's conntrack is the host's
 	// netfilter conntrack, and a connection OVS committed in zone 0 before
 	// the packet reaches the host through the gateway would be found
@@ -53,8 +53,8 @@ func newCommand() *cobra.Command {
 	ctZone := cmd.Flags().Uint16("ct-zone", DefaultCtZone, "conntrack zone of this node's connections, apart from the host's zone 0 (agents whose bridges share one datapath need different zones)")
 	vswitchdCtl := cmd.Flags().String("vswitchd-ctl", "", "ovs-vswitchd's control socket, for traces; empty: found through its pidfile in the OVSDB socket's directory")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		if *datapath != query.DatapathOVS && *datapath != query.DatapathNone {
-			return fmt.Errorf("invalid --datapath %q: want %s or %s", *datapath, query.DatapathOVS, query.DatapathNone)
+		if *datapath != agentquery.DatapathOVS && *datapath != agentquery.DatapathNone {
+			return fmt.Errorf("invalid --datapath %q: want %s or %s", *datapath, agentquery.DatapathOVS, agentquery.DatapathNone)
 		}
 		c, err := cfg.Load()
 		if err != nil {

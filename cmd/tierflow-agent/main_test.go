@@ -14,10 +14,10 @@ import (
 
 	certutil "k8s.io/client-go/util/cert"
 
-	"github.com/tierflow/tierflow/pkg/agent/runtime/query"
-	"github.com/tierflow/tierflow/pkg/agent/statestore"
+	"github.com/tierflow/tierflow/pkg/distribution/client/statestore"
 	"github.com/tierflow/tierflow/pkg/distribution/wire"
 	"github.com/tierflow/tierflow/pkg/model"
+	"github.com/tierflow/tierflow/pkg/queryapi/agentquery"
 )
 
 func buildAgent(t *testing.T) string {
@@ -116,8 +116,8 @@ func TestBinaryRestoresStateWithoutController(t *testing.T) {
 		}
 	}()
 
-	q := query.NewClient(sock)
-	var r *query.Realization
+	q := agentquery.NewClient(sock)
+	var r *agentquery.Realization
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		r, err = q.Realization(context.Background())

@@ -7,12 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierflow/tierflow/pkg/compute/scenarios"
+	"github.com/tierflow/tierflow/test/bench/shapes"
 )
 
 // load feeds every object of c to e, namespaces and nodes first, then
 // pods, then policies.
-func load(e *Engine, c *scenarios.Cluster) {
+func load(e *Engine, c *shapes.Cluster) {
 	for _, o := range c.Namespaces {
 		e.UpsertNamespace(o)
 	}
@@ -22,10 +22,10 @@ func load(e *Engine, c *scenarios.Cluster) {
 	for _, o := range c.Pods {
 		e.UpsertPod(o)
 	}
-	for _, o := range c.NetworkPolicies {
+	for _, o := range c.NPs {
 		e.UpsertNetworkPolicy(o)
 	}
-	for _, o := range c.AdminNetworkPolicies {
+	for _, o := range c.ANPs {
 		e.UpsertAdminNetworkPolicy(o)
 	}
 }
@@ -44,10 +44,10 @@ func cpuTime() time.Duration {
 // this is computation only. It reports CPU seconds per run (all threads,
 // GC included; on a shared machine wall time overstates the cost) and the
 // heap in use after the run.
-func benchCompute(b *testing.B, c *scenarios.Cluster) { benchComputeOrder(b, c, load) }
+func benchCompute(b *testing.B, c *shapes.Cluster) { benchComputeOrder(b, c, load) }
 
 // benchComputeOrder is benchCompute with a given load order.
-func benchComputeOrder(b *testing.B, c *scenarios.Cluster, load func(*Engine, *scenarios.Cluster)) {
+func benchComputeOrder(b *testing.B, c *shapes.Cluster, load func(*Engine, *shapes.Cluster)) {
 	b.ReportAllocs()
 	var e *Engine
 	cpu0 := cpuTime()
@@ -57,7 +57,7 @@ func benchComputeOrder(b *testing.B, c *scenarios.Cluster, load func(*Engine, *s
 		e.Subscribe(func(cs []Change) { changes += len(cs) })
 		load(e, c)
 		s := e.Snapshot()
-		if want := len(c.NetworkPolicies) + len(c.AdminNetworkPolicies); len(s.Policies) != want {
+		if want := len(c.NPs) + len(c.ANPs); len(s.Policies) != want {
 			b.Fatalf("computed %d policies, want %d", len(s.Policies), want)
 		}
 		b.ReportMetric(float64(len(s.AppliedToGroups)), "appliedToGroups")
@@ -72,26 +72,26 @@ func benchComputeOrder(b *testing.B, c *scenarios.Cluster, load func(*Engine, *s
 	runtime.KeepAlive(e)
 }
 
-func BenchmarkComputeSmallNamespaces(b *testing.B) { benchCompute(b, scenarios.SmallNamespaces()) }
-func BenchmarkComputeLargeNamespaces(b *testing.B) { benchCompute(b, scenarios.LargeNamespaces()) }
-func BenchmarkComputeOneNamespace(b *testing.B)    { benchCompute(b, scenarios.OneNamespace()) }
-func BenchmarkComputePolicyPerPod(b *testing.B)    { benchCompute(b, scenarios.PolicyPerPod()) }
-func BenchmarkComputeClusterScoped(b *testing.B)   { benchCompute(b, scenarios.ClusterScoped()) }
+func BenchmarkComputeSmallNamespaces(b *testing.B) { benchCompute(b, shapes.SmallNamespaces(false)) }
+func BenchmarkComputeLargeNamespaces(b *testing.B) { benchCompute(b, shapes.LargeNamespaces(false)) }
+func BenchmarkComputeOneNamespace(b *testing.B)    { benchCompute(b, shapes.OneNamespace(false)) }
+func BenchmarkComputePolicyPerPod(b *testing.B)    { benchCompute(b, shapes.PolicyPerPod(false)) }
+func BenchmarkComputeClusterScoped(b *testing.B)   { benchCompute(b, shapes.ClusterScoped(false)) }
 
 // loadPoliciesFirst feeds the policies before the pods: the order a
 // controller sees when its policy informer lists before its (larger) pod
 // informer, so every pod joins groups already used by every policy.
-func loadPoliciesFirst(e *Engine, c *scenarios.Cluster) {
+func loadPoliciesFirst(e *Engine, c *shapes.Cluster) {
 	for _, o := range c.Namespaces {
 		e.UpsertNamespace(o)
 	}
 	for _, o := range c.Nodes {
 		e.UpsertNode(o)
 	}
-	for _, o := range c.NetworkPolicies {
+	for _, o := range c.NPs {
 		e.UpsertNetworkPolicy(o)
 	}
-	for _, o := range c.AdminNetworkPolicies {
+	for _, o := range c.ANPs {
 		e.UpsertAdminNetworkPolicy(o)
 	}
 	for _, o := range c.Pods {
@@ -100,15 +100,15 @@ func loadPoliciesFirst(e *Engine, c *scenarios.Cluster) {
 }
 
 func BenchmarkComputeOneNamespacePoliciesFirst(b *testing.B) {
-	benchComputeOrder(b, scenarios.OneNamespace(), loadPoliciesFirst)
+	benchComputeOrder(b, shapes.OneNamespace(false), loadPoliciesFirst)
 }
 func BenchmarkComputeLargeNamespacesPoliciesFirst(b *testing.B) {
-	benchComputeOrder(b, scenarios.LargeNamespaces(), loadPoliciesFirst)
+	benchComputeOrder(b, shapes.LargeNamespaces(false), loadPoliciesFirst)
 }
 
 // BenchmarkComputeInitial: 10k pods / 1k namespaces / 1k NetworkPolicies /
 // 100 AdminNetworkPolicies × 20 rules, from nothing.
-func BenchmarkComputeInitial(b *testing.B) { benchCompute(b, scenarios.Mixed(1000)) }
+func BenchmarkComputeInitial(b *testing.B) { benchCompute(b, shapes.Mixed(1000)) }
 
 // BenchmarkPodLabelChange measures one pod label change (and reading back
 // every object it changed, as distribution would) in the Initial cluster
@@ -116,7 +116,7 @@ func BenchmarkComputeInitial(b *testing.B) { benchCompute(b, scenarios.Mixed(100
 func BenchmarkPodLabelChange(b *testing.B) {
 	for _, n := range []int{100, 1000, 10000} {
 		b.Run(fmt.Sprintf("policies=%d", n), func(b *testing.B) {
-			c := scenarios.Mixed(n)
+			c := shapes.Mixed(n)
 			e := New()
 			load(e, c)
 			var changed []Change
@@ -155,7 +155,7 @@ func readBack(e *Engine, changed []Change) {
 	}
 }
 
-func BenchmarkComputeAdminHeavy(b *testing.B) { benchCompute(b, scenarios.AdminHeavy()) }
+func BenchmarkComputeAdminHeavy(b *testing.B) { benchCompute(b, shapes.AdminHeavy(false)) }
 
 // BenchmarkIncremental times one change on a fully computed engine plus
 // reading back every object it reported (what distribution does next),
@@ -165,31 +165,26 @@ func BenchmarkIncremental(b *testing.B) {
 		name     string
 		do, undo func(e *Engine)
 	}
-	shapes := []struct {
+	// The changes are the shapes' own (test/bench times the same ones).
+	cases := []struct {
 		name    string
-		cluster func() *scenarios.Cluster
-		changes func(c *scenarios.Cluster) []change
+		cluster *shapes.Cluster
+		changes func(c *shapes.Cluster) []change
 	}{
-		{"one-namespace", scenarios.OneNamespace, func(c *scenarios.Cluster) []change {
+		{"one-namespace", shapes.OneNamespace(false), func(c *shapes.Cluster) []change {
 			orig := c.Pods[0]
-			relabelled := orig.DeepCopy()
-			relabelled.Labels = map[string]string{"app-1": "scale-2"}
-			return []change{{"pod-relabel", func(e *Engine) { e.UpsertPod(relabelled) }, func(e *Engine) { e.UpsertPod(orig) }}}
+			return []change{{"pod-relabel", func(e *Engine) { e.UpsertPod(c.PodRelabel) }, func(e *Engine) { e.UpsertPod(orig) }}}
 		}},
-		{"admin-heavy", scenarios.AdminHeavy, func(c *scenarios.Cluster) []change {
+		{"admin-heavy", shapes.AdminHeavy(false), func(c *shapes.Cluster) []change {
 			orig, pod := c.Namespaces[0], c.Pods[0]
-			ns := orig.DeepCopy()
-			ns.Labels = map[string]string{"team": "t1"}
-			relabelled := pod.DeepCopy()
-			relabelled.Labels = map[string]string{"app": "app-5"}
 			return []change{
-				{"ns-relabel", func(e *Engine) { e.UpsertNamespace(ns) }, func(e *Engine) { e.UpsertNamespace(orig) }},
-				{"pod-relabel", func(e *Engine) { e.UpsertPod(relabelled) }, func(e *Engine) { e.UpsertPod(pod) }},
+				{"ns-relabel", func(e *Engine) { e.UpsertNamespace(c.NamespaceRelabel) }, func(e *Engine) { e.UpsertNamespace(orig) }},
+				{"pod-relabel", func(e *Engine) { e.UpsertPod(c.PodRelabel) }, func(e *Engine) { e.UpsertPod(pod) }},
 			}
 		}},
 	}
-	for _, sh := range shapes {
-		c := sh.cluster()
+	for _, sh := range cases {
+		c := sh.cluster
 		e := New()
 		load(e, c)
 		e.Snapshot()

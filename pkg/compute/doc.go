@@ -73,4 +73,15 @@
 //
 // How every API field is read, and how bad input fails closed, is written
 // down in SEMANTICS.md in this directory.
+//
+// # Layers
+//
+// Translation reads one API object at a time and knows nothing of the
+// engine: translate.go (the compiledPolicy it produces, conditions, ports,
+// CIDRs), networkpolicy.go and admin.go (one function per API kind) and
+// selector.go (parsed selectors and the groupSpecs, normalized selectors,
+// that name groups). The engine (engine.go, objects.go, policies.go,
+// groups.go, members.go, index.go) stores what translation produced,
+// finds the members of every groupSpec, keeps spans and generations, and
+// builds the model objects.
 package compute

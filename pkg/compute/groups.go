@@ -1,44 +1,12 @@
 package compute
 
 import (
-	"encoding/hex"
-	"hash/fnv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/tierflow/tierflow/pkg/model"
 )
-
-type groupKind int
-
-const (
-	groupPods groupKind = iota
-	groupNodes
-	// groupNamedPort holds every pod (cluster-wide) that declares a
-	// container port with one name; it serves only as an address group for
-	// resolving that named port on ipBlock destinations (model.Rule's
-	// NamedPortGroups), never as a peer.
-	groupNamedPort
-)
-
-// groupSpec is a normalized selector: the pods matching podSel in one
-// namespace (nsSel nil) or in the namespaces matching nsSel, or the nodes
-// matching nodeSel. Its key is its identity: policies whose selectors
-// normalize to the same key share one group.
-type groupSpec struct {
-	kind      groupKind
-	namespace string
-	nsSel     *sel
-	podSel    *sel
-	nodeSel   *sel
-	portName  string
-	key       string
-}
-
-func namedPortGroup(name string) groupSpec {
-	return groupSpec{kind: groupNamedPort, portName: name, key: "namedPort=" + name}
-}
 
 func hasNamedPort(p *podState, name string) bool {
 	for _, np := range p.ports {
@@ -47,30 +15,6 @@ func hasNamedPort(p *podState, name string) bool {
 		}
 	}
 	return false
-}
-
-func podGroupInNamespace(ns string, podSel *sel) groupSpec {
-	return groupSpec{kind: groupPods, namespace: ns, podSel: podSel,
-		key: "namespace=" + ns + " podSelector=" + podSel.text}
-}
-
-func podGroupInNamespaces(nsSel, podSel *sel) groupSpec {
-	return groupSpec{kind: groupPods, nsSel: nsSel, podSel: podSel,
-		key: "namespaceSelector=" + nsSel.text + " podSelector=" + podSel.text}
-}
-
-func nodeGroup(nodeSel *sel) groupSpec {
-	return groupSpec{kind: groupNodes, nodeSel: nodeSel, key: "nodeSelector=" + nodeSel.text}
-}
-
-// groupID derives a stable, short ID from a normalized selector key.
-func groupID(prefix, key string) string {
-	h := fnv.New64a()
-	h.Write([]byte(key))
-	buf := make([]byte, 0, len(prefix)+17)
-	buf = append(buf, prefix...)
-	buf = append(buf, '-')
-	return string(hex.AppendEncode(buf, h.Sum(nil)))
 }
 
 // group is one normalized selector's members. The same group serves as an

@@ -1,10 +1,5 @@
 package compute
 
-import (
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/selection"
-)
-
 type set[T comparable] map[T]struct{}
 
 // labelKV is one label, the key of both indexes below.
@@ -42,31 +37,6 @@ func (ix labelIndex[T]) remove(lbls map[string]string, t T) {
 			}
 		}
 	}
-}
-
-// indexHint is the equality requirement a selector is indexed by: every
-// object the selector matches carries Key with one of Values. A selector
-// without such a requirement has an empty Key and must be checked against
-// every object.
-type indexHint struct {
-	Key    string
-	Values []string
-}
-
-// hintFor picks the first (requirements are sorted by key) equality or set
-// membership requirement of a parsed selector.
-func hintFor(sel labels.Selector) indexHint {
-	reqs, selectable := sel.Requirements()
-	if !selectable {
-		return indexHint{}
-	}
-	for _, r := range reqs {
-		switch r.Operator() {
-		case selection.Equals, selection.DoubleEquals, selection.In:
-			return indexHint{Key: r.Key(), Values: r.Values().List()}
-		}
-	}
-	return indexHint{}
 }
 
 // candidates visits, for a hinted selector, the objects carrying the hinted

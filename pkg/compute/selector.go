@@ -1,12 +1,15 @@
 package compute
 
 import (
+	"encoding/hex"
+	"hash/fnv"
 	"slices"
 	"strconv"
 	"sync"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 )
 
 // sel is a parsed label selector with its normalized text (part of group
@@ -97,4 +100,84 @@ func selectorCacheKey(ls *metav1.LabelSelector) string {
 		}
 	}
 	return string(b)
+}
+
+// indexHint is the equality requirement a selector is indexed by: every
+// object the selector matches carries Key with one of Values. A selector
+// without such a requirement has an empty Key and must be checked against
+// every object.
+type indexHint struct {
+	Key    string
+	Values []string
+}
+
+// hintFor picks the first (requirements are sorted by key) equality or set
+// membership requirement of a parsed selector.
+func hintFor(sel labels.Selector) indexHint {
+	reqs, selectable := sel.Requirements()
+	if !selectable {
+		return indexHint{}
+	}
+	for _, r := range reqs {
+		switch r.Operator() {
+		case selection.Equals, selection.DoubleEquals, selection.In:
+			return indexHint{Key: r.Key(), Values: r.Values().List()}
+		}
+	}
+	return indexHint{}
+}
+
+// groupKind is what a group's members are.
+type groupKind int
+
+const (
+	groupPods groupKind = iota
+	groupNodes
+	// groupNamedPort holds every pod (cluster-wide) that declares a
+	// container port with one name; it serves only as an address group for
+	// resolving that named port on ipBlock destinations (model.Rule's
+	// NamedPortGroups), never as a peer.
+	groupNamedPort
+)
+
+// groupSpec is a normalized selector: the pods matching podSel in one
+// namespace (nsSel nil) or in the namespaces matching nsSel, or the nodes
+// matching nodeSel. Its key is its identity: policies whose selectors
+// normalize to the same key share one group.
+type groupSpec struct {
+	kind      groupKind
+	namespace string
+	nsSel     *sel
+	podSel    *sel
+	nodeSel   *sel
+	portName  string
+	key       string
+}
+
+func namedPortGroup(name string) groupSpec {
+	return groupSpec{kind: groupNamedPort, portName: name, key: "namedPort=" + name}
+}
+
+func podGroupInNamespace(ns string, podSel *sel) groupSpec {
+	return groupSpec{kind: groupPods, namespace: ns, podSel: podSel,
+		key: "namespace=" + ns + " podSelector=" + podSel.text}
+}
+
+func podGroupInNamespaces(nsSel, podSel *sel) groupSpec {
+	return groupSpec{kind: groupPods, nsSel: nsSel, podSel: podSel,
+		key: "namespaceSelector=" + nsSel.text + " podSelector=" + podSel.text}
+}
+
+func nodeGroup(nodeSel *sel) groupSpec {
+	return groupSpec{kind: groupNodes, nodeSel: nodeSel, key: "nodeSelector=" + nodeSel.text}
+}
+
+// groupID derives a stable, short ID from a normalized selector key.
+func groupID(prefix, key string) string {
+	h := fnv.New64a()
+	h.Write([]byte(key))
+	buf := make([]byte, 0, len(prefix)+17)
+	buf = append(buf, prefix...)
+	buf = append(buf, '-')
+	return string(hex.AppendEncode(buf, h.Sum(nil)))
 }

@@ -3,6 +3,7 @@ package compute
 import (
 	"fmt"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -41,6 +42,50 @@ func allAddresses() []model.IPBlock {
 		{CIDR: netip.MustParsePrefix("0.0.0.0/0")},
 		{CIDR: netip.MustParsePrefix("::/0")},
 	}
+}
+
+// compiledPolicy is an API policy object translated to the model, before
+// group membership and spans: everything that depends only on the object.
+type compiledPolicy struct {
+	ref       model.PolicyRef
+	id        string
+	sourceGen int64
+	tier      model.Tier
+	priority  int32
+	// prioritized policies take part in same-priority warnings.
+	prioritized bool
+	subject     groupSpec
+	isolates    []model.Direction
+	rules       []model.Rule
+	// peers are the groups the rules' AddressGroups refer to, one per ID.
+	peers []groupSpec
+	conds []model.Condition
+}
+
+// sameAs reports whether two compilations give the same model content;
+// selectors are compared by their normalized keys.
+func (c *compiledPolicy) sameAs(o *compiledPolicy) bool {
+	if c.ref != o.ref || c.id != o.id || c.sourceGen != o.sourceGen || c.tier != o.tier ||
+		c.priority != o.priority || c.prioritized != o.prioritized || c.subject.key != o.subject.key ||
+		len(c.peers) != len(o.peers) {
+		return false
+	}
+	for i := range c.peers {
+		if c.peers[i].key != o.peers[i].key {
+			return false
+		}
+	}
+	return reflect.DeepEqual(c.isolates, o.isolates) && reflect.DeepEqual(c.rules, o.rules) &&
+		reflect.DeepEqual(c.conds, o.conds)
+}
+
+// policyID is the stable ID of a policy: its UID, or KIND/[NS/]NAME for
+// objects without one (offline files).
+func policyID(r model.PolicyRef) string {
+	if r.UID != "" {
+		return string(r.UID)
+	}
+	return r.String()
 }
 
 // compiler collects a policy's rules, peer groups and conditions.

@@ -25,6 +25,21 @@ func (e Endpoint) String() string {
 	return e.IP.String()
 }
 
+// ParseEndpoint reads NS/POD or an IP address.
+func ParseEndpoint(s string) (Endpoint, error) {
+	if ns, name, ok := strings.Cut(s, "/"); ok {
+		if ns == "" || name == "" || strings.Contains(name, "/") {
+			return Endpoint{}, fmt.Errorf("%q: want NS/POD or an IP address", s)
+		}
+		return Endpoint{Pod: &model.PodRef{Namespace: ns, Name: name}}, nil
+	}
+	ip, err := netip.ParseAddr(s)
+	if err != nil {
+		return Endpoint{}, fmt.Errorf("%q: want NS/POD or an IP address", s)
+	}
+	return Endpoint{IP: ip}, nil
+}
+
 // Query is a connection to explain: a new connection from Src to Dst on
 // destination port Port of Protocol.
 type Query struct {
@@ -438,23 +453,11 @@ func (e *Evaluator) peerMatch(r *model.Rule, ip netip.Addr) (*model.GroupMember,
 		}
 	}
 	for _, b := range r.Peer.IPBlocks {
-		if ipBlockContains(b, ip) {
+		if b.Contains(ip) {
 			return nil, true
 		}
 	}
 	return nil, false
-}
-
-func ipBlockContains(b model.IPBlock, ip netip.Addr) bool {
-	if !b.CIDR.Contains(ip) {
-		return false
-	}
-	for _, x := range b.Except {
-		if x.Contains(ip) {
-			return false
-		}
-	}
-	return true
 }
 
 // portsMatch says whether proto/port is one of ports. named are the

@@ -170,6 +170,20 @@ type IPBlock struct {
 	Except []netip.Prefix `json:"except,omitempty"`
 }
 
+// Contains reports whether ip is in the block: in its CIDR and in none of
+// its exceptions. A block whose CIDR is invalid contains nothing.
+func (b IPBlock) Contains(ip netip.Addr) bool {
+	if !b.CIDR.Contains(ip) {
+		return false
+	}
+	for _, x := range b.Except {
+		if x.Contains(ip) {
+			return false
+		}
+	}
+	return true
+}
+
 // Port matches a destination port: a number (Port, with EndPort > Port for a
 // range), a named container port (Name), or, with neither, every port of
 // Protocol.

@@ -14,9 +14,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tierflow/tierflow/pkg/agent/runtime/query"
 	"github.com/tierflow/tierflow/pkg/explain"
 	"github.com/tierflow/tierflow/pkg/model"
+	"github.com/tierflow/tierflow/pkg/queryapi/agentquery"
 )
 
 // ClientConfig says how to reach the controller's query API.
@@ -84,12 +84,12 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 // Agent returns a client of node's agent query API, reached through the
 // controller (/v1/nodes/NODE/agent/...), which forwards each request over
 // the agent's distribution stream.
-func (c *Client) Agent(node string) *query.Client {
+func (c *Client) Agent(node string) *agentquery.Client {
 	u := *c.base
 	u.Path = strings.TrimSuffix(u.Path, "/") + "/v1/nodes/" + url.PathEscape(node) + "/agent"
 	hc := *c.hc
 	hc.Transport = bearer{token: c.token, next: c.hc.Transport}
-	return query.NewForwardedClient(u.String(), &hc)
+	return agentquery.NewForwardedClient(u.String(), &hc)
 }
 
 // bearer adds the caller's token to every request.

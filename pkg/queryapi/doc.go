@@ -22,7 +22,7 @@
 //	GET /v1/explain?src=&dst=&port=PROTO/PORT explain.Result (same JSON as offline explain)
 //	GET /v1/matrix?port=PROTO/PORT[&port=...] []explain.Cell
 //	GET /v1/nodes[?pod=NS/NAME&ip=ADDR]       connected nodes (hosting those pods/addresses)
-//	GET /v1/nodes/{node}/agent/v1/{endpoint}  node's agent query API (pkg/agent/runtime/query):
+//	GET /v1/nodes/{node}/agent/v1/{endpoint}  node's agent query API (pkg/queryapi/agentquery):
 //	                                          status, realization, rules, pods, flows,
 //	                                          bridge-flows, trace, ofproto-trace
 //

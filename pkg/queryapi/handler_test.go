@@ -77,8 +77,8 @@ func TestHandler(t *testing.T) {
 	}
 	objs, _ := load.Files("../../cmd/tierctl/testdata/cluster.yaml", "../../cmd/tierctl/testdata/story1-deny/policies.yaml")
 	built, _ := load.Build(objs)
-	src, _ := ParseEndpoint("app-ns/client")
-	dst, _ := ParseEndpoint("sensitive-ns/vault")
+	src, _ := explain.ParseEndpoint("app-ns/client")
+	dst, _ := explain.ParseEndpoint("sensitive-ns/vault")
 	want, err := explain.Explain(built.Snapshot, built.Inventory, explain.Query{Src: src, Dst: dst, Protocol: "TCP", Port: 8443})
 	if err != nil {
 		t.Fatal(err)

@@ -33,7 +33,7 @@ type Source struct {
 	// and its caches are synced); nil means always.
 	Ready func() bool
 	// AgentQuery forwards a request of the agent query API
-	// (pkg/agent/runtime/query: path /v1/..., URL-encoded parameters) to
+	// (pkg/queryapi/agentquery: path /v1/..., URL-encoded parameters) to
 	// node's agent and returns its HTTP status and body; nil: the
 	// /v1/nodes/ endpoints answer 501. A context deadline error means the
 	// agent did not answer in time, any other error that it is unreachable.
@@ -151,11 +151,11 @@ func (h *handler) explain(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	var query explain.Query
 	var err error
-	if query.Src, err = ParseEndpoint(q.Get("src")); err != nil {
+	if query.Src, err = explain.ParseEndpoint(q.Get("src")); err != nil {
 		writeError(w, http.StatusBadRequest, "src: "+err.Error())
 		return
 	}
-	if query.Dst, err = ParseEndpoint(q.Get("dst")); err != nil {
+	if query.Dst, err = explain.ParseEndpoint(q.Get("dst")); err != nil {
 		writeError(w, http.StatusBadRequest, "dst: "+err.Error())
 		return
 	}
@@ -332,21 +332,6 @@ func (h *handler) matrix(w http.ResponseWriter, r *http.Request) {
 		cells = []explain.Cell{}
 	}
 	writeJSON(w, MatrixResult{Cells: cells, Skipped: skipped})
-}
-
-// ParseEndpoint reads NS/POD or an IP address.
-func ParseEndpoint(s string) (explain.Endpoint, error) {
-	if ns, name, ok := strings.Cut(s, "/"); ok {
-		if ns == "" || name == "" || strings.Contains(name, "/") {
-			return explain.Endpoint{}, fmt.Errorf("%q: want NS/POD or an IP address", s)
-		}
-		return explain.Endpoint{Pod: &model.PodRef{Namespace: ns, Name: name}}, nil
-	}
-	ip, err := netip.ParseAddr(s)
-	if err != nil {
-		return explain.Endpoint{}, fmt.Errorf("%q: want NS/POD or an IP address", s)
-	}
-	return explain.Endpoint{IP: ip}, nil
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

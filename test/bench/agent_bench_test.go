@@ -17,6 +17,7 @@ import (
 	"github.com/tierflow/tierflow/pkg/agent/realizer"
 	"github.com/tierflow/tierflow/pkg/model"
 	"github.com/tierflow/tierflow/pkg/ovs/openflow"
+	"github.com/tierflow/tierflow/pkg/ovs/ovsctl"
 	"github.com/tierflow/tierflow/test/ovsenv"
 )
 
@@ -109,7 +110,7 @@ func countFlows(b *testing.B, br *ovsenv.Bridge) int {
 	if err != nil {
 		b.Fatalf("dump-flows %s: %v", br.Name, err)
 	}
-	stats, err := flowsync.ParseDumpFlows(out)
+	stats, err := ovsctl.ParseDumpFlows(out)
 	if err != nil {
 		b.Fatalf("parsing dump-flows of %s: %v", br.Name, err)
 	}

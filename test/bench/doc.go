@@ -29,7 +29,7 @@
 //     same flows into a fresh bridge.
 //   - BenchmarkDatapathThroughput: iperf3 between two pods with no policy
 //     and with 1000 rules realized.
-//   - BenchmarkFanout: datapath-less agents (pkg/agent/fake) connected to
+//   - BenchmarkFanout: datapath-less agents (pkg/agent/nodatapath) connected to
 //     the real distribution server; time until all have a policy change.
 //   - BenchmarkE2ELatency: the simulated cluster (test/testbed) with the
 //     real controller and agents (test/e2e/framework); time from a policy

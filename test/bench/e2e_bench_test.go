@@ -25,7 +25,7 @@ import (
 	npclient "sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned"
 
 	"github.com/tierflow/tierflow/pkg/agent/pipeline"
-	"github.com/tierflow/tierflow/pkg/agent/runtime/query"
+	"github.com/tierflow/tierflow/pkg/queryapi/agentquery"
 	"github.com/tierflow/tierflow/test/e2e/framework"
 	"github.com/tierflow/tierflow/test/ovsenv"
 	"github.com/tierflow/tierflow/test/testbed"
@@ -122,7 +122,7 @@ func (p flowProbe) matchesText(text string) bool {
 // probe's table: the flows its acknowledged bundles installed) whether
 // the probe holds.
 func (e *e2eBed) agentHolds(ctx context.Context, node string, p flowProbe) (bool, error) {
-	flows, err := e.agents[node].Flows(ctx, query.FlowFilter{Table: p.Table.String()})
+	flows, err := e.agents[node].Flows(ctx, agentquery.FlowFilter{Table: p.Table.String()})
 	if err != nil {
 		return false, err
 	}
@@ -203,7 +203,7 @@ type e2eBed struct {
 	// pods by namespace, each with its node and IP.
 	pods    map[string][]framework.Pod
 	bridges map[string]*ovsenv.Bridge
-	agents  map[string]*query.Client
+	agents  map[string]*agentquery.Client
 	// polls are the durations of every polling round.
 	polls []time.Duration
 }
@@ -356,7 +356,7 @@ func (e *e2eBed) waitAgentsHavePods(b *testing.B, timeout time.Duration) {
 	for {
 		var why []string
 		for node, sock := range e.tf.AgentSockets {
-			pods, err := query.NewClient(sock).Pods(context.Background())
+			pods, err := agentquery.NewClient(sock).Pods(context.Background())
 			if err != nil {
 				why = append(why, fmt.Sprintf("%s: %v", node, err))
 				continue
@@ -453,12 +453,12 @@ func BenchmarkE2ELatency(b *testing.B) {
 		progressf("test bed and tierflow up after %.1fs", time.Since(start).Seconds())
 		cfg := fastConfig(bed.Cluster.Config)
 		kube, pol := clients(b, cfg)
-		e := &e2eBed{tf: tf, kube: kube, pol: pol, bridges: map[string]*ovsenv.Bridge{}, agents: map[string]*query.Client{}}
+		e := &e2eBed{tf: tf, kube: kube, pol: pol, bridges: map[string]*ovsenv.Bridge{}, agents: map[string]*agentquery.Client{}}
 		var nodes []string
 		for _, n := range bed.Nodes {
 			nodes = append(nodes, n.Name)
 			e.bridges[n.Name] = n.Bridge
-			e.agents[n.Name] = query.NewClient(tf.AgentSockets[n.Name])
+			e.agents[n.Name] = agentquery.NewClient(tf.AgentSockets[n.Name])
 		}
 		b.Cleanup(func() {
 			if b.Failed() {

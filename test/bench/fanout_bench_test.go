@@ -24,7 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/network-policy-api/apis/v1alpha1"
 
-	"github.com/tierflow/tierflow/pkg/agent/fake"
+	"github.com/tierflow/tierflow/pkg/agent/nodatapath"
 	"github.com/tierflow/tierflow/pkg/controller"
 	"github.com/tierflow/tierflow/pkg/distribution/client"
 	"github.com/tierflow/tierflow/pkg/distribution/server"
@@ -112,10 +112,10 @@ func hasPolicy(name string) func(*wire.NodeState) bool {
 
 // BenchmarkFanout runs the controller (informers on a real kube-apiserver,
 // engine, distribution server over gRPC/TLS) and many datapath-less agents
-// (pkg/agent/fake) in this process. It times the initial convergence
+// (pkg/agent/nodatapath) in this process. It times the initial convergence
 // (every agent has its full span) and, several times, an
 // AdminNetworkPolicy created through the API until every agent has it.
-// Memory is the whole process: controller and the agents' caches.
+// Memory is the whole process: controller and the agents' states.
 func BenchmarkFanout(b *testing.B) {
 	agents, namespaces, podsPerNS, changes := 300, 100, 30, 9
 	if quickScale() {
@@ -155,10 +155,10 @@ func BenchmarkFanout(b *testing.B) {
 		b.Cleanup(g.Stop)
 
 		start := time.Now()
-		var rts []*fake.Runtime
+		var rts []*nodatapath.Runtime
 		for i := 0; i < agents; i++ {
 			token := fmt.Sprintf("token-%d", i)
-			rt, err := fake.Start(ctx, client.Config{Address: lis.Addr().String(), TLS: cliTLS, Node: shapes.NodeName(i),
+			rt, err := nodatapath.Start(ctx, client.Config{Address: lis.Addr().String(), TLS: cliTLS, Node: shapes.NodeName(i),
 				Token: func() (string, error) { return token, nil }, Logger: quiet})
 			if err != nil {
 				b.Fatal(err)

@@ -15,7 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/tierflow/tierflow/pkg/agent/runtime/query"
+	"github.com/tierflow/tierflow/pkg/queryapi/agentquery"
 	"github.com/tierflow/tierflow/test/conformance"
 	"github.com/tierflow/tierflow/test/e2e/framework"
 )
@@ -371,7 +371,7 @@ func traceSCTP(tf *framework.Tierflow, p sctpProbe) (allowed bool, detail string
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	egress, err := agentClient(tf, client.Spec.NodeName).Trace(ctx, query.TraceRequest{
+	egress, err := agentClient(tf, client.Spec.NodeName).Trace(ctx, agentquery.TraceRequest{
 		Src: client.Namespace + "/" + client.Name, Dst: server.Status.PodIP, Protocol: "SCTP", Port: p.port})
 	if err != nil {
 		return false, "", fmt.Errorf("trace on %s: %w", client.Spec.NodeName, err)
@@ -388,7 +388,7 @@ func traceSCTP(tf *framework.Tierflow, p sctpProbe) (allowed bool, detail string
 	if !egress.LeftBridge {
 		return false, "dropped on the client's node " + detail, nil
 	}
-	ingress, err := agentClient(tf, server.Spec.NodeName).Trace(ctx, query.TraceRequest{
+	ingress, err := agentClient(tf, server.Spec.NodeName).Trace(ctx, agentquery.TraceRequest{
 		Src: client.Status.PodIP, Dst: server.Status.PodIP, Protocol: "SCTP", Port: p.port})
 	if err != nil {
 		return false, detail, fmt.Errorf("trace on %s: %w", server.Spec.NodeName, err)
@@ -410,6 +410,6 @@ func housePod(tf *framework.Tierflow, ref string) (*corev1.Pod, error) {
 	return pod, nil
 }
 
-func agentClient(tf *framework.Tierflow, node string) *query.Client {
-	return query.NewClient(tf.AgentSockets[node])
+func agentClient(tf *framework.Tierflow, node string) *agentquery.Client {
+	return agentquery.NewClient(tf.AgentSockets[node])
 }

@@ -21,9 +21,9 @@ import (
 	certutil "k8s.io/client-go/util/cert"
 
 	"github.com/tierflow/tierflow/pkg/agent/runtime"
-	"github.com/tierflow/tierflow/pkg/agent/runtime/query"
 	"github.com/tierflow/tierflow/pkg/config"
 	"github.com/tierflow/tierflow/pkg/queryapi"
+	"github.com/tierflow/tierflow/pkg/queryapi/agentquery"
 	"github.com/tierflow/tierflow/test/kubeapi"
 	"github.com/tierflow/tierflow/test/ovsenv"
 )
@@ -267,7 +267,7 @@ func (p *Controller) Kill() {
 type Agent struct {
 	Node   string
 	Opts   runtime.Options
-	Q      *query.Client
+	Q      *agentquery.Client
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -301,7 +301,7 @@ func StartAgent(t *testing.T, node string, opts runtime.Options) *Agent {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &Agent{Node: node, Opts: opts, cancel: cancel, done: make(chan error, 1), Q: query.NewClient(opts.QuerySocket)}
+	p := &Agent{Node: node, Opts: opts, cancel: cancel, done: make(chan error, 1), Q: agentquery.NewClient(opts.QuerySocket)}
 	go func() { p.done <- a.Run(ctx) }()
 	t.Cleanup(p.Stop)
 	return p

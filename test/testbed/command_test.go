@@ -18,8 +18,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/tierflow/tierflow/pkg/agent/runtime/query"
 	"github.com/tierflow/tierflow/pkg/cni"
+	"github.com/tierflow/tierflow/pkg/queryapi/agentquery"
 	"github.com/tierflow/tierflow/test/testbed"
 	"github.com/tierflow/tierflow/test/testbed/noderuntime"
 )
@@ -67,7 +67,7 @@ func TestCommandUpDown(t *testing.T) {
 		t.Fatalf("state.json does not record tierflow with 3 agents: %+v", st.Tierflow)
 	}
 	for node, sock := range st.Tierflow.AgentSockets {
-		status, err := query.NewClient(sock).Status(context.Background())
+		status, err := agentquery.NewClient(sock).Status(context.Background())
 		if err != nil || !status.Ready {
 			t.Errorf("agent of %s: ready=%v, %v", node, status != nil && status.Ready, err)
 		}

@@ -19,7 +19,8 @@
 //     heartbeat-with-lease stages of its own kustomize/stage directory, and
 //     serving `kubectl exec` (--enable-crds=Exec) over TLS on each node's
 //     address (the fabric bridge's interface holds the node addresses);
-//   - per node, `tierflow-podrunner node` (package noderuntime): the
+//   - per node, `tierflow-podrunner node` (test/testbed/cmd/tierflow-podrunner,
+//     package noderuntime): the
 //     kubelet stand-in that attaches each pod with tierflow-cni, runs its
 //     servers in its namespace, creates its Exec object and reports its
 //     status with the namespace's real addresses.
@@ -50,5 +51,7 @@
 //
 // Start(tb, opts) is for tests (everything stops at cleanup); the command
 // test/testbed/cmd/tierflow-testbed (make testbed-up / testbed-down) runs
-// the same assembly as a long-lived process for demos.
+// the same assembly as a long-lived process for demos. The bed's own
+// commands, tierflow-testbed and tierflow-podrunner, live under
+// test/testbed/cmd: they ship with no release.
 package testbed

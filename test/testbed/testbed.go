@@ -191,7 +191,7 @@ func buildBinaries(root, binDir string) error {
 		goBin = "/usr/local/go/bin/go"
 	}
 	cmd := exec.Command(goBin, "build", "-o", binDir+"/",
-		"./cmd/tierflow-cni", "./cmd/tierflow-podrunner",
+		"./cmd/tierflow-cni", "./test/testbed/cmd/tierflow-podrunner",
 		"github.com/containernetworking/plugins/plugins/ipam/host-local")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {

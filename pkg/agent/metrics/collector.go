@@ -9,13 +9,13 @@ import (
 
 	"github.com/tierflow/tierflow/pkg/agent/flowsync"
 	"github.com/tierflow/tierflow/pkg/agent/pipeline"
-	"github.com/tierflow/tierflow/pkg/agent/policyflows"
+	"github.com/tierflow/tierflow/pkg/queryapi/agentquery"
 )
 
 // Source is what the collector reads: the realizer.
 type Source interface {
 	Stats(ctx context.Context) ([]flowsync.FlowStat, error)
-	Rules() map[uint32]policyflows.RuleInfo
+	Rules() map[uint32]agentquery.RuleInfo
 }
 
 var (

@@ -28,21 +28,56 @@ const (
 	numTables
 )
 
-var tableNames = [numTables]string{
-	"Classifier", "SpoofGuard", "Conntrack", "ConntrackState",
-	"EgressAdmin", "EgressNetworkPolicy", "EgressIsolation", "EgressBaseline", "EgressMetric",
-	"Forwarding",
-	"IngressAdmin", "IngressNetworkPolicy", "IngressIsolation", "IngressBaseline", "IngressMetric",
-	"ConntrackCommit", "Output",
+// miss is what a table does with a packet none of its flows matches: its
+// miss flow (priority 0, matching everything) drops it or passes it on to
+// the next table.
+type miss bool
+
+const (
+	missDrop miss = false
+	missNext miss = true
+)
+
+// tableDecl declares a table: the name tooling prints, and its miss.
+type tableDecl struct {
+	name string
+	miss miss
+}
+
+// tables declares every table once, in pipeline order. A policy table
+// passes what no rule matched on (its rules decide; no rule means no
+// decision); the others drop what they do not recognize.
+var tables = [numTables]tableDecl{
+	Classifier:           {"Classifier", missDrop}, // unknown ports, and every port before the first sync
+	SpoofGuard:           {"SpoofGuard", missDrop}, // what no port may send
+	Conntrack:            {"Conntrack", missDrop},  // neither IPv4 nor IPv6
+	ConntrackState:       {"ConntrackState", missDrop},
+	EgressAdmin:          {"EgressAdmin", missNext},
+	EgressNetworkPolicy:  {"EgressNetworkPolicy", missNext},
+	EgressIsolation:      {"EgressIsolation", missNext},
+	EgressBaseline:       {"EgressBaseline", missNext}, // no match: allowed
+	EgressMetric:         {"EgressMetric", missNext},
+	Forwarding:           {"Forwarding", missDrop}, // nowhere to go (no hairpin)
+	IngressAdmin:         {"IngressAdmin", missNext},
+	IngressNetworkPolicy: {"IngressNetworkPolicy", missNext},
+	IngressIsolation:     {"IngressIsolation", missNext},
+	IngressBaseline:      {"IngressBaseline", missNext}, // no match: allowed
+	IngressMetric:        {"IngressMetric", missNext},
+	ConntrackCommit:      {"ConntrackCommit", missNext}, // allowed, nothing to commit: Output
+	Output:               {"Output", missDrop},          // no port chosen
 }
 
 // String is the table's name as tooling prints it.
 func (t Table) String() string {
 	if t < numTables {
-		return tableNames[t]
+		return tables[t].name
 	}
 	return fmt.Sprintf("Table%d", uint8(t))
 }
+
+// missGoesOn says whether a packet no flow of t matches goes on to the
+// next table (otherwise it drops).
+func (t Table) missGoesOn() bool { return t < numTables && tables[t].miss == missNext }
 
 // ID is the OpenFlow table number.
 func (t Table) ID() uint8 { return uint8(t) }
@@ -58,8 +93,8 @@ func Tables() []Table {
 
 // TableByName finds a table by its printed name.
 func TableByName(name string) (Table, bool) {
-	for i, n := range tableNames {
-		if n == name {
+	for i, d := range tables {
+		if d.name == name {
 			return Table(i), true
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/tierflow/tierflow/pkg/agent/pipeline"
 	"github.com/tierflow/tierflow/pkg/model"
 	"github.com/tierflow/tierflow/pkg/ovs/openflow"
+	"github.com/tierflow/tierflow/pkg/queryapi/agentquery"
 )
 
 // Input is everything the agent knows: the span-filtered model objects and
@@ -22,32 +23,23 @@ type Input struct {
 	Pods            []pipeline.LocalPod
 }
 
-// RuleInfo describes the rule behind a rule ID: what a cookie's or a
-// ct_label's rule ID reads back to.
-type RuleInfo struct {
-	ID        uint32          `json:"id"`
-	Policy    model.PolicyRef `json:"policy"`
-	PolicyID  string          `json:"policyID"`
-	Tier      model.Tier      `json:"tier"`
-	Direction model.Direction `json:"direction"`
-	Index     int             `json:"index"`
-	Name      string          `json:"name,omitempty"`
-	Action    model.Action    `json:"action"`
-	Table     string          `json:"table"`
-	Priority  uint16          `json:"priority"`
-}
-
 // Result is one compilation.
 type Result struct {
 	// Flows are the policy tables' flows (rules, isolation, metrics).
 	Flows []openflow.Flow
 	// Keys are Flow.Key of each flow (same index), computed once.
 	Keys []string
-	// Rules maps every rule ID present in Flows' cookies to its rule.
-	Rules map[uint32]RuleInfo
+	// Rules maps every rule ID present in Flows' cookies to its rule, in
+	// the form the agent's query API answers with.
+	Rules map[uint32]agentquery.RuleInfo
 	// Warnings name rules that could not be compiled as written and how
 	// they were compiled instead (always towards denying).
 	Warnings []string
+	// MatchesNothing maps the ID of every rule that compiled to no flow
+	// on this node to why: it can match no packet here (no local
+	// applied-to pod, no peer address, named ports that resolve nowhere).
+	// A rule absent from it has action flows.
+	MatchesNothing map[uint32]string
 }
 
 // Compiler turns Inputs into flows. It is not safe for concurrent use.
@@ -74,6 +66,8 @@ type ruleCache struct {
 	kinds    []flowKind
 	conjKeys []string
 	warns    []string
+	// nothing is why the rule has no flow ("" when it has some).
+	nothing string
 }
 
 // NewCompiler returns a compiler whose flows carry round in their cookies.
@@ -116,7 +110,7 @@ type placed struct {
 // Compile compiles the whole input. An error means nothing should change
 // on the bridge (the previous flows stay).
 func (c *Compiler) Compile(in Input) (Result, error) {
-	res := Result{Rules: map[uint32]RuleInfo{}}
+	res := Result{Rules: map[uint32]agentquery.RuleInfo{}, MatchesNothing: map[uint32]string{}}
 	pods := map[model.PodRef]pipeline.LocalPod{}
 	ports := map[uint32]model.PodRef{}
 	ips := map[netip.Addr]model.PodRef{}
@@ -226,14 +220,14 @@ func (c *Compiler) Compile(in Input) (Result, error) {
 			if pr.pol.Tier == model.TierNetworkPolicy {
 				p = pipeline.NetworkPolicyRulePriority
 			}
-			res.Rules[id] = RuleInfo{ID: id, Policy: pr.pol.Source, PolicyID: pr.pol.ID, Tier: pr.pol.Tier, Direction: pr.rule.Direction,
+			res.Rules[id] = agentquery.RuleInfo{ID: id, Policy: pr.pol.Source, PolicyID: pr.pol.ID, Tier: pr.pol.Tier, Direction: pr.rule.Direction,
 				Index: pr.rule.Index, Name: pr.rule.Name, Action: pr.rule.Action, Table: t.String(), Priority: p}
 			fp := c.fingerprint(in, pods, pr, id, p)
 			e := c.cache[pr.key]
 			if e == nil || e.fp != fp {
 				rb := newBuilder(c.round)
 				e = &ruleCache{fp: fp}
-				e.warns = c.compileRule(rb, in, pods, pr, id, p, &e.conjKeys)
+				e.warns, e.nothing = c.compileRule(rb, in, pods, pr, id, p, &e.conjKeys)
 				e.flows, e.keys, e.kinds = rb.out, rb.keys, rb.kinds
 				c.cache[pr.key] = e
 			}
@@ -242,6 +236,9 @@ func (c *Compiler) Compile(in Input) (Result, error) {
 			}
 			b.addRule(e, pr.pol.Tier == model.TierNetworkPolicy)
 			res.Warnings = append(res.Warnings, e.warns...)
+			if e.nothing != "" {
+				res.MatchesNothing[id] = e.nothing
+			}
 		}
 	}
 	for k := range c.ruleIDs {
@@ -373,26 +370,27 @@ type subConj struct {
 	anyPort bool
 }
 
+// compileRule compiles one rule into b. It returns its warnings, and why it
+// matches nothing when it emitted no flow.
 func (c *Compiler) compileRule(b *builder, in Input, pods map[model.PodRef]pipeline.LocalPod,
-	pr placed, id uint32, prio uint16, conjKeys *[]string) []string {
+	pr placed, id uint32, prio uint16, conjKeys *[]string) (warns []string, nothing string) {
 	r := pr.rule
-	var warns []string
 	warnf := func(format string, args ...any) {
 		warns = append(warns, fmt.Sprintf("policy %s rule %s[%d]: ", pr.pol.Source, strings.ToLower(string(r.Direction)), r.Index)+fmt.Sprintf(format, args...))
 	}
 	applied := appliedPods(in, pods, pr.pol)
 	if len(applied) == 0 {
-		return nil
+		return nil, "no applied-to pod of this node is attached to the bridge"
 	}
 	switch r.Action {
 	case model.ActionAllow, model.ActionDeny, model.ActionPass:
 	default:
 		warnf("unknown action %q: not enforced", r.Action)
-		return warns
+		return warns, fmt.Sprintf("its action %q is not enforced", r.Action)
 	}
 	if pr.pol.Tier == model.TierNetworkPolicy && r.Action != model.ActionAllow {
 		warnf("NetworkPolicy rules can only allow; %s not enforced", r.Action)
-		return warns
+		return warns, fmt.Sprintf("a NetworkPolicy rule cannot %s", r.Action)
 	}
 
 	// Peers: address-group IPs and ipBlocks minus excepts, as prefixes.
@@ -466,7 +464,7 @@ func (c *Compiler) compileRule(b *builder, in Input, pods map[model.PodRef]pipel
 		}
 	}
 	if len(peers) == 0 {
-		return warns // matches nothing
+		return warns, "its peers hold no address"
 	}
 	anyPeer := coversAll(peers)
 	allApplied := make([]uint32, 0, len(applied))
@@ -540,7 +538,7 @@ func (c *Compiler) compileRule(b *builder, in Input, pods map[model.PodRef]pipel
 			// inside a block (the groups never widen the peer).
 			for ip, nps := range namedPortMembers(in, r) {
 				for _, blk := range r.Peer.IPBlocks {
-					if blk.CIDR.IsValid() && blk.CIDR.Contains(ip) && !excepted(blk, ip) {
+					if blk.Contains(ip) {
 						addPeer(ip, nps)
 						break
 					}
@@ -582,7 +580,18 @@ func (c *Compiler) compileRule(b *builder, in Input, pods map[model.PodRef]pipel
 		c.emit(b, pr.table, prio, r.Direction, s, conj, id, acts)
 	}
 	_ = ck
-	return warns
+	// Without a conjunction the rule has no action flow (an Allow keeps
+	// its metric flow, which counts nothing).
+	switch {
+	case len(subs) > 0:
+		return warns, ""
+	case len(named) == 0:
+		return warns, "none of its ports is valid"
+	case r.Direction == model.DirectionIn:
+		return warns, "its named ports resolve on none of this node's applied-to pods"
+	default:
+		return warns, "its named ports resolve on none of its destination pods"
+	}
 }
 
 func nextAfterMetric(d model.Direction) []openflow.Action {
@@ -590,15 +599,6 @@ func nextAfterMetric(d model.Direction) []openflow.Action {
 		return []openflow.Action{openflow.GotoTable{Table: pipeline.Forwarding.ID()}}
 	}
 	return []openflow.Action{openflow.GotoTable{Table: pipeline.ConntrackCommit.ID()}}
-}
-
-func excepted(b model.IPBlock, ip netip.Addr) bool {
-	for _, x := range b.Except {
-		if x.Contains(ip) {
-			return true
-		}
-	}
-	return false
 }
 
 func coversAll(ps []netip.Prefix) bool {

@@ -11,6 +11,7 @@ import (
 	"github.com/tierflow/tierflow/pkg/agent/pipeline"
 	"github.com/tierflow/tierflow/pkg/model"
 	"github.com/tierflow/tierflow/pkg/ovs/openflow"
+	"github.com/tierflow/tierflow/pkg/queryapi/agentquery"
 )
 
 // fixture builds inputs for one node "n1".
@@ -239,8 +240,8 @@ func TestRuleIDsAndPrioritiesStable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	byName := func(r Result) map[string]RuleInfo {
-		m := map[string]RuleInfo{}
+	byName := func(r Result) map[string]agentquery.RuleInfo {
+		m := map[string]agentquery.RuleInfo{}
 		for _, ri := range r.Rules {
 			m[ri.Policy.Name] = ri
 		}

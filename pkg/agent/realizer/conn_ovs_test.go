@@ -14,6 +14,7 @@ import (
 	"github.com/tierflow/tierflow/pkg/agent/pipeline"
 	"github.com/tierflow/tierflow/pkg/model"
 	"github.com/tierflow/tierflow/pkg/ovs/openflow"
+	"github.com/tierflow/tierflow/pkg/ovs/ovsctl"
 	"github.com/tierflow/tierflow/test/ovsenv"
 )
 
@@ -304,7 +305,7 @@ func TestFlowsReadBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stats, err := flowsync.ParseDumpFlows(out)
+	stats, err := ovsctl.ParseDumpFlows(out)
 	if err != nil {
 		t.Fatal(err)
 	}

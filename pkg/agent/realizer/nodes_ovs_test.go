@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierflow/tierflow/pkg/agent/flowsync"
 	"github.com/tierflow/tierflow/pkg/agent/pipeline"
 	"github.com/tierflow/tierflow/pkg/model"
 	"github.com/tierflow/tierflow/pkg/ovs/openflow"
+	"github.com/tierflow/tierflow/pkg/ovs/ovsctl"
 	"github.com/tierflow/tierflow/test/ovsenv"
 )
 
@@ -242,7 +242,7 @@ func TestAgentRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stats, err := flowsync.ParseDumpFlows(out)
+	stats, err := ovsctl.ParseDumpFlows(out)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/tierflow/tierflow/pkg/agent/pipeline"
 	"github.com/tierflow/tierflow/pkg/agent/policyflows"
 	"github.com/tierflow/tierflow/pkg/ovs/openflow"
+	"github.com/tierflow/tierflow/pkg/queryapi/agentquery"
 )
 
 // Realizer installs the pipeline of one bridge. Its methods are safe for
@@ -26,13 +27,13 @@ type Realizer struct {
 	adopting bool
 	desired  []openflow.Flow
 	keys     []string
-	rules    map[uint32]policyflows.RuleInfo
+	rules    map[uint32]agentquery.RuleInfo
 	warnings []string
 }
 
 // New returns a realizer for the bridge behind inst.
 func New(cfg pipeline.Config, inst flowsync.Installer) *Realizer {
-	return &Realizer{cfg: cfg, inst: inst, syncer: flowsync.NewSyncer(inst), rules: map[uint32]policyflows.RuleInfo{}}
+	return &Realizer{cfg: cfg, inst: inst, syncer: flowsync.NewSyncer(inst), rules: map[uint32]agentquery.RuleInfo{}}
 }
 
 // Start picks a new cookie round. On a bridge without flows of an earlier
@@ -115,10 +116,10 @@ func (r *Realizer) Warnings() []string {
 
 // Rules maps the rule IDs in installed cookies and ct_labels to rules: the
 // table tooling reads flows back with.
-func (r *Realizer) Rules() map[uint32]policyflows.RuleInfo {
+func (r *Realizer) Rules() map[uint32]agentquery.RuleInfo {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make(map[uint32]policyflows.RuleInfo, len(r.rules))
+	out := make(map[uint32]agentquery.RuleInfo, len(r.rules))
 	for k, v := range r.rules {
 		out[k] = v
 	}

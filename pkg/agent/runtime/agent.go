@@ -15,22 +15,22 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/tierflow/tierflow/pkg/agent/fake"
 	"github.com/tierflow/tierflow/pkg/agent/metrics"
+	"github.com/tierflow/tierflow/pkg/agent/nodatapath"
 	"github.com/tierflow/tierflow/pkg/agent/nodenet"
 	"github.com/tierflow/tierflow/pkg/agent/pipeline"
-	"github.com/tierflow/tierflow/pkg/agent/runtime/query"
-	"github.com/tierflow/tierflow/pkg/agent/statestore"
 	"github.com/tierflow/tierflow/pkg/config"
 	"github.com/tierflow/tierflow/pkg/distribution/client"
+	"github.com/tierflow/tierflow/pkg/distribution/client/statestore"
 	"github.com/tierflow/tierflow/pkg/distribution/wire"
+	"github.com/tierflow/tierflow/pkg/queryapi/agentquery"
 )
 
 // Options configure an Agent.
 type Options struct {
 	// Config is the validated agent configuration (pkg/config).
 	Config *config.Agent
-	// Datapath is query.DatapathOVS (default) or query.DatapathNone.
+	// Datapath is agentquery.DatapathOVS (default) or agentquery.DatapathNone.
 	Datapath string
 	// QuerySocket is the unix socket of the query API; empty disables it.
 	QuerySocket string
@@ -60,9 +60,9 @@ type Agent struct {
 	log  *slog.Logger
 	m    *agentMetrics
 
-	ovs     *ovsDatapath     // nil with datapath none
-	nodenet *nodenet.Manager // noEncap node network only
-	fake    *fake.Agent      // set with datapath none
+	ovs     *ovsDatapath      // nil with datapath none
+	nodenet *nodenet.Manager  // noEncap node network only
+	none    *nodatapath.Agent // set with datapath none
 	client  *client.Client
 
 	kick chan struct{} // asks the loop to realize again (ports changed)
@@ -70,10 +70,10 @@ type Agent struct {
 	// realizeMu serializes realizations; mu guards the fields below.
 	realizeMu sync.Mutex
 	mu        sync.Mutex
-	state     *wire.NodeState
-	haveState bool // a complete state has been received (restored or from the controller)
-	ready     bool // ... and realized
-	failing   bool // the last realization failed
+	state     *wire.NodeState // the distribution client's: read-only
+	haveState bool            // a complete state has been received (restored or from the controller)
+	ready     bool            // ... and realized
+	failing   bool            // the last realization failed
 	lastTime  time.Time
 	lastErr   string
 	warnings  []string
@@ -94,10 +94,10 @@ func New(opts Options) (*Agent, error) {
 	}
 	switch opts.Datapath {
 	case "":
-		opts.Datapath = query.DatapathOVS
-	case query.DatapathOVS, query.DatapathNone:
+		opts.Datapath = agentquery.DatapathOVS
+	case agentquery.DatapathOVS, agentquery.DatapathNone:
 	default:
-		return nil, fmt.Errorf("agent: datapath %q: want %s or %s", opts.Datapath, query.DatapathOVS, query.DatapathNone)
+		return nil, fmt.Errorf("agent: datapath %q: want %s or %s", opts.Datapath, agentquery.DatapathOVS, agentquery.DatapathNone)
 	}
 	if opts.RetryInterval <= 0 {
 		opts.RetryInterval = 2 * time.Second
@@ -150,8 +150,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if a.opts.Datapath == query.DatapathNone {
-		a.fake = fake.New(a.cfg.NodeName)
+	if a.opts.Datapath == agentquery.DatapathNone {
+		a.none = nodatapath.New(a.cfg.NodeName)
 	}
 	// Serve health and queries at once: OVS may still be starting (its
 	// container starts with the agent's), and the liveness probe must not
@@ -161,7 +161,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	defer servers.close()
-	if a.opts.Datapath == query.DatapathOVS {
+	if a.opts.Datapath == agentquery.DatapathOVS {
 		d, err := a.openOVSRetrying(ctx)
 		if err != nil || d == nil {
 			return err
@@ -281,13 +281,13 @@ func (a *Agent) controllerTLS() (*tls.Config, error) {
 // receiver is the distribution client's Receiver.
 type receiver struct{ a *Agent }
 
-// Apply takes an update into the node's state and realizes the whole
-// state. An error means nothing of the update is enforced yet; the client
-// reports it for every affected policy, and the loop retries.
-func (r receiver) Apply(d *wire.Delta) error {
+// Apply takes the node's state after an update and realizes all of it. An
+// error means nothing of the update is enforced yet; the client reports it
+// for every affected policy, and the loop retries.
+func (r receiver) Apply(d *wire.Delta, st *wire.NodeState) error {
 	a := r.a
 	a.mu.Lock()
-	applyDelta(a.state, d)
+	a.state = st
 	if d.Full {
 		a.haveState = true
 		a.m.stateUpdates.WithLabelValues("full").Inc()
@@ -295,9 +295,9 @@ func (r receiver) Apply(d *wire.Delta) error {
 		a.m.stateUpdates.WithLabelValues("delta").Inc()
 	}
 	a.mu.Unlock()
-	if a.fake != nil {
-		err := a.fake.Apply(d)
-		a.record(a.snapshot(), nil, err)
+	if a.none != nil {
+		err := a.none.Apply(d, st)
+		a.record(st, nil, err)
 		return err
 	}
 	// Bounded, so a wedged switch cannot stall the stream forever (the
@@ -353,11 +353,12 @@ func (a *Agent) realizeBounded(ctx context.Context, trigger string) {
 	_ = a.realize(ctx, trigger)
 }
 
-// snapshot copies the state's maps (the objects are immutable).
-func (a *Agent) snapshot() *wire.NodeState {
+// current is the state to realize: the client hands a new one at every
+// update and never changes one it handed, so it is read without a copy.
+func (a *Agent) current() *wire.NodeState {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.state.Clone()
+	return a.state
 }
 
 // realize makes the datapath enforce the current state. Before a complete
@@ -375,7 +376,7 @@ func (a *Agent) realize(ctx context.Context, trigger string) error {
 	if !have {
 		return nil
 	}
-	st := a.snapshot()
+	st := a.current()
 	start := time.Now()
 	warnings, err := d.realize(ctx, st)
 	a.m.realizeTime.WithLabelValues(trigger).Observe(time.Since(start).Seconds())
@@ -439,7 +440,7 @@ func (a *Agent) recordLocked(st *wire.NodeState, warnings []string, err error) [
 			a.realized[id] = p.Generation
 		}
 	}
-	if a.fake != nil && (err == nil || perPolicy != nil) {
+	if a.none != nil && (err == nil || perPolicy != nil) {
 		a.ready = true
 	}
 	var changed []wire.PolicyResult

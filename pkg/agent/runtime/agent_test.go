@@ -19,8 +19,8 @@ import (
 	anpv1 "sigs.k8s.io/network-policy-api/apis/v1alpha1"
 
 	"github.com/tierflow/tierflow/pkg/agent/pipeline"
-	"github.com/tierflow/tierflow/pkg/agent/runtime/query"
 	"github.com/tierflow/tierflow/pkg/controller"
+	"github.com/tierflow/tierflow/pkg/queryapi/agentquery"
 	"github.com/tierflow/tierflow/test/livecluster"
 	"github.com/tierflow/tierflow/test/ovsenv"
 )
@@ -183,7 +183,7 @@ func TestTwoNodes(t *testing.T) {
 	}
 	c.AddPod(t, d, "n1", map[string]string{"app": "c"})
 	livecluster.Eventually(t, 60*time.Second, "n1 adds d to the ANP's peers", func() error {
-		fl, err := ag1.Q.Flows(ctx, query.FlowFilter{Policy: anpRef})
+		fl, err := ag1.Q.Flows(ctx, agentquery.FlowFilter{Policy: anpRef})
 		if err != nil {
 			return err
 		}
@@ -260,7 +260,7 @@ func TestTwoNodes(t *testing.T) {
 	c.StartController(t)
 	ag1.RealizedOn(t)
 	livecluster.Eventually(t, 60*time.Second, "n2 realizes the changed NetworkPolicy", func() error {
-		fl, err := ag2.Q.Flows(ctx, query.FlowFilter{Policy: npRef, Direction: "In"})
+		fl, err := ag2.Q.Flows(ctx, agentquery.FlowFilter{Policy: npRef, Direction: "In"})
 		if err != nil {
 			return err
 		}
@@ -303,7 +303,7 @@ func checkQueryAndMetrics(t *testing.T, ag *livecluster.Agent, policy string) {
 	if !found {
 		t.Errorf("rules of %s: no Deny rule in EgressAdmin: %+v", ag.Node, rules.Rules)
 	}
-	fl, err := ag.Q.Flows(ctx, query.FlowFilter{Policy: policy})
+	fl, err := ag.Q.Flows(ctx, agentquery.FlowFilter{Policy: policy})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -319,14 +319,14 @@ func checkQueryAndMetrics(t *testing.T, ag *livecluster.Agent, policy string) {
 	if len(fl.Flows) == 0 || packets == 0 {
 		t.Errorf("flows of %s on %s: %d flows, %d packets on action flows; want flows that counted the denied SYNs", policy, ag.Node, len(fl.Flows), packets)
 	}
-	podFlows, err := ag.Q.Flows(ctx, query.FlowFilter{Pod: "default/a", Table: "Classifier"})
+	podFlows, err := ag.Q.Flows(ctx, agentquery.FlowFilter{Pod: "default/a", Table: "Classifier"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(podFlows.Flows) == 0 {
 		t.Errorf("no Classifier flow for pod default/a on %s", ag.Node)
 	}
-	if _, err := ag.Q.Flows(ctx, query.FlowFilter{Table: "NoSuchTable"}); err == nil {
+	if _, err := ag.Q.Flows(ctx, agentquery.FlowFilter{Table: "NoSuchTable"}); err == nil {
 		t.Errorf("unknown table accepted")
 	}
 	pods, err := ag.Q.Pods(ctx)
@@ -378,7 +378,7 @@ func scrape(t *testing.T, ag *livecluster.Agent) string {
 func checkTraces(t *testing.T, ag1, ag2 *livecluster.Agent, a, b, c *ovsenv.Pod, anpRef, npRef string) {
 	t.Helper()
 	ctx := context.Background()
-	hasRule := func(tr *query.Trace, policy string) bool {
+	hasRule := func(tr *agentquery.Trace, policy string) bool {
 		for _, r := range tr.Rules {
 			if r.Policy.String() == policy {
 				return true
@@ -388,14 +388,14 @@ func checkTraces(t *testing.T, ag1, ag2 *livecluster.Agent, a, b, c *ovsenv.Pod,
 	}
 	for _, tc := range []struct {
 		ag      *livecluster.Agent
-		req     query.TraceRequest
+		req     agentquery.TraceRequest
 		dropped bool
 		rule    string
 	}{
-		{ag1, query.TraceRequest{Src: "default/a", Dst: c.IPv4().String(), Port: 80}, true, anpRef},
-		{ag1, query.TraceRequest{Src: "default/a", Dst: b.IPv4().String(), Port: 80}, false, ""},
-		{ag2, query.TraceRequest{Src: a.IPv4().String(), Dst: b.IPv4().String(), Port: 80}, false, npRef},
-		{ag2, query.TraceRequest{Src: a.IPv4().String(), Dst: b.IPv4().String(), Protocol: "TCP", Port: 8080}, true, ""},
+		{ag1, agentquery.TraceRequest{Src: "default/a", Dst: c.IPv4().String(), Port: 80}, true, anpRef},
+		{ag1, agentquery.TraceRequest{Src: "default/a", Dst: b.IPv4().String(), Port: 80}, false, ""},
+		{ag2, agentquery.TraceRequest{Src: a.IPv4().String(), Dst: b.IPv4().String(), Port: 80}, false, npRef},
+		{ag2, agentquery.TraceRequest{Src: a.IPv4().String(), Dst: b.IPv4().String(), Protocol: "TCP", Port: 8080}, true, ""},
 	} {
 		tr, err := tc.ag.Q.Trace(ctx, tc.req)
 		if err != nil {
@@ -407,7 +407,7 @@ func checkTraces(t *testing.T, ag1, ag2 *livecluster.Agent, a, b, c *ovsenv.Pod,
 				tc.req, tc.ag.Node, tr.Dropped, tr.DatapathActions, tr.Rules, tc.dropped, tc.rule, tr.Output)
 		}
 	}
-	if _, err := ag1.Q.Trace(ctx, query.TraceRequest{Src: "default/nobody", Dst: "10.0.0.2", Port: 80}); err == nil {
+	if _, err := ag1.Q.Trace(ctx, agentquery.TraceRequest{Src: "default/nobody", Dst: "10.0.0.2", Port: 80}); err == nil {
 		t.Errorf("trace from an unknown pod accepted")
 	}
 }

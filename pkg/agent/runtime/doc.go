@@ -1,8 +1,8 @@
 // Package runtime is tierflow-agent's top-level wiring: it connects the
 // controller stream (pkg/distribution/client, with the on-disk state of
-// pkg/agent/statestore) to the dataplane (pkg/agent/realizer on an OVS
+// its statestore) to the dataplane (pkg/agent/realizer on an OVS
 // bridge managed through pkg/ovs/ovsdb and pkg/ovs/openflow), and serves
-// Prometheus metrics and the local query API (package query).
+// Prometheus metrics and the local query API (pkg/queryapi/agentquery).
 //
 // # Start-up order, and why
 //
@@ -25,8 +25,9 @@
 //
 // # Realization
 //
-// The agent keeps the node's complete state (policies, applied-to groups,
-// address groups) and realizes all of it at every change — an update from
+// The agent holds the node's complete state (policies, applied-to groups,
+// address groups) as the distribution client hands it over, and realizes
+// all of it at every change — an update from
 // the controller, a pod port appearing, changing or leaving, the uplink
 // port changing — in one atomic bundle (the realizer diffs against what it
 // installed). Nothing is realized before a complete state is known. A failed
@@ -56,7 +57,7 @@
 //
 // # Datapath "none"
 //
-// With Datapath "none" there is no OVS at all: the agent keeps the rule
-// cache with pkg/agent/fake and reports every policy realized as it
-// arrives. It exists to run many agents for fan-out tests.
+// With Datapath "none" there is no OVS at all: pkg/agent/nodatapath holds
+// the state and reports every policy realized as it arrives. It exists to
+// run many agents for fan-out tests.
 package runtime

@@ -9,18 +9,17 @@ import (
 	"strings"
 
 	"github.com/tierflow/tierflow/pkg/agent/pipeline"
-	"github.com/tierflow/tierflow/pkg/agent/policyflows"
-	"github.com/tierflow/tierflow/pkg/agent/runtime/query"
 	"github.com/tierflow/tierflow/pkg/model"
 	"github.com/tierflow/tierflow/pkg/ovs/openflow"
+	"github.com/tierflow/tierflow/pkg/queryapi/agentquery"
 )
 
 // rulesInfo answers /v1/rules.
-func (d *ovsDatapath) rulesInfo() query.Rules {
+func (d *ovsDatapath) rulesInfo() agentquery.Rules {
 	r := d.current()
-	out := query.Rules{Round: r.Round(), Rules: []query.Rule{}}
+	out := agentquery.Rules{Round: r.Round(), Rules: []agentquery.Rule{}}
 	for id, ri := range r.Rules() {
-		out.Rules = append(out.Rules, query.Rule{RuleInfo: ri, Cookie: fmt.Sprintf("%#x", pipeline.Cookie(out.Round, pipeline.RoleAction, id))})
+		out.Rules = append(out.Rules, agentquery.Rule{RuleInfo: ri, Cookie: fmt.Sprintf("%#x", pipeline.Cookie(out.Round, pipeline.RoleAction, id))})
 	}
 	sort.Slice(out.Rules, func(i, j int) bool { return out.Rules[i].ID < out.Rules[j].ID })
 	return out
@@ -28,18 +27,18 @@ func (d *ovsDatapath) rulesInfo() query.Rules {
 
 // flowsInfo answers /v1/flows: the flows of this run's round the agent
 // installed, with the bridge's counters, filtered by f.
-func (d *ovsDatapath) flowsInfo(ctx context.Context, f query.FlowFilter) (query.Flows, error) {
+func (d *ovsDatapath) flowsInfo(ctx context.Context, f agentquery.FlowFilter) (agentquery.Flows, error) {
 	r := d.current()
 	round := r.Round()
 	rules := r.Rules()
 	flows := d.inst.installed(round)
 	stats, err := r.Stats(ctx)
 	if err != nil {
-		return query.Flows{}, fmt.Errorf("reading flow statistics: %w", err)
+		return agentquery.Flows{}, fmt.Errorf("reading flow statistics: %w", err)
 	}
 	keep, err := d.flowSelector(f, rules, flows)
 	if err != nil {
-		return query.Flows{}, err
+		return agentquery.Flows{}, err
 	}
 	// OpenFlow statistics name a flow by table, priority and cookie only.
 	type statKey struct {
@@ -60,14 +59,14 @@ func (d *ovsDatapath) flowsInfo(ctx context.Context, f query.FlowFilter) (query.
 	for _, fl := range flows {
 		sharing[statKey{fl.Table, fl.Priority, fl.Cookie}]++
 	}
-	out := query.Flows{Round: round, Flows: []query.Flow{}}
+	out := agentquery.Flows{Round: round, Flows: []agentquery.Flow{}}
 	for _, fl := range flows {
 		if !keep(fl) {
 			continue
 		}
 		_, role, id := pipeline.DecodeCookie(fl.Cookie)
 		k := statKey{fl.Table, fl.Priority, fl.Cookie}
-		qf := query.Flow{Table: pipeline.Table(fl.Table).String(), TableID: fl.Table, Priority: fl.Priority,
+		qf := agentquery.Flow{Table: pipeline.Table(fl.Table).String(), TableID: fl.Table, Priority: fl.Priority,
 			Cookie: fmt.Sprintf("%#x", fl.Cookie), Role: role.String(), RuleID: id, Text: fl.String(),
 			Packets: counters[k].packets, Bytes: counters[k].bytes}
 		if n := sharing[k]; n > 1 {
@@ -96,7 +95,7 @@ func (d *ovsDatapath) flowsInfo(ctx context.Context, f query.FlowFilter) (query.
 // flows whose cookie names it plus the conjunction clause flows feeding
 // its conjunctions (a clause flow shared by several rules names only one
 // of them in its cookie).
-func (d *ovsDatapath) flowSelector(f query.FlowFilter, rules map[uint32]policyflows.RuleInfo, flows []openflow.Flow) (func(openflow.Flow) bool, error) {
+func (d *ovsDatapath) flowSelector(f agentquery.FlowFilter, rules map[uint32]agentquery.RuleInfo, flows []openflow.Flow) (func(openflow.Flow) bool, error) {
 	var preds []func(openflow.Flow) bool
 	if f.Table != "" {
 		t, ok := pipeline.TableByName(f.Table)

@@ -8,7 +8,7 @@ import (
 
 	"github.com/tierflow/tierflow/pkg/agent/flowsync"
 	"github.com/tierflow/tierflow/pkg/agent/metrics"
-	"github.com/tierflow/tierflow/pkg/agent/policyflows"
+	"github.com/tierflow/tierflow/pkg/queryapi/agentquery"
 )
 
 // agentMetrics are the agent's own metrics; pkg/agent/metrics adds the
@@ -81,6 +81,6 @@ func (s realizerSource) Stats(ctx context.Context) ([]flowsync.FlowStat, error) 
 	return s.d.current().Stats(ctx)
 }
 
-func (s realizerSource) Rules() map[uint32]policyflows.RuleInfo { return s.d.current().Rules() }
+func (s realizerSource) Rules() map[uint32]agentquery.RuleInfo { return s.d.current().Rules() }
 
 var _ metrics.Source = realizerSource{}

@@ -19,11 +19,11 @@ import (
 	certutil "k8s.io/client-go/util/cert"
 
 	"github.com/tierflow/tierflow/pkg/agent/runtime"
-	"github.com/tierflow/tierflow/pkg/agent/runtime/query"
-	"github.com/tierflow/tierflow/pkg/agent/statestore"
 	"github.com/tierflow/tierflow/pkg/compute"
 	"github.com/tierflow/tierflow/pkg/config"
+	"github.com/tierflow/tierflow/pkg/distribution/client/statestore"
 	"github.com/tierflow/tierflow/pkg/distribution/server"
+	"github.com/tierflow/tierflow/pkg/queryapi/agentquery"
 	"github.com/tierflow/tierflow/test/livecluster"
 )
 
@@ -90,7 +90,7 @@ func (e *noneEnv) options(node string) runtime.Options {
 	cfg.TokenFile = filepath.Join(e.dir, node+".token")
 	cfg.StateDir = filepath.Join(e.dir, node+"-state")
 	cfg.MetricsAddress = "127.0.0.1:0"
-	return runtime.Options{Config: &cfg, Datapath: query.DatapathNone, QuerySocket: filepath.Join(e.dir, node+".sock")}
+	return runtime.Options{Config: &cfg, Datapath: agentquery.DatapathNone, QuerySocket: filepath.Join(e.dir, node+".sock")}
 }
 
 // TestDatapathNone: an agent without a datapath follows the stream,
@@ -127,10 +127,10 @@ func TestDatapathNone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Datapath != query.DatapathNone || !st.Ready || !st.ControllerConnected || st.Restored || st.Policies != 1 {
+	if st.Datapath != agentquery.DatapathNone || !st.Ready || !st.ControllerConnected || st.Restored || st.Policies != 1 {
 		t.Errorf("status %+v", st)
 	}
-	if _, err := ag.Q.Flows(ctx, query.FlowFilter{}); err == nil || !strings.Contains(err.Error(), "datapath none") {
+	if _, err := ag.Q.Flows(ctx, agentquery.FlowFilter{}); err == nil || !strings.Contains(err.Error(), "datapath none") {
 		t.Errorf("flows without a datapath: %v, want a clear error", err)
 	}
 	resp, err := http.Get("http://" + st.MetricsAddress + "/readyz")
@@ -168,7 +168,7 @@ func TestCorruptStateFailsClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	ag := livecluster.StartAgent(t, "n1", opts)
-	var st *query.Status
+	var st *agentquery.Status
 	livecluster.Eventually(t, 10*time.Second, "agent answers", func() error {
 		st, err = ag.Q.Status(context.Background())
 		return err
@@ -210,11 +210,11 @@ func TestBadOptions(t *testing.T) {
 func TestWaitsForOVS(t *testing.T) {
 	e := newNoneEnv(t)
 	opts := e.options("n1")
-	opts.Datapath = query.DatapathOVS
+	opts.Datapath = agentquery.DatapathOVS
 	opts.Config.OVSDBSocket = filepath.Join(e.dir, "no-ovs", "db.sock")
 	ag := livecluster.StartAgent(t, "n1", opts)
 	ctx := context.Background()
-	var st *query.Status
+	var st *agentquery.Status
 	var err error
 	livecluster.Eventually(t, 10*time.Second, "agent answers", func() error {
 		st, err = ag.Q.Status(ctx)
@@ -223,7 +223,7 @@ func TestWaitsForOVS(t *testing.T) {
 	if st.Ready || st.Bridge != opts.Config.BridgeName {
 		t.Errorf("status %+v", st)
 	}
-	if _, err := ag.Q.Flows(ctx, query.FlowFilter{}); err == nil || !strings.Contains(err.Error(), "not connected to OVS") {
+	if _, err := ag.Q.Flows(ctx, agentquery.FlowFilter{}); err == nil || !strings.Contains(err.Error(), "not connected to OVS") {
 		t.Errorf("flows before OVS: %v", err)
 	}
 	for path, want := range map[string]int{"/healthz": http.StatusOK, "/readyz": http.StatusServiceUnavailable} {

@@ -15,12 +15,12 @@ import (
 	"github.com/tierflow/tierflow/pkg/agent/pipeline"
 	"github.com/tierflow/tierflow/pkg/agent/policyflows"
 	"github.com/tierflow/tierflow/pkg/agent/realizer"
-	"github.com/tierflow/tierflow/pkg/agent/runtime/query"
 	"github.com/tierflow/tierflow/pkg/config"
 	"github.com/tierflow/tierflow/pkg/distribution/wire"
 	"github.com/tierflow/tierflow/pkg/model"
 	"github.com/tierflow/tierflow/pkg/ovs/openflow"
 	"github.com/tierflow/tierflow/pkg/ovs/ovsdb"
+	"github.com/tierflow/tierflow/pkg/queryapi/agentquery"
 )
 
 // ovsDatapath is one OVS bridge: its ports, its OpenFlow connection and
@@ -51,7 +51,7 @@ type ovsDatapath struct {
 	// wantGateway is the gateway pkg/agent/nodenet has ready (routed mode).
 	wantGateway pipeline.Gateway
 	// pods is the port classification of the last realization.
-	pods []query.Pod
+	pods []agentquery.Pod
 }
 
 // openOVS ensures the bridge, starts watching its ports (onPorts is called
@@ -252,9 +252,9 @@ func (d *ovsDatapath) close() {
 // classifyPorts turns the watcher's ports into the realizer's local pods.
 // Ports that cannot be trusted are left out (their traffic is dropped by
 // the classifier) and returned with the reason.
-func classifyPorts(ports []ovsdb.PortInfo, named map[model.PodRef][]model.NamedPort) ([]pipeline.LocalPod, []query.Pod) {
+func classifyPorts(ports []ovsdb.PortInfo, named map[model.PodRef][]model.NamedPort) ([]pipeline.LocalPod, []agentquery.Pod) {
 	var cands []pipeline.LocalPod
-	var out []query.Pod
+	var out []agentquery.Pod
 	byPod := map[model.PodRef]int{}
 	byIP := map[netip.Addr]int{}
 	errs := map[int]string{}
@@ -263,7 +263,7 @@ func classifyPorts(ports []ovsdb.PortInfo, named map[model.PodRef][]model.NamedP
 			continue
 		}
 		ref := model.PodRef{Namespace: p.PodNamespace, Name: p.PodName}
-		qp := query.Pod{Namespace: ref.Namespace, Name: ref.Name, Interface: p.Interface, OFPort: p.OFPort, MAC: p.MAC.String(), IPs: p.IPs}
+		qp := agentquery.Pod{Namespace: ref.Namespace, Name: ref.Name, Interface: p.Interface, OFPort: p.OFPort, MAC: p.MAC.String(), IPs: p.IPs}
 		i := len(out)
 		out = append(out, qp)
 		lp := pipeline.LocalPod{Pod: ref, OFPort: p.OFPort, MAC: p.MAC, IPs: p.IPs, Ports: named[ref]}
@@ -312,16 +312,16 @@ func classifyPorts(ports []ovsdb.PortInfo, named map[model.PodRef][]model.NamedP
 }
 
 // podsInfo answers /v1/pods.
-func (d *ovsDatapath) podsInfo() query.Pods {
+func (d *ovsDatapath) podsInfo() agentquery.Pods {
 	d.mu.Lock()
-	pods := append([]query.Pod(nil), d.pods...)
+	pods := append([]agentquery.Pod(nil), d.pods...)
 	d.mu.Unlock()
 	ports, uplink, err := d.ports()
 	if pods == nil && err == nil {
 		// Before the first realization: classify now for the answer.
 		_, pods = classifyPorts(ports, nil)
 	}
-	out := query.Pods{Uplink: uplink, Pods: pods, Invalid: map[string]string{}}
+	out := agentquery.Pods{Uplink: uplink, Pods: pods, Invalid: map[string]string{}}
 	mine, _ := d.db.BridgeInterfaces(d.bridge)
 	for name, err := range d.watcher.Invalid() {
 		if mine[name] {

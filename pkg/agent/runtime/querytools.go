@@ -1,17 +1,13 @@
 package runtime
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/http"
-	"os"
-	"os/exec"
 	"regexp"
-	"strings"
-	"time"
 
-	"github.com/tierflow/tierflow/pkg/agent/runtime/query"
+	"github.com/tierflow/tierflow/pkg/ovs/ovsctl"
+	"github.com/tierflow/tierflow/pkg/queryapi/agentquery"
 )
 
 // The endpoints below run the OVS tools on the node for tierctl, so that
@@ -23,12 +19,12 @@ func (a *Agent) registerOVSTools(mux *http.ServeMux) {
 		if a.needOVS(w) == nil {
 			return
 		}
-		out, err := a.runOVSTool(r.Context(), "ovs-ofctl", "-O", "OpenFlow13", "--no-names", "--no-stats", "dump-flows", a.cfg.BridgeName)
+		out, err := a.runOVSTool(r.Context(), "ovs-ofctl", ovsctl.DumpFlowsArgs(a.cfg.BridgeName)...)
 		if err != nil {
 			writeError(w, http.StatusInternalServerError, err.Error())
 			return
 		}
-		writeJSON(w, query.BridgeFlows{Bridge: a.cfg.BridgeName, Dump: out})
+		writeJSON(w, agentquery.BridgeFlows{Bridge: a.cfg.BridgeName, Dump: out})
 	})
 	mux.HandleFunc("GET /v1/ofproto-trace", func(w http.ResponseWriter, r *http.Request) {
 		if a.needOVS(w) == nil {
@@ -39,18 +35,13 @@ func (a *Agent) registerOVSTools(mux *http.ServeMux) {
 			writeError(w, http.StatusBadRequest, fmt.Sprintf("flow %q: want an ovs-ofctl flow (field=value,...)", flow))
 			return
 		}
-		target := a.opts.VswitchdCtl
-		if target == "" {
-			target = "ovs-vswitchd"
-		}
-		out, err := a.runOVSTool(r.Context(), "ovs-appctl", "-t", target, "ofproto/trace", a.cfg.BridgeName, flow,
-			"--ct-next", "trk,new", "--ct-next", "trk,new")
+		out, err := a.runOVSTool(r.Context(), "ovs-appctl", ovsctl.TraceArgs(vswitchdTarget(a.opts.VswitchdCtl), a.cfg.BridgeName, flow)...)
 		if err != nil {
 			writeError(w, http.StatusBadRequest, err.Error())
 			return
 		}
-		res := query.Trace{Flow: flow, Output: out, Rules: []query.Rule{}}
-		res.DatapathActions, res.Dropped, res.LeftBridge = traceVerdict(out, a.cfg.BridgeName)
+		res := agentquery.Trace{Flow: flow, Output: out, Rules: []agentquery.Rule{}}
+		traceVerdict(&res, ovsctl.ParseTrace(out), a.cfg.BridgeName)
 		writeJSON(w, res)
 	})
 }
@@ -62,14 +53,5 @@ var traceFlowSpec = regexp.MustCompile(`^[a-z][a-z0-9_]*(=[A-Za-z0-9_.:/]+)?(,[a
 // runOVSTool runs an OVS command line tool against this agent's OVS and
 // returns its standard output.
 func (a *Agent) runOVSTool(ctx context.Context, name string, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Env = append(os.Environ(), "OVS_RUNDIR="+ovsRundir(a.cfg.OVSDBSocketPath()))
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("%s %s: %v: %s", name, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
-	}
-	return stdout.String(), nil
+	return ovsctl.Run(ctx, ovsEnv(ovsRundir(a.cfg.OVSDBSocketPath())), name, args...)
 }

@@ -15,7 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/tierflow/tierflow/pkg/agent/runtime/query"
+	"github.com/tierflow/tierflow/pkg/queryapi/agentquery"
 )
 
 // servers are the agent's HTTP endpoints: metrics/health on TCP, the query
@@ -127,7 +127,7 @@ func (a *Agent) queryHandler() http.Handler {
 			return
 		}
 		q := r.URL.Query()
-		f := query.FlowFilter{Policy: q.Get("policy"), Direction: q.Get("direction"), Table: q.Get("table"), Pod: q.Get("pod")}
+		f := agentquery.FlowFilter{Policy: q.Get("policy"), Direction: q.Get("direction"), Table: q.Get("table"), Pod: q.Get("pod")}
 		if s := q.Get("rule"); s != "" {
 			n, err := strconv.Atoi(s)
 			if err != nil || n < 0 {
@@ -149,7 +149,7 @@ func (a *Agent) queryHandler() http.Handler {
 			return
 		}
 		q := r.URL.Query()
-		req := query.TraceRequest{Src: q.Get("src"), Dst: q.Get("dst"), Protocol: q.Get("protocol")}
+		req := agentquery.TraceRequest{Src: q.Get("src"), Dst: q.Get("dst"), Protocol: q.Get("protocol")}
 		port, err := strconv.Atoi(q.Get("port"))
 		if err != nil {
 			writeError(w, http.StatusBadRequest, fmt.Sprintf("port %q: want a number", q.Get("port")))
@@ -169,7 +169,7 @@ func (a *Agent) queryHandler() http.Handler {
 
 // needOVS returns the OVS datapath, or answers why there is none.
 func (a *Agent) needOVS(w http.ResponseWriter) *ovsDatapath {
-	if a.opts.Datapath == query.DatapathNone {
+	if a.opts.Datapath == agentquery.DatapathNone {
 		writeError(w, http.StatusNotFound, "no datapath (datapath none): no flows, rules or ports")
 		return nil
 	}
@@ -190,12 +190,12 @@ func writeJSON(w http.ResponseWriter, v any) {
 func writeError(w http.ResponseWriter, code int, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(query.Error{Error: msg})
+	_ = json.NewEncoder(w).Encode(agentquery.Error{Error: msg})
 }
 
-func (a *Agent) status() query.Status {
-	st := query.Status{Node: a.cfg.NodeName, Datapath: a.opts.Datapath}
-	if a.opts.Datapath == query.DatapathOVS {
+func (a *Agent) status() agentquery.Status {
+	st := agentquery.Status{Node: a.cfg.NodeName, Datapath: a.opts.Datapath}
+	if a.opts.Datapath == agentquery.DatapathOVS {
 		st.Bridge = a.cfg.BridgeName
 	}
 	if d := a.datapath(); d != nil {
@@ -209,7 +209,7 @@ func (a *Agent) status() query.Status {
 	a.mu.Unlock()
 	if nm != nil {
 		ns := nm.Status()
-		st.NodeNetwork = &query.NodeNetwork{GatewayPort: ns.Gateway.Port, Error: ns.Error, NodeErrors: ns.NodeErrors}
+		st.NodeNetwork = &agentquery.NodeNetwork{GatewayPort: ns.Gateway.Port, Error: ns.Error, NodeErrors: ns.NodeErrors}
 		for _, ip := range ns.Gateway.IPs {
 			st.NodeNetwork.GatewayIPs = append(st.NodeNetwork.GatewayIPs, ip.String())
 		}
@@ -233,12 +233,12 @@ func (a *Agent) status() query.Status {
 	return st
 }
 
-func (a *Agent) realization() query.Realization {
+func (a *Agent) realization() agentquery.Realization {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	out := query.Realization{Node: a.cfg.NodeName, Policies: []query.PolicyRealization{}}
+	out := agentquery.Realization{Node: a.cfg.NodeName, Policies: []agentquery.PolicyRealization{}}
 	for id, p := range a.state.Policies {
-		out.Policies = append(out.Policies, query.PolicyRealization{ID: id, Source: p.Source, Generation: a.realized[id], Wanted: p.Generation, Error: a.errs[id]})
+		out.Policies = append(out.Policies, agentquery.PolicyRealization{ID: id, Source: p.Source, Generation: a.realized[id], Wanted: p.Generation, Error: a.errs[id]})
 	}
 	sort.Slice(out.Policies, func(i, j int) bool { return out.Policies[i].ID < out.Policies[j].ID })
 	return out

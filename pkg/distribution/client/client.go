@@ -19,13 +19,18 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
-	"github.com/tierflow/tierflow/pkg/agent/statestore"
+	"github.com/tierflow/tierflow/pkg/distribution/client/statestore"
 	"github.com/tierflow/tierflow/pkg/distribution/wire"
 )
 
 // Receiver is what the agent implements: see the package doc.
 type Receiver interface {
-	Apply(d *wire.Delta) error
+	// Apply hands the agent one change: d is what changed, st the node's
+	// whole state after it, the one the client holds. st is shared and
+	// read-only: the client never changes it again (the next update is
+	// applied to a copy), so the agent keeps it as its state instead of
+	// applying d to a copy of its own.
+	Apply(d *wire.Delta, st *wire.NodeState) error
 }
 
 // PolicyErrors is a Receiver's per-policy failure: the listed policies
@@ -283,8 +288,12 @@ func (c *Client) restore() error {
 	if c.cfg.Node != "" && sv.State.Node != "" && sv.State.Node != c.cfg.Node {
 		return fmt.Errorf("saved state is for node %q, this is %q", sv.State.Node, c.cfg.Node)
 	}
+	if sv.State.Node == "" {
+		// The agent reads its own members by the state's node name.
+		sv.State.Node = c.cfg.Node
+	}
 	d := sv.State.FullDelta(sv.Version)
-	err = c.cfg.Receiver.Apply(d)
+	err = c.cfg.Receiver.Apply(d, sv.State)
 	c.mu.Lock()
 	c.epoch, c.version, c.state = sv.Epoch, sv.Version, sv.State
 	c.stats.Restored = true
@@ -426,7 +435,7 @@ func (c *Client) apply(u *wire.Update, firstOfStream bool) (*wire.Report, error)
 	}
 	c.saver.offer(u.Epoch, u.Version, next)
 	start := time.Now()
-	applyErr := c.cfg.Receiver.Apply(d)
+	applyErr := c.cfg.Receiver.Apply(d, next)
 	c.m.applyDuration.Observe(time.Since(start).Seconds())
 	kind := "delta"
 	if u.Full {

@@ -7,7 +7,10 @@
 //
 // Receiver.Apply gets a wire.Delta: whole objects upserted or deleted
 // (address-group patches are already applied), or, when Delta.Full is
-// set, the node's complete state replacing everything held before. Apply
+// set, the node's complete state replacing everything held before; and
+// the node's whole state after it (wire.NodeState, shared and read-only),
+// which the agent keeps instead of building a copy of its own: the
+// client applies each update once, with wire.NodeState.Apply. Apply
 // returns nil when everything in the delta is realized, a PolicyErrors
 // naming the policies that failed, or another error meaning the whole
 // delta failed. Apply is called from one goroutine, in stream order; while

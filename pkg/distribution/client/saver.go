@@ -4,7 +4,7 @@ import (
 	"log/slog"
 	"sync"
 
-	"github.com/tierflow/tierflow/pkg/agent/statestore"
+	"github.com/tierflow/tierflow/pkg/distribution/client/statestore"
 	"github.com/tierflow/tierflow/pkg/distribution/wire"
 )
 

@@ -63,4 +63,13 @@
 // open stream, or whose stream ends while the query waits, fails at once
 // with ErrNodeUnreachable; a missing answer fails at the caller's
 // deadline. Answers are matched by ID and node.
+//
+// # Tests
+//
+// Besides its unit tests, this directory holds the distribution's
+// end-to-end tests (package server_test): a compute engine, a TLS server
+// and several agents (pkg/distribution/client with pkg/agent/nodatapath)
+// in one process, through restarts, cut networks, stuck agents and
+// TokenReview authentication on a real kube-apiserver, and the fan-out
+// benchmark (BenchmarkFanOut).
 package server

@@ -53,7 +53,7 @@ type ServerMessage struct {
 }
 
 // AgentQuery is a request of the agent's local query API
-// (pkg/agent/runtime/query) forwarded by the controller, so that tierctl
+// (pkg/queryapi/agentquery) forwarded by the controller, so that tierctl
 // can ask a node's agent without reaching the node: the agent serves it
 // with the same handler as its unix socket and answers with an
 // AgentAnswer carrying the same ID.

@@ -198,28 +198,67 @@ func (s *NodeState) FullDelta(version uint64) *Delta {
 // the update does not fit the state (a patch for a group the node does not
 // hold), and the stream must be resynced.
 func (s *NodeState) Apply(u *Update) (*Delta, error) {
+	d, err := s.deltaOf(u)
+	if err != nil {
+		return nil, err
+	}
+	s.ApplyDelta(d)
+	return d, nil
+}
+
+// ApplyDelta makes s the state after d: a Full delta replaces everything;
+// otherwise groups and policies are upserted, then policies and groups
+// deleted, the order of an Update. It is the one place a node's state
+// changes: Apply turns an Update into the Delta it amounts to and applies
+// that. Objects are shared, read-only values: only the maps change.
+func (s *NodeState) ApplyDelta(d *Delta) {
+	if d.Full {
+		*s = *NewNodeState(s.Node)
+	}
+	for _, g := range d.AppliedToGroups {
+		s.AppliedToGroups[g.ID] = g
+	}
+	for _, g := range d.AddressGroups {
+		s.AddressGroups[g.ID] = g
+	}
+	for _, p := range d.Policies {
+		s.Policies[p.ID] = p
+	}
+	for _, id := range d.DeletedPolicies {
+		delete(s.Policies, id)
+	}
+	for _, id := range d.DeletedAppliedToGroups {
+		delete(s.AppliedToGroups, id)
+	}
+	for _, id := range d.DeletedAddressGroups {
+		delete(s.AddressGroups, id)
+	}
+}
+
+// deltaOf is what u changes in s, in whole objects (address-group patches
+// applied to the groups s holds or u upserts), without changing s: an
+// error leaves the state as it was.
+func (s *NodeState) deltaOf(u *Update) (*Delta, error) {
 	if err := u.validate(); err != nil {
 		return nil, err
 	}
+	d := &Delta{Full: u.Full, Version: u.Version}
 	if u.Full {
 		if len(u.DeletedPolicies)+len(u.DeletedAppliedToGroups)+len(u.DeletedAddressGroups)+len(u.AddressGroupPatches) > 0 {
 			return nil, fmt.Errorf("full update %d carries deletes or patches", u.Version)
 		}
-		n := NewNodeState(s.Node)
-		for _, p := range u.Policies {
-			n.Policies[p.ID] = p
+		// An object listed twice is held once, as the last one listed.
+		d.Policies = lastOfEachID(u.Policies, func(p *model.Policy) string { return p.ID })
+		for _, g := range lastOfEachID(u.AppliedToGroups, func(g *model.AppliedToGroup) string { return g.ID }) {
+			d.AppliedToGroups = append(d.AppliedToGroups, normalizeATG(g))
 		}
-		for _, g := range u.AppliedToGroups {
-			n.AppliedToGroups[g.ID] = normalizeATG(g)
+		for _, g := range lastOfEachID(u.AddressGroups, func(g *model.AddressGroup) string { return g.ID }) {
+			d.AddressGroups = append(d.AddressGroups, normalizeAG(g))
 		}
-		for _, g := range u.AddressGroups {
-			n.AddressGroups[g.ID] = normalizeAG(g)
-		}
-		*s = *n
-		return s.FullDelta(u.Version), nil
+		return d, nil
 	}
 
-	// Check everything before changing anything.
+	// Check everything before computing anything.
 	for i := range u.AddressGroupPatches {
 		id := u.AddressGroupPatches[i].ID
 		if s.AddressGroups[id] == nil && !slices.ContainsFunc(u.AddressGroups, func(g *model.AddressGroup) bool { return g.ID == id }) {
@@ -227,57 +266,80 @@ func (s *NodeState) Apply(u *Update) (*Delta, error) {
 		}
 	}
 
-	d := &Delta{Version: u.Version}
 	for _, g := range u.AppliedToGroups {
-		g = normalizeATG(g)
-		s.AppliedToGroups[g.ID] = g
-		d.AppliedToGroups = append(d.AppliedToGroups, g)
+		d.AppliedToGroups = append(d.AppliedToGroups, normalizeATG(g))
 	}
+	// Each changed address group once, in its final form: upserts, then
+	// patches on top of what the node holds or this update upserts.
 	changedAG := map[string]*model.AddressGroup{}
 	var agOrder []string
-	for _, g := range u.AddressGroups {
-		g = normalizeAG(g)
-		s.AddressGroups[g.ID] = g
+	changeAG := func(g *model.AddressGroup) {
 		if _, seen := changedAG[g.ID]; !seen {
 			agOrder = append(agOrder, g.ID)
 		}
 		changedAG[g.ID] = g
+	}
+	for _, g := range u.AddressGroups {
+		changeAG(normalizeAG(g))
 	}
 	for i := range u.AddressGroupPatches {
 		pt := &u.AddressGroupPatches[i]
-		g := applyPatch(s.AddressGroups[pt.ID], pt)
-		s.AddressGroups[g.ID] = g
-		if _, seen := changedAG[g.ID]; !seen {
-			agOrder = append(agOrder, g.ID)
+		old, ok := changedAG[pt.ID]
+		if !ok {
+			old = s.AddressGroups[pt.ID]
 		}
-		changedAG[g.ID] = g
+		changeAG(applyPatch(old, pt))
 	}
 	for _, id := range agOrder {
 		d.AddressGroups = append(d.AddressGroups, changedAG[id])
 	}
-	for _, p := range u.Policies {
-		s.Policies[p.ID] = p
-		d.Policies = append(d.Policies, p)
-	}
-	for _, id := range u.DeletedPolicies {
-		if _, ok := s.Policies[id]; ok {
-			delete(s.Policies, id)
-			d.DeletedPolicies = append(d.DeletedPolicies, id)
-		}
-	}
-	for _, id := range u.DeletedAppliedToGroups {
-		if _, ok := s.AppliedToGroups[id]; ok {
-			delete(s.AppliedToGroups, id)
-			d.DeletedAppliedToGroups = append(d.DeletedAppliedToGroups, id)
-		}
-	}
-	for _, id := range u.DeletedAddressGroups {
-		if _, ok := s.AddressGroups[id]; ok {
-			delete(s.AddressGroups, id)
-			d.DeletedAddressGroups = append(d.DeletedAddressGroups, id)
-		}
-	}
+	d.Policies = u.Policies
+
+	// Deletes name only objects there are after the upserts, once each.
+	d.DeletedPolicies = deletions(u.DeletedPolicies, s.Policies, d.Policies, func(p *model.Policy) string { return p.ID })
+	d.DeletedAppliedToGroups = deletions(u.DeletedAppliedToGroups, s.AppliedToGroups, d.AppliedToGroups, func(g *model.AppliedToGroup) string { return g.ID })
+	d.DeletedAddressGroups = deletions(u.DeletedAddressGroups, s.AddressGroups, d.AddressGroups, func(g *model.AddressGroup) string { return g.ID })
 	return d, nil
+}
+
+// lastOfEachID drops every object a later one with the same ID replaces
+// (xs itself when there are none, the usual case).
+func lastOfEachID[T any](xs []T, id func(T) string) []T {
+	last := make(map[string]int, len(xs))
+	for i, x := range xs {
+		last[id(x)] = i
+	}
+	if len(last) == len(xs) {
+		return xs
+	}
+	out := make([]T, 0, len(last))
+	for i, x := range xs {
+		if last[id(x)] == i {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// deletions lists the ids, once each, of objects held or upserted: the
+// deletes that change something.
+func deletions[T any](ids []string, held map[string]T, upserted []T, id func(T) string) []string {
+	if len(ids) == 0 {
+		return nil
+	}
+	present := make(map[string]bool, len(upserted))
+	for _, x := range upserted {
+		present[id(x)] = true
+	}
+	var out []string
+	gone := map[string]bool{}
+	for _, i := range ids {
+		if _, ok := held[i]; (ok || present[i]) && !gone[i] {
+			gone[i] = true
+			out = append(out, i)
+		}
+	}
+	return out
 }
 
 func normalizeATG(g *model.AppliedToGroup) *model.AppliedToGroup {

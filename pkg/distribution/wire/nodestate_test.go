@@ -87,3 +87,37 @@ func TestForNodeFiltersSpanAndMembers(t *testing.T) {
 		t.Fatal("ForNode modified the snapshot")
 	}
 }
+
+// TestApplyDeltaNamesOnlyRealChanges: the delta of an update deletes only
+// what is there after its upserts, each object once, and a full update
+// holds an object listed twice as the last one listed; the state is the
+// delta applied.
+func TestApplyDeltaNamesOnlyRealChanges(t *testing.T) {
+	pol := func(id string, gen int64) *model.Policy {
+		return &model.Policy{Meta: model.Meta{ID: id, Generation: gen}}
+	}
+	st := NewNodeState("n1")
+	d, err := st.Apply(&Update{Version: 1, Full: true, Policies: []*model.Policy{pol("p1", 1), pol("p1", 2), pol("p9", 1)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Policies) != 2 || st.Policies["p1"].Generation != 2 {
+		t.Fatalf("full delta %+v, state p1 %+v", d.Policies, st.Policies["p1"])
+	}
+	d, err = st.Apply(&Update{Version: 2, Policies: []*model.Policy{pol("p2", 1)}, DeletedPolicies: []string{"p1", "p2", "p3", "p1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(d.DeletedPolicies, ",") != "p1,p2" {
+		t.Fatalf("deleted %v, want p1,p2", d.DeletedPolicies)
+	}
+	if len(st.Policies) != 1 || st.Policies["p9"] == nil {
+		t.Fatalf("state %v, want p9 only", st.Policies)
+	}
+	replayed := NewNodeState("n1")
+	replayed.ApplyDelta(&Delta{Full: true, Policies: []*model.Policy{pol("p1", 2), pol("p9", 1)}})
+	replayed.ApplyDelta(d)
+	if diff := Diff(st, replayed); len(diff) > 0 {
+		t.Fatalf("state and its deltas differ: %v", diff)
+	}
+}

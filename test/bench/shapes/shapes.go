@@ -1,9 +1,11 @@
 // Package shapes builds the API objects of the benchmark scenarios: the
 // shapes of Antrea's controller performance test listed in
-// /work/shared/BENCH-REFERENCES.md (the same shapes pkg/compute's own
-// benchmarks use) plus tierflow's admin-heavy shape, at full or reduced
-// scale, together with the single-object changes the incremental
-// benchmarks time.
+// ../shared/BENCH-REFERENCES.md (relative to the repository root) plus
+// tierflow's admin-heavy shape, at full or reduced scale, together with
+// the single-object changes the incremental benchmarks time, and the
+// compute engine's own mixed target. test/bench's drivers and pkg/compute's
+// benchmarks both build their clusters here; this package's tests hold the
+// from-informer-start benchmarks (informers over a fake clientset).
 //
 // Objects are deterministic for a given shape and scale: pods are spread
 // over the nodes with a seeded random generator and get unique random
@@ -306,8 +308,22 @@ func ClusterScoped(quick bool) *Cluster {
 // subject is one team's namespaces, so every pod is a subject.
 func AdminHeavy(quick bool) *Cluster {
 	bd := newBuilder(pick(quick, 1000, 100))
+	c := teams(bd, pick(quick, 1000, 100))
+	n := pick(quick, 1001, 101)
+	for k := 0; k < n; k++ {
+		c.ANPs = append(c.ANPs, adminPolicy(bd, fmt.Sprintf("anp-%d", k), int32(k), k, 25, true))
+	}
+	c.PodRelabel = relabelled(c.Pods[0], map[string]string{"app": "app-5"})
+	c.NamespaceRelabel = nsRelabelled(c.Namespaces[0], map[string]string{"team": "t1"})
+	// Priorities are all taken: the added policy shares priority 500.
+	c.AddedANP = adminPolicy(bd, "anp-added", 500, 7, 25, true)
+	return c
+}
+
+// teams is the base of AdminHeavy and Mixed: nss namespaces of ten teams
+// (team=tN), each with ten pods app=app-0 … app-9.
+func teams(bd *builder, nss int) *Cluster {
 	c := &Cluster{Nodes: bd.nodeObjs()}
-	nss := pick(quick, 1000, 100)
 	for i := 0; i < nss; i++ {
 		name := fmt.Sprintf("ns-%d", i)
 		c.Namespaces = append(c.Namespaces, ns(name, map[string]string{"team": fmt.Sprintf("t%d", i%10)}))
@@ -315,34 +331,51 @@ func AdminHeavy(quick bool) *Cluster {
 			c.Pods = append(c.Pods, bd.pod(name, fmt.Sprintf("pod-%d", p), map[string]string{"app": fmt.Sprintf("app-%d", p)}))
 		}
 	}
-	n := pick(quick, 1001, 101)
-	for k := 0; k < n; k++ {
-		c.ANPs = append(c.ANPs, adminPolicy(bd, fmt.Sprintf("anp-%d", k), int32(k), k))
-	}
-	c.PodRelabel = relabelled(c.Pods[0], map[string]string{"app": "app-5"})
-	c.NamespaceRelabel = nsRelabelled(c.Namespaces[0], map[string]string{"team": "t1"})
-	// Priorities are all taken: the added policy shares priority 500.
-	c.AddedANP = adminPolicy(bd, "anp-added", 500, 7)
 	return c
 }
 
-func adminPolicy(bd *builder, name string, prio int32, k int) *v1alpha1.AdminNetworkPolicy {
+// Mixed is the compute engine's own target (pkg/compute's benchmarks), at
+// full scale only: 10,000 pods in 1,000 namespaces of ten teams, nps
+// NetworkPolicies spread over the namespaces, and 100
+// AdminNetworkPolicies × 20 ingress rules (Allow, Deny, Pass in turn).
+func Mixed(nps int) *Cluster {
+	bd := newBuilder(1000)
+	c := teams(bd, 1000)
+	for j := 0; j < nps; j++ {
+		k := j / 1000
+		c.NPs = append(c.NPs, bd.np(fmt.Sprintf("ns-%d", j%1000), fmt.Sprintf("np-%d", k),
+			map[string]string{"app": fmt.Sprintf("app-%d", k%10)},
+			podPeer(map[string]string{"app": fmt.Sprintf("app-%d", (k+1)%10)})))
+	}
+	for k := 0; k < 100; k++ {
+		c.ANPs = append(c.ANPs, adminPolicy(bd, fmt.Sprintf("anp-%d", k), int32(k*10), k, 20, false))
+	}
+	return c
+}
+
+// adminPolicy is the k-th policy of a teams cluster: its subject is team
+// k%10's namespaces; rule r (Allow, Deny, Pass in turn) has one app's pods
+// in one team's namespaces as peers and, withPort, one TCP port.
+func adminPolicy(bd *builder, name string, prio int32, k, rules int, withPort bool) *v1alpha1.AdminNetworkPolicy {
 	actions := []v1alpha1.AdminNetworkPolicyRuleAction{
 		v1alpha1.AdminNetworkPolicyRuleActionAllow, v1alpha1.AdminNetworkPolicyRuleActionDeny, v1alpha1.AdminNetworkPolicyRuleActionPass}
 	anp := &v1alpha1.AdminNetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: name, UID: bd.nextUID()}}
 	anp.Spec.Priority = prio
 	anp.Spec.Subject.Namespaces = &metav1.LabelSelector{MatchLabels: map[string]string{"team": fmt.Sprintf("t%d", k%10)}}
 	port := int32(80 + k%20)
-	for r := 0; r < 25; r++ {
-		anp.Spec.Ingress = append(anp.Spec.Ingress, v1alpha1.AdminNetworkPolicyIngressRule{
+	for r := 0; r < rules; r++ {
+		rule := v1alpha1.AdminNetworkPolicyIngressRule{
 			Name:   fmt.Sprintf("r%d", r),
 			Action: actions[r%3],
 			From: []v1alpha1.AdminNetworkPolicyIngressPeer{{Pods: &v1alpha1.NamespacedPod{
 				NamespaceSelector: metav1.LabelSelector{MatchLabels: map[string]string{"team": fmt.Sprintf("t%d", (k+r)%10)}},
 				PodSelector:       metav1.LabelSelector{MatchLabels: map[string]string{"app": fmt.Sprintf("app-%d", r%10)}},
 			}}},
-			Ports: &[]v1alpha1.AdminNetworkPolicyPort{{PortNumber: &v1alpha1.Port{Protocol: corev1.ProtocolTCP, Port: port}}},
-		})
+		}
+		if withPort {
+			rule.Ports = &[]v1alpha1.AdminNetworkPolicyPort{{PortNumber: &v1alpha1.Port{Protocol: corev1.ProtocolTCP, Port: port}}}
+		}
+		anp.Spec.Ingress = append(anp.Spec.Ingress, rule)
 	}
 	return anp
 }

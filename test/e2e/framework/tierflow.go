@@ -19,8 +19,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	certutil "k8s.io/client-go/util/cert"
 
-	"github.com/tierflow/tierflow/pkg/agent/runtime/query"
 	"github.com/tierflow/tierflow/pkg/queryapi"
+	"github.com/tierflow/tierflow/pkg/queryapi/agentquery"
 	"github.com/tierflow/tierflow/test/kubeapi"
 	"github.com/tierflow/tierflow/test/testbed"
 )
@@ -264,7 +264,7 @@ func (tf *Tierflow) waitAgentsReady(timeout time.Duration) error {
 	for {
 		var notReady []string
 		for _, n := range tf.Bed.Nodes {
-			st, err := query.NewClient(tf.AgentSockets[n.Name]).Status(context.Background())
+			st, err := agentquery.NewClient(tf.AgentSockets[n.Name]).Status(context.Background())
 			switch {
 			case err != nil:
 				notReady = append(notReady, fmt.Sprintf("%s: %v", n.Name, err))

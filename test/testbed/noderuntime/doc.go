@@ -13,7 +13,7 @@
 //     and every declared containerPort);
 //  4. a kwok Exec object (kwok.x-k8s.io/v1alpha1, owned by the pod) whose
 //     environment names the namespace (TIERFLOW_NETNS), so that `kubectl
-//     exec POD -- /agnhost ...` runs inside it (see cmd/tierflow-podrunner);
+//     exec POD -- /agnhost ...` runs inside it (see test/testbed/cmd/tierflow-podrunner);
 //  5. the pod's status: Running and Ready, podIP/podIPs exactly the
 //     addresses tierflow-cni assigned, hostIP the node's address.
 //

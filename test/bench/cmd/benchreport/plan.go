@@ -19,8 +19,9 @@ const (
 	SectionFanout      = "Controller fan-out"
 )
 
-// Reference is a figure from /work/shared/BENCH-REFERENCES.md (Antrea's
-// network-policy controller on a machine of the project's kind).
+// Reference is a figure from ../shared/BENCH-REFERENCES.md, relative to the
+// repository root (Antrea's network-policy controller on a machine of the
+// project's kind).
 type Reference struct {
 	Time   string `json:"time,omitempty"`
 	Memory string `json:"memory,omitempty"`
@@ -120,7 +121,7 @@ func plan(quick bool) []*Run {
 		Description: "TCP throughput between two pods on one bridge (userspace datapath), no policy vs 1000 rules realized, in one run",
 		Package:     pkg, Bench: "^BenchmarkDatapathThroughput$", Timeout: 20 * time.Minute, NeedsOVS: true})
 	add(&Run{ID: "fanout", Section: SectionFanout, Scenario: "fake agents", Scale: scale,
-		Description: "datapath-less agents (pkg/agent/fake) on the real distribution server; controller on a real kube-apiserver",
+		Description: "datapath-less agents (pkg/agent/nodatapath) on the real distribution server; controller on a real kube-apiserver",
 		Package:     pkg, Bench: "^BenchmarkFanout$", Timeout: 30 * time.Minute})
 	return runs
 }

@@ -119,7 +119,7 @@ func (rep *Report) Markdown() string {
 	if rep.Commit != "" {
 		fmt.Fprintf(&b, "- Commit: %s\n", rep.Commit)
 	}
-	b.WriteString("- References: Antrea's network-policy controller (commit fc70f2bb) on a machine of the project's kind (2 cores, 24 GiB), from /work/shared/BENCH-REFERENCES.md.\n")
+	b.WriteString("- References: Antrea's network-policy controller (commit fc70f2bb) on a machine of the project's kind (2 cores, 24 GiB), from ../shared/BENCH-REFERENCES.md (relative to the repository root).\n")
 	b.WriteString("- Times are wall-clock on a machine shared with other work; CPU time (user + system of the driver process) is given beside them where it matters: when it is well below the wall time, the run waited for a core.\n")
 	b.WriteString("- Every scenario ran once in its own process (`go test -bench` drivers in test/bench, `-benchtime=1x`); logs are in _output/bench/logs. Numbers are reports, not pass/fail.\n")
 	if rep.AgentVsOfctlRatio != nil {
@@ -202,7 +202,7 @@ func (rep *Report) Markdown() string {
 					num(r, "no-policy-flows") + " / " + num(r, "rules-flows"), secs(r, "iperf-s") + " × " + num(r, "rounds") + " each"}
 			}},
 		{SectionFanout,
-			"pkg/controller on a real kube-apiserver, the distribution server (gRPC over TLS, static tokens) and datapath-less agents (pkg/agent/fake), all in one process. Initial: from the agents' start until each has exactly the policies spanning its node. Change: an AdminNetworkPolicy selecting every namespace created through the API, until every agent has it (median / maximum). Memory is the whole process (controller plus the agents' caches).",
+			"pkg/controller on a real kube-apiserver, the distribution server (gRPC over TLS, static tokens) and datapath-less agents (pkg/agent/nodatapath), all in one process. Initial: from the agents' start until each has exactly the policies spanning its node. Change: an AdminNetworkPolicy selecting every namespace created through the API, until every agent has it (median / maximum). Memory is the whole process (controller plus the agents' states).",
 			[]string{"scale", "agents", "pods", "initial convergence", "policy change p50", "policy change max", "changes", "heap in use", "peak RSS"},
 			func(r *Run) []string {
 				return []string{r.Scale, num(r, "agents"), num(r, "pods"), secs(r, "initial-s"), ms(r, "change-p50-ms"), ms(r, "change-max-ms"), num(r, "changes"),

@@ -35,9 +35,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierflow/tierflow/pkg/agent/runtime/query"
 	"github.com/tierflow/tierflow/pkg/explain"
 	"github.com/tierflow/tierflow/pkg/model"
+	"github.com/tierflow/tierflow/pkg/queryapi/agentquery"
 	"github.com/tierflow/tierflow/test/e2e/framework"
 	"github.com/tierflow/tierflow/test/kubeapi"
 	"github.com/tierflow/tierflow/test/testbed"
@@ -211,7 +211,7 @@ func walkThrough(tb testing.TB, dir string, nodes int) *framework.Tierflow {
 	show(tb, tierctl, append(tf.TierctlArgs(), "flows", "--node", node, "--policy", denyPolicy, "--direction", "ingress", "--rule", "0"),
 		"tierctl flows --node "+node+" --policy "+denyPolicy+" --direction ingress --rule 0", nil)
 	rule := 0
-	flows, err := query.NewClient(tf.AgentSockets[node]).Flows(context.Background(), query.FlowFilter{Policy: denyPolicy, Direction: string(model.DirectionIn), Rule: &rule})
+	flows, err := agentquery.NewClient(tf.AgentSockets[node]).Flows(context.Background(), agentquery.FlowFilter{Policy: denyPolicy, Direction: string(model.DirectionIn), Rule: &rule})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package fake
+package nodatapath
 
 import (
 	"context"
@@ -10,28 +10,29 @@ import (
 	"github.com/tierflow/tierflow/pkg/distribution/wire"
 )
 
-// Agent is a client.Receiver that only caches what it receives.
+// Agent is a client.Receiver that only keeps the state it is handed.
 type Agent struct {
 	node string
 
 	mu      sync.Mutex
-	cache   *wire.NodeState
+	state   *wire.NodeState // the client's, read-only
 	applied int
 	failing map[string]error
 	hold    chan struct{} // while non-nil, Apply waits for it to close
 	changed chan struct{}
 }
 
-// New returns an empty agent for node.
+// New returns an agent for node holding an empty state.
 func New(node string) *Agent {
-	return &Agent{node: node, cache: wire.NewNodeState(node), failing: map[string]error{}, changed: make(chan struct{})}
+	return &Agent{node: node, state: wire.NewNodeState(node), failing: map[string]error{}, changed: make(chan struct{})}
 }
 
 // Node is the agent's node name.
 func (a *Agent) Node() string { return a.node }
 
-// Apply implements client.Receiver.
-func (a *Agent) Apply(d *wire.Delta) error {
+// Apply implements client.Receiver: it keeps st and reports every policy
+// of d realized, except those Fail names.
+func (a *Agent) Apply(d *wire.Delta, st *wire.NodeState) error {
 	a.mu.Lock()
 	hold := a.hold
 	a.mu.Unlock()
@@ -41,27 +42,7 @@ func (a *Agent) Apply(d *wire.Delta) error {
 
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if d.Full {
-		a.cache = wire.NewNodeState(a.node)
-	}
-	for _, g := range d.AppliedToGroups {
-		a.cache.AppliedToGroups[g.ID] = g
-	}
-	for _, g := range d.AddressGroups {
-		a.cache.AddressGroups[g.ID] = g
-	}
-	for _, p := range d.Policies {
-		a.cache.Policies[p.ID] = p
-	}
-	for _, id := range d.DeletedPolicies {
-		delete(a.cache.Policies, id)
-	}
-	for _, id := range d.DeletedAppliedToGroups {
-		delete(a.cache.AppliedToGroups, id)
-	}
-	for _, id := range d.DeletedAddressGroups {
-		delete(a.cache.AddressGroups, id)
-	}
+	a.state = st
 	a.applied++
 	close(a.changed)
 	a.changed = make(chan struct{})
@@ -74,7 +55,7 @@ func (a *Agent) Apply(d *wire.Delta) error {
 	}
 	if d.Full {
 		for id, err := range a.failing {
-			if a.cache.Policies[id] != nil {
+			if a.state.Policies[id] != nil {
 				errs[id] = err
 			}
 		}
@@ -116,11 +97,11 @@ func (a *Agent) Release() {
 	}
 }
 
-// Cache returns a copy of the rule cache.
-func (a *Agent) Cache() *wire.NodeState {
+// State returns the state the agent holds (shared and read-only).
+func (a *Agent) State() *wire.NodeState {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.cache.Clone()
+	return a.state
 }
 
 // Applied is how many deltas the agent applied.
@@ -130,12 +111,12 @@ func (a *Agent) Applied() int {
 	return a.applied
 }
 
-// WaitFor waits until cond holds for the cache (checked now and after each
-// applied delta) or ctx ends.
+// WaitFor waits until cond holds for the state (checked now and after
+// each applied delta) or ctx ends.
 func (a *Agent) WaitFor(ctx context.Context, cond func(*wire.NodeState) bool) error {
 	for {
 		a.mu.Lock()
-		ok := cond(a.cache)
+		ok := cond(a.state)
 		ch := a.changed
 		a.mu.Unlock()
 		if ok {
@@ -161,7 +142,7 @@ type Runtime struct {
 // the agent) and runs it until Stop or ctx ends.
 func Start(ctx context.Context, cfg client.Config) (*Runtime, error) {
 	if cfg.Node == "" {
-		return nil, errors.New("fake agent: node name required")
+		return nil, errors.New("datapath-less agent: node name required")
 	}
 	a := New(cfg.Node)
 	cfg.Receiver = a

@@ -1,4 +1,4 @@
-package distribution_test
+package server_test
 
 import (
 	"context"

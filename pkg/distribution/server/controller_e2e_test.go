@@ -1,4 +1,4 @@
-package distribution_test
+package server_test
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/tierflow/tierflow/pkg/agent/fake"
+	"github.com/tierflow/tierflow/pkg/agent/nodatapath"
 	"github.com/tierflow/tierflow/pkg/compute"
 	"github.com/tierflow/tierflow/pkg/controller"
 	"github.com/tierflow/tierflow/pkg/distribution/disttest"
@@ -98,9 +98,9 @@ func TestControllerToAgents(t *testing.T) {
 	must(t, create(ctx, c.Policy.PolicyV1alpha1().AdminNetworkPolicies(), anp))
 
 	// Agents: each one claims nothing; its token says which node it is.
-	var agents []*fake.Runtime
+	var agents []*nodatapath.Runtime
 	for _, n := range nodes {
-		r, err := fake.Start(ctx, clientConfig(n, tokens[n], lis.Addr().String(), clientTLS))
+		r, err := nodatapath.Start(ctx, clientConfig(n, tokens[n], lis.Addr().String(), clientTLS))
 		must(t, err)
 		t.Cleanup(r.Stop)
 		agents = append(agents, r)
@@ -163,7 +163,7 @@ func TestControllerToAgents(t *testing.T) {
 	waitFor(t, "engine dropped the admin policy", func() bool { return len(engine.Snapshot().Policies) == 1 })
 	waitConverged(t, engine, agents...)
 	for _, a := range agents {
-		if policyBySource(a.Cache(), "fe-deny") != nil {
+		if policyBySource(a.State(), "fe-deny") != nil {
 			t.Errorf("agent %s still holds the deleted policy", a.Node())
 		}
 	}

@@ -1,4 +1,4 @@
-package distribution_test
+package server_test
 
 import (
 	"context"
@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierflow/tierflow/pkg/agent/fake"
+	"github.com/tierflow/tierflow/pkg/agent/nodatapath"
 	"github.com/tierflow/tierflow/pkg/distribution/server"
 	"github.com/tierflow/tierflow/pkg/distribution/wire"
 )
@@ -50,7 +50,7 @@ func benchFanOut(b *testing.B, nAgents int) {
 	en.UpsertNetworkPolicy(allowFrom("app", "web-allow", "web", "clients", "client"))
 
 	start := time.Now()
-	agents := make([]*fake.Runtime, nAgents)
+	agents := make([]*nodatapath.Runtime, nAgents)
 	for i, nd := range nodes {
 		agents[i] = e.startAgent(e.agentConfig(nd, "tok-"+nd, e.addr, ""))
 	}
@@ -59,7 +59,7 @@ func benchFanOut(b *testing.B, nAgents int) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	waitAll := func(b *testing.B, cond func(*wire.NodeState) bool, who []*fake.Runtime) {
+	waitAll := func(b *testing.B, cond func(*wire.NodeState) bool, who []*nodatapath.Runtime) {
 		for _, a := range who {
 			if err := a.WaitFor(ctx, cond); err != nil {
 				b.Fatal(err)
@@ -97,7 +97,7 @@ func benchFanOut(b *testing.B, nAgents int) {
 			name := fmt.Sprintf("late-web-%d", i)
 			a := agents[i%nAgents]
 			en.UpsertPod(pod("app", name, a.Node(), ip(20000+i), map[string]string{"app": "web"}))
-			waitAll(b, func(st *wire.NodeState) bool { return hasAppliedMember(st, name) }, []*fake.Runtime{a})
+			waitAll(b, func(st *wire.NodeState) bool { return hasAppliedMember(st, name) }, []*nodatapath.Runtime{a})
 		}
 	})
 }

@@ -1,14 +1,13 @@
-package scenarios_test
+package shapes_test
 
 import (
 	"context"
-
-	"github.com/go-logr/logr"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,17 +21,16 @@ import (
 	npfake "sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned/fake"
 
 	"github.com/tierflow/tierflow/pkg/compute"
-	"github.com/tierflow/tierflow/pkg/compute/scenarios"
 	"github.com/tierflow/tierflow/pkg/controller"
+	"github.com/tierflow/tierflow/test/bench/shapes"
 )
 
-// Package scenarios_test holds the from-informer-start benchmarks, kept out
-// of package compute's tests so its fuzz builds need not instrument
-// client-go.
+// The from-informer-start benchmarks live here, out of package compute's
+// tests, so that its fuzz builds need not instrument client-go.
 
 // clientsetObjects is every object of c, for a fake clientset.
-func clientsetObjects(c *scenarios.Cluster) []runtime.Object {
-	objs := make([]runtime.Object, 0, c.Objects())
+func clientsetObjects(c *shapes.Cluster) []runtime.Object {
+	objs := make([]runtime.Object, 0, c.Objects()+len(c.Nodes))
 	for _, o := range c.Namespaces {
 		objs = append(objs, o)
 	}
@@ -42,7 +40,7 @@ func clientsetObjects(c *scenarios.Cluster) []runtime.Object {
 	for _, o := range c.Pods {
 		objs = append(objs, o)
 	}
-	for _, o := range c.NetworkPolicies {
+	for _, o := range c.NPs {
 		objs = append(objs, o)
 	}
 	return objs
@@ -53,7 +51,7 @@ func clientsetObjects(c *scenarios.Cluster) []runtime.Object {
 // holding every object, as the reference figures were measured) until the
 // engine has computed every object. Informer handlers call the engine
 // concurrently, as the controller's would.
-func benchFromInformerStart(b *testing.B, c *scenarios.Cluster) {
+func benchFromInformerStart(b *testing.B, c *shapes.Cluster) {
 	objs := clientsetObjects(c)
 	total := int64(len(objs))
 	b.ReportAllocs()
@@ -91,8 +89,8 @@ func benchFromInformerStart(b *testing.B, c *scenarios.Cluster) {
 		b.StopTimer()
 		cancel()
 		factory.Shutdown()
-		if len(s.Policies) != len(c.NetworkPolicies) {
-			b.Fatalf("computed %d policies, want %d", len(s.Policies), len(c.NetworkPolicies))
+		if len(s.Policies) != len(c.NPs) {
+			b.Fatalf("computed %d policies, want %d", len(s.Policies), len(c.NPs))
 		}
 		b.StartTimer()
 	}
@@ -115,16 +113,16 @@ func cpuTime() time.Duration {
 }
 
 func BenchmarkFromInformerStartSmallNamespaces(b *testing.B) {
-	benchFromInformerStart(b, scenarios.SmallNamespaces())
+	benchFromInformerStart(b, shapes.SmallNamespaces(false))
 }
 func BenchmarkFromInformerStartLargeNamespaces(b *testing.B) {
-	benchFromInformerStart(b, scenarios.LargeNamespaces())
+	benchFromInformerStart(b, shapes.LargeNamespaces(false))
 }
 func BenchmarkFromInformerStartOneNamespace(b *testing.B) {
-	benchFromInformerStart(b, scenarios.OneNamespace())
+	benchFromInformerStart(b, shapes.OneNamespace(false))
 }
 func BenchmarkFromInformerStartPolicyPerPod(b *testing.B) {
-	benchFromInformerStart(b, scenarios.PolicyPerPod())
+	benchFromInformerStart(b, shapes.PolicyPerPod(false))
 }
 
 // benchControllerFromInformerStart is benchFromInformerStart through
@@ -133,7 +131,7 @@ func BenchmarkFromInformerStartPolicyPerPod(b *testing.B) {
 // back until the engine holds every policy: the order a real API server
 // tends to produce (its policy list is smaller than its pod list), in which
 // every pod joins groups that every policy already uses.
-func benchControllerFromInformerStart(b *testing.B, c *scenarios.Cluster, policiesFirst bool) {
+func benchControllerFromInformerStart(b *testing.B, c *shapes.Cluster, policiesFirst bool) {
 	klog.SetLogger(logr.Discard()) // the controller's progress logs are not the point
 	objs := clientsetObjects(c)
 	b.ReportAllocs()
@@ -147,7 +145,7 @@ func benchControllerFromInformerStart(b *testing.B, c *scenarios.Cluster, polici
 		e.Subscribe(func(cs []compute.Change) {
 			for _, ch := range cs {
 				if ch.Kind == compute.KindPolicy && ch.Type == compute.Added &&
-					policies.Add(1) == int64(len(c.NetworkPolicies)) {
+					policies.Add(1) == int64(len(c.NPs)) {
 					close(policiesIn)
 				}
 			}
@@ -175,8 +173,8 @@ func benchControllerFromInformerStart(b *testing.B, c *scenarios.Cluster, polici
 		if err := <-done; err != nil {
 			b.Fatal(err)
 		}
-		if len(s.Policies) != len(c.NetworkPolicies) {
-			b.Fatalf("computed %d policies, want %d", len(s.Policies), len(c.NetworkPolicies))
+		if len(s.Policies) != len(c.NPs) {
+			b.Fatalf("computed %d policies, want %d", len(s.Policies), len(c.NPs))
 		}
 		members := 0
 		for _, g := range s.AppliedToGroups {
@@ -193,16 +191,16 @@ func benchControllerFromInformerStart(b *testing.B, c *scenarios.Cluster, polici
 }
 
 func BenchmarkControllerFromInformerStartOneNamespace(b *testing.B) {
-	benchControllerFromInformerStart(b, scenarios.OneNamespace(), false)
+	benchControllerFromInformerStart(b, shapes.OneNamespace(false), false)
 }
 func BenchmarkControllerFromInformerStartOneNamespacePoliciesFirst(b *testing.B) {
-	benchControllerFromInformerStart(b, scenarios.OneNamespace(), true)
+	benchControllerFromInformerStart(b, shapes.OneNamespace(false), true)
 }
 func BenchmarkControllerFromInformerStartLargeNamespacesPoliciesFirst(b *testing.B) {
-	benchControllerFromInformerStart(b, scenarios.LargeNamespaces(), true)
+	benchControllerFromInformerStart(b, shapes.LargeNamespaces(false), true)
 }
 func BenchmarkControllerFromInformerStartPolicyPerPod(b *testing.B) {
-	benchControllerFromInformerStart(b, scenarios.PolicyPerPod(), false)
+	benchControllerFromInformerStart(b, shapes.PolicyPerPod(false), false)
 }
 
 // podsListedAfter is a clientset whose pod lists wait for a channel to
@@ -240,5 +238,5 @@ func (p podListAfter) List(ctx context.Context, opts metav1.ListOptions) (*corev
 	return p.PodInterface.List(ctx, opts)
 }
 func BenchmarkControllerFromInformerStartSmallNamespaces(b *testing.B) {
-	benchControllerFromInformerStart(b, scenarios.SmallNamespaces(), false)
+	benchControllerFromInformerStart(b, shapes.SmallNamespaces(false), false)
 }

@@ -1,6 +1,7 @@
 // Package statestore keeps the agent's last received policy state on disk,
 // so that an agent starting while the controller is unreachable enforces
-// what it last knew instead of nothing.
+// what it last knew instead of nothing. Its one user is the distribution
+// client, which saves what it receives and restores it at start.
 //
 // The file is JSON with a format version. Writes are atomic: the new
 // content goes to a temporary file in the same directory, is synced, and

@@ -1,4 +1,4 @@
-package distribution_test
+package server_test
 
 import (
 	"context"
@@ -124,12 +124,12 @@ func testTokenReview(t *testing.T, wantNodeClaim bool, apiserverArgs ...string) 
 		node string
 		a    interface {
 			WaitFor(context.Context, func(*wire.NodeState) bool) error
-			Cache() *wire.NodeState
+			State() *wire.NodeState
 		}
 	}{{"n1", a1}, {"n3", a3}, {"n3", a3n}} {
 		want := e.want(x.node)
 		if err := x.a.WaitFor(wctx, func(st *wire.NodeState) bool { return len(wire.Diff(want, st)) == 0 }); err != nil {
-			t.Fatalf("agent with %s's token: %v\n%s", x.node, err, strings.Join(wire.Diff(want, x.a.Cache()), "\n"))
+			t.Fatalf("agent with %s's token: %v\n%s", x.node, err, strings.Join(wire.Diff(want, x.a.State()), "\n"))
 		}
 	}
 	// Two agents of one node: the newest stream wins; keep one.

@@ -7,32 +7,6 @@ import (
 	"github.com/tierflow/tierflow/pkg/model"
 )
 
-// applyDelta applies d to st (a full delta replaces everything). Objects
-// are shared, read-only values: only the maps change.
-func applyDelta(st *wire.NodeState, d *wire.Delta) {
-	if d.Full {
-		*st = *wire.NewNodeState(st.Node)
-	}
-	for _, g := range d.AppliedToGroups {
-		st.AppliedToGroups[g.ID] = g
-	}
-	for _, g := range d.AddressGroups {
-		st.AddressGroups[g.ID] = g
-	}
-	for _, p := range d.Policies {
-		st.Policies[p.ID] = p
-	}
-	for _, id := range d.DeletedPolicies {
-		delete(st.Policies, id)
-	}
-	for _, id := range d.DeletedAppliedToGroups {
-		delete(st.AppliedToGroups, id)
-	}
-	for _, id := range d.DeletedAddressGroups {
-		delete(st.AddressGroups, id)
-	}
-}
-
 // sortedPolicies lists st's policies by ID, for deterministic compilation
 // input and answers.
 func sortedPolicies(st *wire.NodeState) []*model.Policy {

@@ -1,10 +1,10 @@
-package query
+package agentquery
 
 import (
+	"fmt"
 	"net/netip"
 	"time"
 
-	"github.com/tierflow/tierflow/pkg/agent/policyflows"
 	"github.com/tierflow/tierflow/pkg/model"
 )
 
@@ -13,7 +13,7 @@ const (
 	// DatapathOVS: the agent programs an Open vSwitch bridge.
 	DatapathOVS = "ovs"
 	// DatapathNone: no datapath; the agent only keeps the rule cache and
-	// reports every policy realized (fan-out tests, see pkg/agent/fake).
+	// reports every policy realized (fan-out tests, see pkg/agent/nodatapath).
 	DatapathNone = "none"
 )
 
@@ -84,9 +84,41 @@ type Realization struct {
 	Policies []PolicyRealization `json:"policies"`
 }
 
+// RuleInfo describes the rule behind a rule ID: what a cookie's or a
+// ct_label's rule ID reads back to. The agent's flow compiler
+// (pkg/agent/policyflows) fills it as it allocates the IDs.
+type RuleInfo struct {
+	ID        uint32          `json:"id"`
+	Policy    model.PolicyRef `json:"policy"`
+	PolicyID  string          `json:"policyID"`
+	Tier      model.Tier      `json:"tier"`
+	Direction model.Direction `json:"direction"`
+	Index     int             `json:"index"`
+	Name      string          `json:"name,omitempty"`
+	Action    model.Action    `json:"action"`
+	// Table is the pipeline table the rule's flows are in (by name), and
+	// Priority their OpenFlow priority.
+	Table    string `json:"table"`
+	Priority uint16 `json:"priority"`
+}
+
+// String names the rule as tooling prints it: POLICY ingress[INDEX]
+// (NAME), or egress.
+func (r RuleInfo) String() string {
+	d := "egress"
+	if r.Direction == model.DirectionIn {
+		d = "ingress"
+	}
+	s := fmt.Sprintf("%s %s[%d]", r.Policy, d, r.Index)
+	if r.Name != "" {
+		s += " (" + r.Name + ")"
+	}
+	return s
+}
+
 // Rule is one entry of the cookie → rule map.
 type Rule struct {
-	policyflows.RuleInfo
+	RuleInfo
 	// Cookie is the cookie of the rule's action flows (role "action");
 	// its clause and metric flows carry the same rule ID with another role.
 	Cookie string `json:"cookie"`
@@ -109,7 +141,7 @@ type Flow struct {
 	Role   string `json:"role"`
 	RuleID uint32 `json:"ruleID,omitempty"`
 	// Rule is the rule the cookie names, when it names one.
-	Rule *policyflows.RuleInfo `json:"rule,omitempty"`
+	Rule *RuleInfo `json:"rule,omitempty"`
 	// Text is the flow in ovs-ofctl syntax.
 	Text    string `json:"text"`
 	Packets uint64 `json:"packets"`

@@ -1,4 +1,4 @@
-package distribution_test
+package server_test
 
 import (
 	"context"
@@ -21,10 +21,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/network-policy-api/apis/v1alpha1"
 
-	"github.com/tierflow/tierflow/pkg/agent/fake"
-	"github.com/tierflow/tierflow/pkg/agent/statestore"
+	"github.com/tierflow/tierflow/pkg/agent/nodatapath"
 	"github.com/tierflow/tierflow/pkg/compute"
 	"github.com/tierflow/tierflow/pkg/distribution/client"
+	"github.com/tierflow/tierflow/pkg/distribution/client/statestore"
 	"github.com/tierflow/tierflow/pkg/distribution/disttest"
 	"github.com/tierflow/tierflow/pkg/distribution/server"
 	"github.com/tierflow/tierflow/pkg/distribution/wire"
@@ -128,9 +128,9 @@ func (e *env) agentConfig(node, token, addr, stateDir string) client.Config {
 	return cfg
 }
 
-func (e *env) startAgent(cfg client.Config) *fake.Runtime {
+func (e *env) startAgent(cfg client.Config) *nodatapath.Runtime {
 	e.t.Helper()
-	r, err := fake.Start(context.Background(), cfg)
+	r, err := nodatapath.Start(context.Background(), cfg)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -141,16 +141,17 @@ func (e *env) startAgent(cfg client.Config) *fake.Runtime {
 // want is what node must hold now, from the engine's own snapshot.
 func (e *env) want(node string) *wire.NodeState { return wire.ForNode(e.engine.Snapshot(), node) }
 
-// waitConverged waits until every agent's rule cache and client state equal
-// the engine's snapshot filtered to its node.
-func (e *env) waitConverged(agents ...*fake.Runtime) {
+// waitConverged waits until every agent's state (the one its client handed
+// it) and its client's state equal the engine's snapshot filtered to its
+// node.
+func (e *env) waitConverged(agents ...*nodatapath.Runtime) {
 	e.t.Helper()
 	waitConverged(e.t, e.engine, agents...)
 }
 
-// waitConverged waits until every agent's rule cache and client state
+// waitConverged waits until every agent's state and its client's state
 // equal engine's snapshot filtered to its node.
-func waitConverged(t testing.TB, engine *compute.Engine, agents ...*fake.Runtime) {
+func waitConverged(t testing.TB, engine *compute.Engine, agents ...*nodatapath.Runtime) {
 	t.Helper()
 	// Generous: under -race on a loaded machine a multi-megabyte full
 	// update takes seconds to encode and decode.
@@ -161,7 +162,7 @@ func waitConverged(t testing.TB, engine *compute.Engine, agents ...*fake.Runtime
 			checkStart := time.Now()
 			want := wire.ForNode(engine.Snapshot(), a.Node())
 			_, _, st := a.Client.State()
-			d := wire.Diff(want, a.Cache())
+			d := wire.Diff(want, a.State())
 			d = append(d, wire.Diff(want, st)...)
 			if len(d) == 0 {
 				break

@@ -1,4 +1,4 @@
-// Package query is the agent's local query API: what tooling on the node
+// Package agentquery is the agent's local query API: what tooling on the node
 // (tierctl flows, tierctl trace) asks a running tierflow-agent, over HTTP
 // with JSON bodies on a unix socket (root-only, node-local: the API has no
 // authentication of its own, the socket's file mode is its access control).
@@ -24,4 +24,8 @@
 // agent answers them with the same handler as the socket.
 //
 // The types below are the wire format; Client is the Go client tierctl uses.
-package query
+// They are a contract between the agent, the controller (which forwards
+// queries without reading them) and tierctl: this package depends on
+// pkg/model alone, so neither the controller nor tierctl's offline
+// commands pull in the agent's flow compiler or OpenFlow client.
+package agentquery

@@ -1,4 +1,4 @@
-package distribution_test
+package server_test
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/tierflow/tierflow/pkg/agent/fake"
+	"github.com/tierflow/tierflow/pkg/agent/nodatapath"
 	"github.com/tierflow/tierflow/pkg/distribution/disttest"
 	"github.com/tierflow/tierflow/pkg/distribution/server"
 	"github.com/tierflow/tierflow/pkg/distribution/statusbridge"
@@ -76,8 +76,8 @@ func policyID(t testing.TB, e *env, name string) string {
 	return ""
 }
 
-func startAgents(e *env, addr string, nodes ...string) []*fake.Runtime {
-	var out []*fake.Runtime
+func startAgents(e *env, addr string, nodes ...string) []*nodatapath.Runtime {
+	var out []*nodatapath.Runtime
 	for _, n := range nodes {
 		out = append(out, e.startAgent(e.agentConfig(n, "tok-"+n, addr, "")))
 	}
@@ -96,25 +96,25 @@ func TestSpanAndDeltas(t *testing.T) {
 	e.waitConverged(agents...)
 
 	// Span: n2 runs only web-2, so it holds web-allow and nothing else.
-	c2 := n2.Cache()
+	c2 := n2.State()
 	if len(c2.Policies) != 1 || policyBySource(c2, "web-allow") == nil {
 		t.Fatalf("n2 should hold only web-allow, holds %v", names(c2))
 	}
 	// n3 runs db-1 and probe-1: db-allow and ops-deny, not web-allow.
-	c3 := n3.Cache()
+	c3 := n3.State()
 	if policyBySource(c3, "web-allow") != nil || policyBySource(c3, "db-allow") == nil || policyBySource(c3, "ops-deny") == nil {
 		t.Fatalf("n3 holds %v", names(c3))
 	}
 	// Applied-to groups carry only the node's own members.
 	for _, a := range agents {
-		for _, g := range a.Cache().AppliedToGroups {
+		for _, g := range a.State().AppliedToGroups {
 			for n := range g.MembersByNode {
 				if n != a.Node() {
 					t.Errorf("agent %s received members of node %s in group %s", a.Node(), n, g.ID)
 				}
 			}
 		}
-		if p := policyBySource(a.Cache(), "db-allow"); p != nil && len(p.Span) != 0 {
+		if p := policyBySource(a.State(), "db-allow"); p != nil && len(p.Span) != 0 {
 			t.Errorf("span sent to agent %s", a.Node())
 		}
 	}
@@ -155,7 +155,7 @@ func TestSpanAndDeltas(t *testing.T) {
 		e.waitConverged(agents...)
 		t.Logf("converged after: %s", s.name)
 	}
-	if p := policyBySource(n2.Cache(), "web-allow"); p != nil {
+	if p := policyBySource(n2.State(), "web-allow"); p != nil {
 		t.Errorf("n2 still holds deleted web-allow")
 	}
 	// Reports catch up: every session connected, nothing pending, every
@@ -173,7 +173,7 @@ func TestSpanAndDeltas(t *testing.T) {
 			t.Fatalf("sessions never settled: %+v", infos)
 		}
 	}
-	for _, a := range []*fake.Runtime{n1, n2, n3} {
+	for _, a := range []*nodatapath.Runtime{n1, n2, n3} {
 		if st := a.Client.Stats(); st.FullUpdates != 1 || st.DeltaUpdates == 0 {
 			t.Errorf("agent %s: %d full and %d delta updates; want 1 full, the rest deltas", a.Node(), st.FullUpdates, st.DeltaUpdates)
 		}
@@ -289,7 +289,7 @@ func TestControllerLoss(t *testing.T) {
 	n1 := e.startAgent(e.agentConfig("n1", "tok-n1", e.addr, dir1))
 	n3 := e.startAgent(e.agentConfig("n3", "tok-n3", e.addr, ""))
 	e.waitConverged(n1, n3)
-	before1, before3 := n1.Cache(), n3.Cache()
+	before1, before3 := n1.State(), n3.State()
 
 	e.stopServer()
 	n1.Stop()
@@ -302,13 +302,13 @@ func TestControllerLoss(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := restarted.WaitFor(ctx, func(st *wire.NodeState) bool { return len(wire.Diff(before1, st)) == 0 }); err != nil {
-		t.Fatalf("restarted agent did not restore its saved state: %v\n%s", err, strings.Join(wire.Diff(before1, restarted.Cache()), "\n"))
+		t.Fatalf("restarted agent did not restore its saved state: %v\n%s", err, strings.Join(wire.Diff(before1, restarted.State()), "\n"))
 	}
 	time.Sleep(time.Second)
-	if d := wire.Diff(before3, n3.Cache()); len(d) > 0 {
+	if d := wire.Diff(before3, n3.State()); len(d) > 0 {
 		t.Fatalf("agent changed its state while the controller was down:\n%s", strings.Join(d, "\n"))
 	}
-	if d := wire.Diff(before1, restarted.Cache()); len(d) > 0 {
+	if d := wire.Diff(before1, restarted.State()); len(d) > 0 {
 		t.Fatalf("restarted agent changed its state while the controller was down:\n%s", strings.Join(d, "\n"))
 	}
 
@@ -332,7 +332,7 @@ func TestNetworkCut(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	cfg := e.agentConfig("n1", "tok-n1", proxy.Addr(), "")
 	cfg.Registerer = reg
-	agents := append([]*fake.Runtime{e.startAgent(cfg)}, startAgents(e, proxy.Addr(), "n2", "n3")...)
+	agents := append([]*nodatapath.Runtime{e.startAgent(cfg)}, startAgents(e, proxy.Addr(), "n2", "n3")...)
 	e.waitConverged(agents...)
 	gauge := func() float64 {
 		mfs, err := reg.Gather()
@@ -379,7 +379,7 @@ func TestNetworkCut(t *testing.T) {
 func TestStuckAgent(t *testing.T) {
 	e := newEnv(t, tokens, server.Options{MaxPending: 8})
 	populate(e)
-	var agents []*fake.Runtime
+	var agents []*nodatapath.Runtime
 	for _, n := range []string{"n1", "n2", "n3"} {
 		cfg := e.agentConfig(n, "tok-"+n, e.addr, "")
 		// Small HTTP/2 windows so a reader that stops fills them quickly.
@@ -403,7 +403,7 @@ func TestStuckAgent(t *testing.T) {
 		// edit is its own update, not coalesced with the next).
 		e.waitConverged(agents[0], agents[2])
 	}
-	if d := wire.Diff(e.want("n2"), stuck.Cache()); len(d) == 0 {
+	if d := wire.Diff(e.want("n2"), stuck.State()); len(d) == 0 {
 		t.Fatal("stuck agent converged while held; the test did not hold it")
 	}
 	q, ack := e.srv.SessionVersion("n2")
@@ -428,7 +428,7 @@ func TestTokenDecidesNode(t *testing.T) {
 	if err := liar.WaitFor(ctx, func(st *wire.NodeState) bool { return len(st.Policies) > 0 }); err != nil {
 		t.Fatal(err)
 	}
-	if d := wire.Diff(want, liar.Cache()); len(d) > 0 {
+	if d := wire.Diff(want, liar.State()); len(d) > 0 {
 		t.Fatalf("agent with n3's token did not get exactly n3's state:\n%s", strings.Join(d, "\n"))
 	}
 

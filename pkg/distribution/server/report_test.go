@@ -1,4 +1,4 @@
-package distribution_test
+package server_test
 
 import (
 	"context"
@@ -28,17 +28,12 @@ func newRetryingReceiver() *retryingReceiver {
 	return &retryingReceiver{policies: map[string]int64{}, broken: map[string]string{}, outcome: map[string]wire.PolicyResult{}}
 }
 
-func (r *retryingReceiver) Apply(d *wire.Delta) error {
+func (r *retryingReceiver) Apply(_ *wire.Delta, st *wire.NodeState) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if d.Full {
-		clear(r.policies)
-	}
-	for _, p := range d.Policies {
-		r.policies[p.ID] = p.Generation
-	}
-	for _, id := range d.DeletedPolicies {
-		delete(r.policies, id)
+	clear(r.policies)
+	for id, p := range st.Policies {
+		r.policies[id] = p.Generation
 	}
 	r.realizeLocked()
 	errs := client.PolicyErrors{}
