@@ -127,14 +127,21 @@ func checkRunning(ctx context.Context, t *testing.T, c *cluster.Cluster, cs kube
 	if ds.Status.NumberReady != int32(len(c.Nodes)) || ds.Status.DesiredNumberScheduled != int32(len(c.Nodes)) {
 		t.Errorf("agent DaemonSet: %d ready of %d desired, want %d", ds.Status.NumberReady, ds.Status.DesiredNumberScheduled, len(c.Nodes))
 	}
-	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range nodes.Items {
-		if !nodeReady(&n) {
-			t.Errorf("node %s is not Ready", n.Name)
+	// A node turns Ready at the kubelet's next status update after the
+	// network plugin's configuration appeared (every 10 s).
+	if err := eventually(time.Minute, func() error {
+		nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
 		}
+		for _, n := range nodes.Items {
+			if !nodeReady(&n) {
+				return fmt.Errorf("node %s is not Ready", n.Name)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Error(err)
 	}
 }
 
