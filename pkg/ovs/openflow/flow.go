@@ -101,6 +101,20 @@ type CT struct {
 	// (move:NXM_NX_REGn[]->NXM_NX_CT_LABEL[start..start+31]), so one commit
 	// flow can record values decided earlier in the pipeline.
 	LabelFromRegs []RegToLabel
+	// NAT translates the packet through conntrack (see NAT).
+	NAT *NAT
+}
+
+// NAT is conntrack's network address translation (the nat of a ct
+// action). With no address it applies the translation the connection
+// already has: a reply is un-NATed, a later packet of the original
+// direction translated like the first. With Dst (or Src) and Addr, and
+// only with Commit, a new connection's destination (or source) becomes
+// Addr, and its port Port (0: unchanged).
+type NAT struct {
+	Src, Dst bool
+	Addr     netip.Addr
+	Port     uint16
 }
 
 // RegToLabel copies all 32 bits of register Reg into ct_label bits
@@ -115,6 +129,11 @@ type LabelSet struct {
 	Value uint64
 	Mask  uint64
 }
+
+// Controller sends the packet to the OpenFlow connections that asked for
+// packet-ins (see Options.OnPacketIn), truncated to MaxLen bytes (0: the
+// whole packet).
+type Controller struct{ MaxLen uint16 }
 
 // Normal hands the packet to the OVS normal L2 pipeline.
 type Normal struct{}
@@ -131,3 +150,4 @@ func (LoadReg) isAction()     {}
 func (CT) isAction()          {}
 func (Normal) isAction()      {}
 func (SetEthDst) isAction()   {}
+func (Controller) isAction()  {}

@@ -177,22 +177,41 @@ func (cn *conn) single(ctx context.Context, ch FlowChange, fm *of13.FlowMod) err
 	return nil
 }
 
-// bundle sends open, one add per change, a barrier (to collect add-time
-// errors), then commit — or discard when an add was rejected.
+// bundleMsg is one message of a bundle and how to report its rejection.
+type bundleMsg struct {
+	xid  uint32
+	msg  util.Message
+	fail func(error) error
+}
+
+// bundle applies flow changes in one bundle.
 func (cn *conn) bundle(ctx context.Context, changes []FlowChange, mods []*of13.FlowMod) error {
+	msgs := make([]bundleMsg, len(mods))
+	for i, fm := range mods {
+		i := i
+		msgs[i] = bundleMsg{xid: fm.Xid, msg: fm, fail: func(err error) error {
+			return &FlowError{Index: i, Command: changes[i].Command, Flow: changes[i].Flow, Err: err}
+		}}
+	}
+	return cn.bundleMsgs(ctx, msgs)
+}
+
+// bundleMsgs sends open, one add per message, a barrier (to collect
+// add-time errors), then commit — or discard when an add was rejected.
+func (cn *conn) bundleMsgs(ctx context.Context, msgs []bundleMsg) error {
 	id := cn.client.nextXID() // bundle IDs only need to be unique per connection
 	if err := cn.bundleCtrl(ctx, id, of13.OFPBCT_OPEN_REQUEST); err != nil {
 		return fmt.Errorf("open bundle: %w", err)
 	}
-	waiters := make([]*waiter, len(mods))
-	for i, fm := range mods {
-		waiters[i] = cn.register(fm.Xid, 4)
-		defer cn.unregister(fm.Xid)
+	waiters := make([]*waiter, len(msgs))
+	for i, m := range msgs {
+		waiters[i] = cn.register(m.xid, 4)
+		defer cn.unregister(m.xid)
 	}
-	for _, fm := range mods {
-		add := of13.NewBundleAdd(&of13.BundleAdd{BundleID: id, Flags: of13.OFPBCT_ATOMIC | of13.OFPBCT_ORDERED, Message: fm})
+	for _, m := range msgs {
+		add := of13.NewBundleAdd(&of13.BundleAdd{BundleID: id, Flags: of13.OFPBCT_ATOMIC | of13.OFPBCT_ORDERED, Message: m.msg})
 		// OVS requires the bundle-add xid to equal the embedded message's.
-		add.Header.Xid = fm.Xid
+		add.Header.Xid = m.xid
 		if err := cn.write(add); err != nil {
 			return err
 		}
@@ -200,14 +219,14 @@ func (cn *conn) bundle(ctx context.Context, changes []FlowChange, mods []*of13.F
 	if err := cn.barrier(ctx); err != nil {
 		return err
 	}
-	flowErrs := collectFlowErrors(changes, waiters)
-	if len(flowErrs) > 0 {
+	errs := collectBundleErrors(msgs, waiters)
+	if len(errs) > 0 {
 		if err := cn.bundleCtrl(ctx, id, of13.OFPBCT_DISCARD_REQUEST); err != nil {
 			// The connection is probably gone; OVS discards open bundles of a
 			// closed connection.
-			flowErrs = append(flowErrs, fmt.Errorf("discard bundle: %w", err))
+			errs = append(errs, fmt.Errorf("discard bundle: %w", err))
 		}
-		return fmt.Errorf("bundle not applied: %w", errors.Join(flowErrs...))
+		return fmt.Errorf("bundle not applied: %w", errors.Join(errs...))
 	}
 	commitErr := cn.bundleCtrl(ctx, id, of13.OFPBCT_COMMIT_REQUEST)
 	if commitErr == nil {
@@ -215,19 +234,19 @@ func (cn *conn) bundle(ctx context.Context, changes []FlowChange, mods []*of13.F
 	}
 	// Commit-time failures name the failed message by its xid; they arrive
 	// before the commit reply.
-	flowErrs = collectFlowErrors(changes, waiters)
-	if len(flowErrs) == 0 {
+	errs = collectBundleErrors(msgs, waiters)
+	if len(errs) == 0 {
 		return fmt.Errorf("commit bundle: %w", commitErr)
 	}
-	return fmt.Errorf("bundle not applied: %w", errors.Join(flowErrs...))
+	return fmt.Errorf("bundle not applied: %w", errors.Join(errs...))
 }
 
-func collectFlowErrors(changes []FlowChange, waiters []*waiter) []error {
+func collectBundleErrors(msgs []bundleMsg, waiters []*waiter) []error {
 	var errs []error
 	for i, w := range waiters {
 		for msg := pending(w); msg != nil; msg = pending(w) {
 			if msg[1] == of13.Type_Error {
-				errs = append(errs, &FlowError{Index: i, Command: changes[i].Command, Flow: changes[i].Flow, Err: decodeError(msg)})
+				errs = append(errs, msgs[i].fail(decodeError(msg)))
 			}
 		}
 	}
@@ -348,36 +367,15 @@ func (cn *conn) flowStats(ctx context.Context, filter FlowStatsFilter) ([]FlowSt
 	}
 	req.Cookie = filter.Cookie & filter.CookieMask
 	req.CookieMask = filter.CookieMask
-	mp := &of13.MultipartRequest{Header: of13.NewOfp13Header(), Type: of13.MultipartType_Flow, Body: req}
-	mp.Header.Type = of13.Type_MultiPartRequest
-	xid := cn.client.nextXID()
-	mp.Header.Xid = xid
-	w := cn.register(xid, 16)
-	defer cn.unregister(xid)
-	if err := cn.write(mp); err != nil {
-		return nil, err
-	}
 	var out []FlowStat
-	for {
-		msg, err := cn.wait(ctx, w)
-		if err != nil {
-			return nil, fmt.Errorf("flow stats: %w", err)
-		}
-		if msg[1] == of13.Type_Error {
-			return nil, fmt.Errorf("flow stats: %w", decodeError(msg))
-		}
-		if msg[1] != of13.Type_MultiPartReply || len(msg) < 16 {
-			return nil, fmt.Errorf("flow stats: unexpected reply type %d", msg[1])
-		}
-		more := binary.BigEndian.Uint16(msg[10:12])&1 != 0
-		body := msg[16:]
+	err := cn.multipart(ctx, of13.MultipartType_Flow, req, func(body []byte) error {
 		for len(body) > 0 {
 			if len(body) < 48 {
-				return nil, errors.New("flow stats: truncated entry")
+				return errors.New("truncated entry")
 			}
 			l := int(binary.BigEndian.Uint16(body[0:2]))
 			if l < 48 || l > len(body) {
-				return nil, fmt.Errorf("flow stats: bad entry length %d", l)
+				return fmt.Errorf("bad entry length %d", l)
 			}
 			out = append(out, FlowStat{
 				Table:    body[2],
@@ -389,8 +387,53 @@ func (cn *conn) flowStats(ctx context.Context, filter FlowStatsFilter) ([]FlowSt
 			})
 			body = body[l:]
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("flow stats: %w", err)
+	}
+	return out, nil
+}
+
+// multipart sends a multipart request of type typ with body req (nil: an
+// empty body) and hands the body of every reply part to each.
+func (cn *conn) multipart(ctx context.Context, typ uint16, req util.Message, each func(body []byte) error) error {
+	mp := &of13.MultipartRequest{Header: of13.NewOfp13Header(), Type: typ, Body: req}
+	mp.Header.Type = of13.Type_MultiPartRequest
+	xid := cn.client.nextXID()
+	mp.Header.Xid = xid
+	w := cn.register(xid, 16)
+	defer cn.unregister(xid)
+	if req == nil {
+		// MultipartRequest cannot marshal a nil body: header, type, flags, pad.
+		raw := make([]byte, 16)
+		raw[0], raw[1] = of13.VERSION, of13.Type_MultiPartRequest
+		binary.BigEndian.PutUint16(raw[2:4], 16)
+		binary.BigEndian.PutUint32(raw[4:8], xid)
+		binary.BigEndian.PutUint16(raw[8:10], typ)
+		if err := cn.writeRaw(raw); err != nil {
+			return err
+		}
+	} else if err := cn.write(mp); err != nil {
+		return err
+	}
+	for {
+		msg, err := cn.wait(ctx, w)
+		if err != nil {
+			return err
+		}
+		if msg[1] == of13.Type_Error {
+			return decodeError(msg)
+		}
+		if msg[1] != of13.Type_MultiPartReply || len(msg) < 16 {
+			return fmt.Errorf("unexpected reply type %d", msg[1])
+		}
+		more := binary.BigEndian.Uint16(msg[10:12])&1 != 0
+		if err := each(msg[16:]); err != nil {
+			return err
+		}
 		if !more {
-			return out, nil
+			return nil
 		}
 	}
 }
