@@ -107,6 +107,32 @@ func (r *Realizer) Update(ctx context.Context, in policyflows.Input) (flowsync.B
 	return b, nil
 }
 
+// servicesPart names the Service proxy's share of the bridge in the syncer.
+const servicesPart = "services"
+
+// Services is the Service proxy's share of the bridge (package proxy):
+// its flows and select groups, and cookies of flows the switch learned
+// that must go (session affinity to endpoints that left).
+type Services struct {
+	Flows []openflow.Flow
+	// Keys are the flows' Flow.Key (nil: computed).
+	Keys          []string
+	Groups        []openflow.Group
+	DeleteCookies []flowsync.CookieMask
+}
+
+// UpdateServices makes the bridge hold exactly svc as the Service
+// proxy's flows and groups, in one atomic bundle, leaving the policy
+// pipeline alone. On error nothing changed on the bridge.
+func (r *Realizer) UpdateServices(ctx context.Context, svc Services) (flowsync.Bundle, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.started {
+		return flowsync.Bundle{}, fmt.Errorf("realizer not started")
+	}
+	return r.syncer.SyncPart(ctx, servicesPart, svc.Flows, svc.Keys, svc.Groups, flowsync.Bundle{DeleteCookies: svc.DeleteCookies})
+}
+
 // Warnings are the last compilation's warnings.
 func (r *Realizer) Warnings() []string {
 	r.mu.Lock()

@@ -11,10 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-
 	"github.com/tierflow/tierflow/pkg/agent/metrics"
 	"github.com/tierflow/tierflow/pkg/agent/nodatapath"
 	"github.com/tierflow/tierflow/pkg/agent/nodenet"
@@ -67,6 +63,13 @@ type Agent struct {
 
 	kick chan struct{} // asks the loop to realize again (ports changed)
 
+	// servicesReady is closed once the Service proxy realized its first
+	// state (at once when it is disabled); servicesWaited: the first
+	// policy realization waited for it.
+	servicesReady  chan struct{}
+	servicesOnce   sync.Once
+	servicesWaited bool
+
 	// realizeMu serializes realizations; mu guards the fields below.
 	realizeMu sync.Mutex
 	mu        sync.Mutex
@@ -109,15 +112,20 @@ func New(opts Options) (*Agent, error) {
 		opts.Logger = slog.Default()
 	}
 	a := &Agent{
-		opts:     opts,
-		cfg:      opts.Config,
-		log:      opts.Logger.With("node", opts.Config.NodeName),
-		kick:     make(chan struct{}, 1),
-		state:    wire.NewNodeState(opts.Config.NodeName),
-		realized: map[string]int64{},
-		errs:     map[string]string{},
+		opts:  opts,
+		cfg:   opts.Config,
+		log:   opts.Logger.With("node", opts.Config.NodeName),
+		kick:  make(chan struct{}, 1),
+		state: wire.NewNodeState(opts.Config.NodeName),
+
+		servicesReady: make(chan struct{}),
+		realized:      map[string]int64{},
+		errs:          map[string]string{},
 	}
 	a.m = newAgentMetrics(a)
+	if !opts.Config.ServiceProxy.Enabled || opts.Datapath != agentquery.DatapathOVS {
+		a.servicesOnce.Do(func() { close(a.servicesReady) })
+	}
 	return a, nil
 }
 
@@ -171,6 +179,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.ovs = d
 		a.mu.Unlock()
 		a.m.reg.MustRegister(metrics.NewCollector(realizerSource{d}))
+		if a.cfg.ServiceProxy.Enabled {
+			if err := a.runServiceProxy(ctx, d); err != nil {
+				return err
+			}
+		}
 		if a.cfg.NodeNetwork.Mode == config.NodeNetworkNoEncap {
 			nm, err := a.nodeNetwork(d)
 			if err != nil {
@@ -210,18 +223,7 @@ func (a *Agent) Run(ctx context.Context) error {
 // the gateway port and the routes to other nodes, and hands the gateway to
 // the datapath, which rebuilds its pipeline with it.
 func (a *Agent) nodeNetwork(d *ovsDatapath) (*nodenet.Manager, error) {
-	var rc *rest.Config
-	var err error
-	if a.cfg.Kubeconfig != "" {
-		rc, err = clientcmd.BuildConfigFromFlags("", a.cfg.Kubeconfig)
-	} else {
-		rc, err = rest.InClusterConfig()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("node network %s: Kubernetes client configuration: %w", a.cfg.NodeNetwork.Mode, err)
-	}
-	rc.UserAgent = "tierflow-agent"
-	kube, err := kubernetes.NewForConfig(rc)
+	kube, err := a.kubeClient("node network " + a.cfg.NodeNetwork.Mode)
 	if err != nil {
 		return nil, err
 	}
@@ -375,6 +377,16 @@ func (a *Agent) realize(ctx context.Context, trigger string) error {
 	a.mu.Unlock()
 	if !have {
 		return nil
+	}
+	if !a.servicesWaited {
+		// The first realization: see firstServicesWait.
+		a.servicesWaited = true
+		select {
+		case <-a.servicesReady:
+		case <-time.After(firstServicesWait):
+			a.log.Warn("service proxy not ready; realizing policy without Services", "waited", firstServicesWait)
+		case <-ctx.Done():
+		}
 	}
 	st := a.current()
 	start := time.Now()

@@ -14,6 +14,7 @@ import (
 	"github.com/tierflow/tierflow/pkg/agent/flowsync"
 	"github.com/tierflow/tierflow/pkg/agent/pipeline"
 	"github.com/tierflow/tierflow/pkg/agent/policyflows"
+	"github.com/tierflow/tierflow/pkg/agent/proxy"
 	"github.com/tierflow/tierflow/pkg/agent/realizer"
 	"github.com/tierflow/tierflow/pkg/config"
 	"github.com/tierflow/tierflow/pkg/distribution/wire"
@@ -52,6 +53,12 @@ type ovsDatapath struct {
 	wantGateway pipeline.Gateway
 	// pods is the port classification of the last realization.
 	pods []agentquery.Pod
+
+	// The Service proxy (nil compiler: disabled): its last input, kept
+	// for a new realizer, and its last installed output.
+	svcComp *proxy.Compiler
+	svcIn   *proxy.Input
+	svcOut  *proxy.Output
 }
 
 // openOVS ensures the bridge, starts watching its ports (onPorts is called
@@ -60,6 +67,16 @@ func openOVS(ctx context.Context, o *Options, log *slog.Logger, m *agentMetrics,
 	cfg := o.Config
 	d := &ovsDatapath{node: cfg.NodeName, bridge: cfg.BridgeName, zone: o.CtZone, log: log, m: m,
 		routed: cfg.NodeNetwork.Mode == config.NodeNetworkNoEncap}
+	var ofOpts openflow.Options
+	if cfg.ServiceProxy.Enabled {
+		d.svcComp = proxy.NewCompiler(cfg.NodeName, o.CtZone)
+		// New connections to Services without endpoints come here to be
+		// rejected.
+		rej := proxy.NewRejecter(func(port uint32, frame []byte) error {
+			return d.of.PacketOut(context.Background(), port, frame)
+		}, func(format string, args ...any) { log.Debug(fmt.Sprintf(format, args...)) })
+		ofOpts.OnPacketIn = rej.Handle
+	}
 	db, err := ovsdb.Connect(ctx, "unix:"+cfg.OVSDBSocketPath(), ovsdb.Options{})
 	if err != nil {
 		return nil, err
@@ -78,19 +95,18 @@ func openOVS(ctx context.Context, o *Options, log *slog.Logger, m *agentMetrics,
 	})
 
 	target := "unix:" + cfg.OpenFlowSocketPath()
-	of, err := openflow.Dial(ctx, target, openflow.Options{
-		OnConnect: func(_ context.Context, _ *openflow.Client, ev openflow.ConnectEvent) error {
-			m.ofConnects.Inc()
-			if ev.Reconnect && ev.FlowsLost {
-				log.Warn("bridge lost its flows (ovs-vswitchd restarted?); replaying")
-				// Asynchronous: Replay takes the realizer's lock, which an
-				// Update blocked on this very connection may hold.
-				go d.replay()
-			}
-			return nil
-		},
-		Logf: func(format string, args ...any) { log.Info("openflow: " + fmt.Sprintf(format, args...)) },
-	})
+	ofOpts.OnConnect = func(_ context.Context, _ *openflow.Client, ev openflow.ConnectEvent) error {
+		m.ofConnects.Inc()
+		if ev.Reconnect && ev.FlowsLost {
+			log.Warn("bridge lost its flows (ovs-vswitchd restarted?); replaying")
+			// Asynchronous: Replay takes the realizer's lock, which an
+			// Update blocked on this very connection may hold.
+			go d.replay()
+		}
+		return nil
+	}
+	ofOpts.Logf = func(format string, args ...any) { log.Info("openflow: " + fmt.Sprintf(format, args...)) }
+	of, err := openflow.Dial(ctx, target, ofOpts)
 	if err != nil {
 		d.close()
 		return nil, fmt.Errorf("openflow %s: %w", target, err)
@@ -182,6 +198,11 @@ func (d *ovsDatapath) realize(ctx context.Context, st *wire.NodeState) ([]string
 			"oldGateway", d.gateway.Port, "gateway", d.wantGateway.Port)
 		if err := d.startRealizer(ctx, uplink, d.wantGateway); err != nil {
 			return nil, err
+		}
+		// The Service flows first (the new round's), so the adopting
+		// policy bundle replaces a pipeline whose Services work.
+		if _, err := d.applyServicesLocked(ctx); err != nil {
+			d.log.Error("service proxy: realization on the new realizer failed", "err", err)
 		}
 	}
 	local, pods := classifyPorts(ports, namedPorts(st))
@@ -392,4 +413,12 @@ func (r *recordingInstaller) installed(round uint8) []openflow.Flow {
 		}
 	}
 	return out
+}
+
+// GroupIDs lets an adopting realizer delete an earlier run's groups.
+func (r *recordingInstaller) GroupIDs(ctx context.Context) ([]uint32, error) {
+	if gl, ok := r.inner.(flowsync.GroupLister); ok {
+		return gl.GroupIDs(ctx)
+	}
+	return nil, nil
 }

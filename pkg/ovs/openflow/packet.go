@@ -141,13 +141,29 @@ type ConntrackFlush struct {
 // nxtCtFlush is the Nicira NXT_CT_FLUSH message subtype (OVS 3.1).
 const nxtCtFlush = 32
 
-// FlushConntrack deletes the conntrack entries f selects (OpenFlow
-// NXT_CT_FLUSH, OVS 3.1 and later), e.g. every connection a removed
-// Service endpoint answers: Reply{Src: endpoint, SrcPort: its port}.
-func (c *Client) FlushConntrack(ctx context.Context, f ConntrackFlush) error {
-	body, err := f.encode()
-	if err != nil {
-		return err
+// FlushConntrack deletes the conntrack entries each flush selects
+// (OpenFlow NXT_CT_FLUSH, OVS 3.1 and later), e.g. every connection a
+// removed Service endpoint answers: Reply{Src: endpoint, SrcPort: its
+// port}. The messages go out together, followed by one barrier.
+func (c *Client) FlushConntrack(ctx context.Context, flushes ...ConntrackFlush) error {
+	if len(flushes) == 0 {
+		return nil
+	}
+	msgs := make([][]byte, len(flushes))
+	xids := make([]uint32, len(flushes))
+	for i, f := range flushes {
+		body, err := f.encode()
+		if err != nil {
+			return err
+		}
+		xids[i] = c.nextXID()
+		msg := make([]byte, 16, 16+len(body))
+		msg[0], msg[1] = of13.VERSION, of13.Type_Experimenter
+		binary.BigEndian.PutUint16(msg[2:4], uint16(16+len(body)))
+		binary.BigEndian.PutUint32(msg[4:8], xids[i])
+		binary.BigEndian.PutUint32(msg[8:12], of13.NxExperimenterID)
+		binary.BigEndian.PutUint32(msg[12:16], nxtCtFlush)
+		msgs[i] = append(msg, body...)
 	}
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
@@ -155,18 +171,26 @@ func (c *Client) FlushConntrack(ctx context.Context, f ConntrackFlush) error {
 	if err != nil {
 		return err
 	}
-	xid := c.nextXID()
-	msg := make([]byte, 16, 16+len(body))
-	msg[0], msg[1] = of13.VERSION, of13.Type_Experimenter
-	binary.BigEndian.PutUint16(msg[2:4], uint16(16+len(body)))
-	binary.BigEndian.PutUint32(msg[4:8], xid)
-	binary.BigEndian.PutUint32(msg[8:12], of13.NxExperimenterID)
-	binary.BigEndian.PutUint32(msg[12:16], nxtCtFlush)
-	msg = append(msg, body...)
-	if err := cn.sendChecked(ctx, xid, msg); err != nil {
-		return fmt.Errorf("conntrack flush: %w", err)
+	waiters := make([]*waiter, len(msgs))
+	for i, x := range xids {
+		waiters[i] = cn.register(x, 2)
+		defer cn.unregister(x)
 	}
-	return nil
+	for _, m := range msgs {
+		if err := cn.writeRaw(m); err != nil {
+			return err
+		}
+	}
+	if err := cn.barrier(ctx); err != nil {
+		return err
+	}
+	var errs []error
+	for i, w := range waiters {
+		if rep := pending(w); rep != nil && rep[1] == of13.Type_Error {
+			errs = append(errs, fmt.Errorf("conntrack flush #%d: %w", i, decodeError(rep)))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // encode builds nx_ct_flush and its properties (OVS include/openflow/
