@@ -126,8 +126,13 @@ func Start(tb testing.TB, opts Options) *Testbed {
 
 	// kube-apiserver reaches kwok (exec, logs) at each node's InternalIP:
 	// the default preference starts with Hostname, which does not resolve.
-	tbed.Cluster = kubeapi.Start(tb, kubeapi.WithControllerManager(), kubeapi.WithScheduler(), kubeapi.WithCRDs(),
-		kubeapi.WithAPIServerArgs("--kubelet-preferred-address-types=InternalIP"))
+	kopts := []kubeapi.Option{kubeapi.WithControllerManager(), kubeapi.WithScheduler(), kubeapi.WithCRDs(),
+		kubeapi.WithAPIServerArgs("--kubelet-preferred-address-types=InternalIP")}
+	if opts.IPv6 {
+		// Dual-stack pods, dual-stack Services.
+		kopts = append(kopts, kubeapi.WithDualStackServices())
+	}
+	tbed.Cluster = kubeapi.Start(tb, kopts...)
 	tbed.Cluster.Kubectl(tb, "apply", "-f", filepath.Join(kwokModule, "kustomize", "crd", "bases", "kwok.x-k8s.io_execs.yaml"))
 
 	tbed.OVS = ovsenv.Start(tb)

@@ -22,11 +22,7 @@ import (
 	vnetns "github.com/vishvananda/netns"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	"sigs.k8s.io/yaml"
 
 	"github.com/tierflow/tierflow/pkg/agent/nodenet"
 	"github.com/tierflow/tierflow/pkg/config"
@@ -479,57 +475,7 @@ func setNode(t *testing.T, c *livecluster.Cluster, name string, podCIDRs []strin
 // exactly the permissions a cluster gives them.
 func agentKubeconfig(t *testing.T, c *livecluster.Cluster) string {
 	t.Helper()
-	ctx := context.Background()
-	raw, err := os.ReadFile("../../../manifests/tierflow.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var found int
-	for _, doc := range strings.Split(string(raw), "\n---\n") {
-		var meta struct {
-			Kind     string `json:"kind"`
-			Metadata struct {
-				Name string `json:"name"`
-			} `json:"metadata"`
-		}
-		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil || meta.Metadata.Name != "tierflow-agent" {
-			continue
-		}
-		switch meta.Kind {
-		case "ClusterRole":
-			var role rbacv1.ClusterRole
-			if err := yaml.Unmarshal([]byte(doc), &role); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := c.Kube.Kube.RbacV1().ClusterRoles().Create(ctx, &role, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			found++
-		case "ClusterRoleBinding":
-			var b rbacv1.ClusterRoleBinding
-			if err := yaml.Unmarshal([]byte(doc), &b); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := c.Kube.Kube.RbacV1().ClusterRoleBindings().Create(ctx, &b, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			found++
-		}
-	}
-	if found != 2 {
-		t.Fatalf("manifests/tierflow.yaml: found %d of the agent's ClusterRole and ClusterRoleBinding", found)
-	}
-	rc := c.Kube.ConfigFor(t, "system:serviceaccount:"+livecluster.AgentNamespace+":"+livecluster.AgentSA, "system:serviceaccounts", "system:serviceaccounts:"+livecluster.AgentNamespace)
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["c"] = &clientcmdapi.Cluster{Server: rc.Host, CertificateAuthorityData: rc.CAData}
-	kc.AuthInfos["agent"] = &clientcmdapi.AuthInfo{ClientCertificateData: rc.CertData, ClientKeyData: rc.KeyData}
-	kc.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "agent"}
-	kc.CurrentContext = "c"
-	path := filepath.Join(c.Dir, "agent.kubeconfig")
-	if err := clientcmd.WriteToFile(*kc, path); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return c.Kube.ServiceAccountKubeconfig(t, livecluster.AgentNamespace, livecluster.AgentSA, "tierflow-agent", c.Dir)
 }
 
 // buildCNI builds tierflow-cni and host-local.

@@ -101,6 +101,10 @@ func Start(tb testing.TB, bed *testbed.Testbed, dir string) *Tierflow {
 	tf.procs = append(tf.procs, ctrl)
 	tb.Cleanup(func() { ctrl.Stop(20 * time.Second) })
 
+	// The agents watch Services, EndpointSlices and Nodes for their
+	// Service proxy, as the agent's service account with the release
+	// manifest's RBAC.
+	agentKubeconfig := bed.Cluster.ServiceAccountKubeconfig(tb, AgentNamespace, AgentSA, "tierflow-agent", dir)
 	for i, n := range bed.Nodes {
 		token, err := tf.agentToken(n.Name)
 		if err != nil {
@@ -116,6 +120,7 @@ func Start(tb testing.TB, bed *testbed.Testbed, dir string) *Tierflow {
 			"--controller-address="+tf.AgentAddress, "--controller-ca-file="+tf.CAFile, "--controller-server-name=localhost",
 			"--token-file="+token, "--state-dir="+filepath.Join(dir, n.Name+"-state"),
 			"--metrics-address=127.0.0.1:0", "--query-socket="+sock, fmt.Sprintf("--ct-zone=%d", 100+i),
+			"--service-proxy=true", "--kubeconfig="+agentKubeconfig,
 			"--vswitchd-ctl="+bed.OVS.VswitchdCtlPath())
 		if err != nil {
 			tb.Fatal(err)

@@ -110,6 +110,10 @@ func (s *Servers) start(ep Endpoint, addr string) error {
 		return s.serveHTTP(addr, h, ep.Kind == KindTLS)
 	case KindNetexecHTTP:
 		return s.serveHTTP(addr, s.netexecHTTP(), false)
+	case KindDNSUDP:
+		return s.serveUDP(addr, func(req []byte, _ net.Addr) []byte { return dnsAnswer(req) })
+	case KindDNSTCP:
+		return s.serveDNSTCP(addr)
 	default:
 		return fmt.Errorf("unknown endpoint kind %q", ep.Kind)
 	}

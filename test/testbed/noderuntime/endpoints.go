@@ -24,7 +24,8 @@ func PodHostname(pod *corev1.Pod) string {
 // PodEndpoints is what a pod serves: the agnhost servers its containers run
 // (serve-hostname, porter, netexec) and, for every declared containerPort
 // no command serves, a listener answering with the hostname (raw TCP: write
-// and close; UDP: reply). Warnings name what cannot be served (SCTP ports,
+// and close; UDP: reply), or DNS for a CoreDNS container (the agnhost
+// package's DNS stand-in). Warnings name what cannot be served (SCTP ports,
 // env values from references). Two servers on the same protocol and port
 // are an error, as they would be for real containers sharing a network
 // namespace.
@@ -79,10 +80,15 @@ func PodEndpoints(pod *corev1.Pod) ([]agnhost.Endpoint, []string, error) {
 				proto = corev1.ProtocolTCP
 			}
 			var ep agnhost.Endpoint
-			switch proto {
-			case corev1.ProtocolTCP:
+			dns := agnhost.IsDNSImage(c.Image)
+			switch {
+			case proto == corev1.ProtocolTCP && dns:
+				ep = agnhost.Endpoint{Kind: agnhost.KindDNSTCP, Port: int(p.ContainerPort)}
+			case proto == corev1.ProtocolUDP && dns:
+				ep = agnhost.Endpoint{Kind: agnhost.KindDNSUDP, Port: int(p.ContainerPort)}
+			case proto == corev1.ProtocolTCP:
 				ep = agnhost.Endpoint{Kind: agnhost.KindRawTCP, Port: int(p.ContainerPort), Body: hostname}
-			case corev1.ProtocolUDP:
+			case proto == corev1.ProtocolUDP:
 				ep = agnhost.Endpoint{Kind: agnhost.KindUDP, Port: int(p.ContainerPort), Body: hostname}
 			default:
 				warnings = append(warnings, fmt.Sprintf("container %s: port %d/%s: protocol not supported, not served", c.Name, p.ContainerPort, proto))

@@ -1,0 +1,110 @@
+package agnhost
+
+import (
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"strings"
+	"time"
+
+	"golang.org/x/net/dns/dnsmessage"
+)
+
+// KindDNSUDP and KindDNSTCP answer DNS queries: the test bed's stand-in for
+// a CoreDNS container (its declared DNS ports; see noderuntime). Every A
+// query is answered with DNSAnswerIPv4, every AAAA query with
+// DNSAnswerIPv6, for any name (authoritative, TTL 5 s); other types get
+// an empty answer. It is there so that DNS traffic through a kube-dns
+// Service can be tested, not to resolve cluster names.
+const (
+	KindDNSUDP = "dns-udp"
+	KindDNSTCP = "dns-tcp"
+)
+
+// The addresses the DNS stand-in answers with (documentation ranges).
+var (
+	DNSAnswerIPv4 = netip.MustParseAddr("192.0.2.53")
+	DNSAnswerIPv6 = netip.MustParseAddr("2001:db8::53")
+)
+
+// IsDNSImage reports whether a container image is CoreDNS, whose declared
+// ports the test bed serves with the DNS stand-in.
+func IsDNSImage(image string) bool { return strings.Contains(image, "coredns") }
+
+// dnsAnswer builds the response to one query message (nil: not a query).
+func dnsAnswer(req []byte) []byte {
+	var p dnsmessage.Parser
+	h, err := p.Start(req)
+	if err != nil || h.Response {
+		return nil
+	}
+	qs, err := p.AllQuestions()
+	if err != nil {
+		return nil
+	}
+	resp := dnsmessage.Message{Header: dnsmessage.Header{ID: h.ID, Response: true, Authoritative: true, RecursionDesired: h.RecursionDesired}, Questions: qs}
+	for _, q := range qs {
+		rh := dnsmessage.ResourceHeader{Name: q.Name, Class: dnsmessage.ClassINET, TTL: 5}
+		switch q.Type {
+		case dnsmessage.TypeA:
+			resp.Answers = append(resp.Answers, dnsmessage.Resource{Header: rh, Body: &dnsmessage.AResource{A: DNSAnswerIPv4.As4()}})
+		case dnsmessage.TypeAAAA:
+			resp.Answers = append(resp.Answers, dnsmessage.Resource{Header: rh, Body: &dnsmessage.AAAAResource{AAAA: DNSAnswerIPv6.As16()}})
+		}
+	}
+	out, err := resp.Pack()
+	if err != nil {
+		return nil
+	}
+	return out
+}
+
+// serveDNSTCP answers DNS over TCP (messages with a 2-byte length).
+func (s *Servers) serveDNSTCP(addr string) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	s.onClose(func() { l.Close() })
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				if errors.Is(err, net.ErrClosed) {
+					return
+				}
+				continue
+			}
+			go func() {
+				defer c.Close()
+				_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+				for {
+					var n uint16
+					if err := binary.Read(c, binary.BigEndian, &n); err != nil {
+						return
+					}
+					req := make([]byte, n)
+					if _, err := io.ReadFull(c, req); err != nil {
+						return
+					}
+					s.logger.Printf("DNS TCP query from %s on %s", c.RemoteAddr(), addr)
+					resp := dnsAnswer(req)
+					if resp == nil {
+						return
+					}
+					if _, err := c.Write(binary.BigEndian.AppendUint16(nil, uint16(len(resp)))); err != nil {
+						return
+					}
+					if _, err := c.Write(resp); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return nil
+}
