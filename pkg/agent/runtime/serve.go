@@ -82,25 +82,38 @@ func (s *servers) start(ln net.Listener, h http.Handler, a *Agent) {
 }
 
 // listenUnix listens on path, replacing a stale socket of an earlier run
-// (never another kind of file), readable by root only: the API has no
-// authentication of its own.
+// (never another kind of file), usable by root only: the API has no
+// authentication of its own. The socket never exists under path with a
+// wider mode: it is created in a private directory (0700) next to path,
+// given mode 0600 there, and renamed into place, which replaces a stale
+// socket atomically. (Changing the process's umask instead would race
+// with every other goroutine creating files.)
 func listenUnix(path string) (net.Listener, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("query socket: %w", err)
 	}
-	if fi, err := os.Lstat(path); err == nil {
-		if fi.Mode()&fs.ModeSocket == 0 {
-			return nil, fmt.Errorf("query socket: %s exists and is not a socket", path)
-		}
-		if err := os.Remove(path); err != nil {
-			return nil, fmt.Errorf("query socket: %w", err)
-		}
+	if fi, err := os.Lstat(path); err == nil && fi.Mode()&fs.ModeSocket == 0 {
+		return nil, fmt.Errorf("query socket: %s exists and is not a socket", path)
 	}
-	ln, err := net.Listen("unix", path)
+	private, err := os.MkdirTemp(dir, "."+filepath.Base(path)+".")
 	if err != nil {
 		return nil, fmt.Errorf("query socket: %w", err)
 	}
-	if err := os.Chmod(path, 0o600); err != nil {
+	defer os.RemoveAll(private)
+	staged := filepath.Join(private, "sock")
+	ln, err := net.Listen("unix", staged)
+	if err != nil {
+		return nil, fmt.Errorf("query socket: %w", err)
+	}
+	// The listener would unlink the staged name on Close; servers.close
+	// removes path instead.
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	if err := os.Chmod(staged, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("query socket: %w", err)
+	}
+	if err := os.Rename(staged, path); err != nil {
 		ln.Close()
 		return nil, fmt.Errorf("query socket: %w", err)
 	}
