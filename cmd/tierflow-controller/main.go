@@ -73,6 +73,7 @@ import (
 	"github.com/tierflow/tierflow/pkg/controller/leaderendpoints"
 	"github.com/tierflow/tierflow/pkg/distribution/server"
 	"github.com/tierflow/tierflow/pkg/distribution/statusbridge"
+	"github.com/tierflow/tierflow/pkg/kubeauth"
 	"github.com/tierflow/tierflow/pkg/queryapi"
 )
 
@@ -243,7 +244,7 @@ func run(ctx context.Context, c *config.Controller, log *slog.Logger) error {
 			Ready:          serving,
 			AgentQuery:     srv.AgentQuery,
 			ConnectedNodes: srv.ConnectedNodes,
-		}, queryapi.NewAuthorizer(kube, 10*time.Second), log.With("component", "query"))
+		}, kubeauth.New(kube, 10*time.Second), log.With("component", "query"))
 		if elector != nil {
 			if h, err = withForwarding(h, c, kube, elector, &leading, log); err != nil {
 				return err
