@@ -11,6 +11,10 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
 	"github.com/tierflow/tierflow/pkg/agent/metrics"
 	"github.com/tierflow/tierflow/pkg/agent/nodatapath"
 	"github.com/tierflow/tierflow/pkg/agent/nodenet"
@@ -69,6 +73,10 @@ type Agent struct {
 	servicesReady  chan struct{}
 	servicesOnce   sync.Once
 	servicesWaited bool
+
+	kubeOnce   sync.Once
+	kubeClient kubernetes.Interface
+	kubeErr    error
 
 	// realizeMu serializes realizations; mu guards the fields below.
 	realizeMu sync.Mutex
@@ -223,9 +231,9 @@ func (a *Agent) Run(ctx context.Context) error {
 // the gateway port and the routes to other nodes, and hands the gateway to
 // the datapath, which rebuilds its pipeline with it.
 func (a *Agent) nodeNetwork(d *ovsDatapath) (*nodenet.Manager, error) {
-	kube, err := a.kubeClient("node network " + a.cfg.NodeNetwork.Mode)
+	kube, err := a.kube()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("node network %s: %w", a.cfg.NodeNetwork.Mode, err)
 	}
 	return nodenet.New(nodenet.Options{
 		Kube: kube, NodeName: a.cfg.NodeName, OVSDB: d.db, Bridge: a.cfg.BridgeName,
@@ -237,6 +245,29 @@ func (a *Agent) nodeNetwork(d *ovsDatapath) (*nodenet.Manager, error) {
 			a.requestRealize()
 		},
 	})
+}
+
+// kube returns the agent's Kubernetes client (built once): the kubeconfig
+// of the configuration, else the in-cluster service account. Only the
+// noEncap node network (Nodes), the Service proxy (Services,
+// EndpointSlices, Nodes) and the metrics port's authorization
+// (TokenReview, SubjectAccessReview) use it.
+func (a *Agent) kube() (kubernetes.Interface, error) {
+	a.kubeOnce.Do(func() {
+		var rc *rest.Config
+		if a.cfg.Kubeconfig != "" {
+			rc, a.kubeErr = clientcmd.BuildConfigFromFlags("", a.cfg.Kubeconfig)
+		} else {
+			rc, a.kubeErr = rest.InClusterConfig()
+		}
+		if a.kubeErr != nil {
+			a.kubeErr = fmt.Errorf("Kubernetes client configuration: %w", a.kubeErr)
+			return
+		}
+		rc.UserAgent = "tierflow-agent"
+		a.kubeClient, a.kubeErr = kubernetes.NewForConfig(rc)
+	})
+	return a.kubeClient, a.kubeErr
 }
 
 // openOVS connects to OVS, retrying with backoff until it succeeds or ctx

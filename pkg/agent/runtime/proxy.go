@@ -5,30 +5,9 @@ import (
 	"fmt"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-
 	"github.com/tierflow/tierflow/pkg/agent/proxy"
 	"github.com/tierflow/tierflow/pkg/agent/realizer"
 )
-
-// kubeClient is the agent's API server client: the kubeconfig of the
-// configuration, else the in-cluster service account.
-func (a *Agent) kubeClient(what string) (kubernetes.Interface, error) {
-	var rc *rest.Config
-	var err error
-	if a.cfg.Kubeconfig != "" {
-		rc, err = clientcmd.BuildConfigFromFlags("", a.cfg.Kubeconfig)
-	} else {
-		rc, err = rest.InClusterConfig()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%s: Kubernetes client configuration: %w", what, err)
-	}
-	rc.UserAgent = "tierflow-agent"
-	return kubernetes.NewForConfig(rc)
-}
 
 // firstServicesWait bounds how long the first policy realization waits
 // for the Service proxy's first one: an agent that restarts over a
@@ -41,9 +20,9 @@ const firstServicesWait = 30 * time.Second
 // them on d until ctx ends. It closes a.servicesReady after the first
 // realization (or when the watch cannot sync).
 func (a *Agent) runServiceProxy(ctx context.Context, d *ovsDatapath) error {
-	kube, err := a.kubeClient("service proxy")
+	kube, err := a.kube()
 	if err != nil {
-		return err
+		return fmt.Errorf("service proxy: %w", err)
 	}
 	kick := make(chan struct{}, 1)
 	w := proxy.NewWatcher(kube, func() {
