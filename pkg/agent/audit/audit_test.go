@@ -96,12 +96,12 @@ func TestCheck(t *testing.T) {
 			Direction: model.DirectionOut, Action: model.ActionDeny}}}},
 		Installed: &agentquery.Flows{Round: 3, Flows: []agentquery.Flow{
 			{TableID: 0, Priority: 0, Cookie: fmt.Sprintf("%#x", static)},
-			{TableID: 4, Priority: 32500, Cookie: fmt.Sprintf("%#x", action)},
+			{TableID: pipeline.EgressAdmin.ID(), Priority: 32500, Cookie: fmt.Sprintf("%#x", action)},
 		}},
 		Pods: &agentquery.Pods{Pods: []agentquery.Pod{{Namespace: "ns", Name: "a", OFPort: 3, MAC: "02:00:00:00:00:03", IPs: []netip.Addr{netip.MustParseAddr("10.0.1.3")}}}},
 		BridgeFlows: []ovsctl.DumpedFlow{
 			{Cookie: static, Table: 0, Priority: 0},
-			{Cookie: static, Table: 9, Priority: 0},
+			{Cookie: static, Table: pipeline.Forwarding.ID(), Priority: 0},
 			{Cookie: openflow.SentinelCookie, Table: 253},
 		},
 	}

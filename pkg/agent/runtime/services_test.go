@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"path/filepath"
 	"syscall"
@@ -203,4 +204,120 @@ func TestServiceProxyNoEncap(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestServiceProxyBadInput: Services an agent must survive and answer as
+// kube-proxy would: one with 10,000 ports (each reaches its endpoint), an
+// EndpointSlice listing a pod of another node (the connection goes there:
+// nothing here answers), a selector matching nothing (refused at once),
+// a slice whose port has no number (left out, the rest used); the agent
+// keeps running and realizing.
+func TestServiceProxyBadInput(t *testing.T) {
+	c := livecluster.New(t)
+	kubeconfig := agentKubeconfig(t, c)
+	env := ovsenv.Start(t, ovsenv.WithOwnNetns())
+	br := env.AddBridge("n1")
+	a := br.AddPod("a", nil, netip.MustParsePrefix("10.0.0.1/16"))
+	b := br.AddPod("b", nil, netip.MustParsePrefix("10.0.0.2/16"))
+	for _, port := range []uint16{1, 5000, 10000} {
+		b.ListenTCP(port)
+	}
+	tok := c.AddNode(t, "n1")
+	c.AddPod(t, a, "n1", map[string]string{"app": "a"})
+	c.AddPod(t, b, "n1", map[string]string{"app": "b"})
+	ctx := context.Background()
+	svcs := c.Kube.Kube.CoreV1().Services(ovsenv.PodNamespace)
+	slices := c.Kube.Kube.DiscoveryV1().EndpointSlices(ovsenv.PodNamespace)
+
+	// 10,000 ports, port N to target port N of b.
+	wide := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "wide"}}
+	wideSlice := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "wide-1", Labels: map[string]string{discoveryv1.LabelServiceName: "wide"}},
+		AddressType: discoveryv1.AddressTypeIPv4, Endpoints: []discoveryv1.Endpoint{{Addresses: []string{b.IPv4().String()}}}}
+	for p := int32(1); p <= 10000; p++ {
+		name := fmt.Sprint("p", p)
+		wide.Spec.Ports = append(wide.Spec.Ports, corev1.ServicePort{Name: name, Protocol: corev1.ProtocolTCP, Port: p})
+		proto, port := corev1.ProtocolTCP, p
+		wideSlice.Ports = append(wideSlice.Ports, discoveryv1.EndpointPort{Name: &name, Protocol: &proto, Port: &port})
+	}
+	wideSvc, err := svcs.Create(ctx, wide, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := slices.Create(ctx, wideSlice, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// A slice listing a pod of another node, beside b; a port without a
+	// number in another slice of the same Service; an address that does
+	// not parse.
+	elsewhere, err := svcs.Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "elsewhere"},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(5000)}}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	http, tcp, p5000 := "http", corev1.ProtocolTCP, int32(5000)
+	other := "n2"
+	for _, sl := range []*discoveryv1.EndpointSlice{
+		{ObjectMeta: metav1.ObjectMeta{Name: "elsewhere-1", Labels: map[string]string{discoveryv1.LabelServiceName: "elsewhere"}},
+			AddressType: discoveryv1.AddressTypeIPv4, Ports: []discoveryv1.EndpointPort{{Name: &http, Protocol: &tcp, Port: &p5000}},
+			Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.0.99.9"}, NodeName: &other}, {Addresses: []string{b.IPv4().String()}}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "elsewhere-2", Labels: map[string]string{discoveryv1.LabelServiceName: "elsewhere"}},
+			AddressType: discoveryv1.AddressTypeIPv4, Ports: []discoveryv1.EndpointPort{{Name: &http, Protocol: &tcp}},
+			Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.0.99.10"}}}},
+	} {
+		if _, err := slices.Create(ctx, sl, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nobody, err := svcs.Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "nobody"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "nothing-matches"}, Ports: []corev1.ServicePort{{Protocol: corev1.ProtocolTCP, Port: 80}}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	c.StartController(t)
+	opts := c.AgentOptions(env, br, "n1", tok, 3)
+	opts.Config.ServiceProxy.Enabled = true
+	opts.Config.Kubeconfig = kubeconfig
+	ag := livecluster.StartAgent(t, "n1", opts)
+	ag.RealizedOn(t)
+
+	for _, port := range []uint16{1, 5000, 10000} {
+		dst := netip.AddrPortFrom(netip.MustParseAddr(wideSvc.Spec.ClusterIP), port)
+		livecluster.Eventually(t, 60*time.Second, fmt.Sprintf("the 10,000-port Service on port %d", port), func() error { return a.ProbeTCP(dst, 3*time.Second) })
+	}
+	// The other node's pod gets its share (no answer here), b the rest.
+	ok, failed := 0, 0
+	for i := 0; i < 16; i++ {
+		if err := a.ProbeTCP(netip.MustParseAddrPort(elsewhere.Spec.ClusterIP+":80"), time.Second); err == nil {
+			ok++
+		} else {
+			failed++
+		}
+	}
+	if ok == 0 || failed == 0 {
+		t.Errorf("the Service with a pod of another node: %d of 16 connections answered, want b's share only", ok)
+	}
+	start := time.Now()
+	if _, err := a.DialTCP(netip.MustParseAddrPort(nobody.Spec.ClusterIP+":80"), 3*time.Second); !errors.Is(err, syscall.ECONNREFUSED) || time.Since(start) > 2*time.Second {
+		t.Errorf("Service whose selector matches nothing: %v after %v; want connection refused at once", err, time.Since(start))
+	}
+	// Still realizing: a Service created now works.
+	late, err := svcs.Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "late"},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(1)}}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p1 := int32(1)
+	if _, err := slices.Create(ctx, &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "late-1", Labels: map[string]string{discoveryv1.LabelServiceName: "late"}},
+		AddressType: discoveryv1.AddressTypeIPv4, Ports: []discoveryv1.EndpointPort{{Protocol: &tcp, Port: &p1}},
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{b.IPv4().String()}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	livecluster.Eventually(t, 60*time.Second, "a Service created after the bad ones", func() error {
+		return a.ProbeTCP(netip.MustParseAddrPort(late.Spec.ClusterIP+":80"), 3*time.Second)
+	})
+	st, err := ag.Q.Status(ctx)
+	if err != nil || !st.Ready {
+		t.Fatalf("agent status %+v, %v", st, err)
+	}
 }
