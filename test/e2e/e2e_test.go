@@ -17,7 +17,6 @@ import (
 	"github.com/tierflow/tierflow/pkg/model"
 	"github.com/tierflow/tierflow/test/e2e/framework"
 	"github.com/tierflow/tierflow/test/testbed"
-	"github.com/tierflow/tierflow/test/testbed/agnhost"
 )
 
 // workloads: pods a and b of every tenant namespace on different nodes.
@@ -209,28 +208,6 @@ func runScenario(t *testing.T, tf *framework.Tierflow, pods []framework.Pod, fil
 // translates it to the DNS pod before egress policy), and stop without the
 // allow rule.
 func dnsThroughService(t *testing.T, tf *framework.Tierflow, pods []framework.Pod) {
-	dns := `apiVersion: v1
-kind: Pod
-metadata: {name: coredns, namespace: kube-system, labels: {k8s-app: kube-dns}}
-spec:
-  nodeName: node-2
-  containers:
-  - name: coredns
-    image: registry.k8s.io/coredns/coredns:v1.11.3
-    args: [-conf, /etc/coredns/Corefile]
-    ports:
-    - {name: dns, containerPort: 53, protocol: UDP}
-    - {name: dns-tcp, containerPort: 53, protocol: TCP}
----
-apiVersion: v1
-kind: Service
-metadata: {name: kube-dns, namespace: kube-system, labels: {k8s-app: kube-dns}}
-spec:
-  selector: {k8s-app: kube-dns}
-  ports:
-  - {name: dns, port: 53, protocol: UDP, targetPort: dns}
-  - {name: dns-tcp, port: 53, protocol: TCP, targetPort: dns-tcp}
-`
 	denyAll := `apiVersion: networking.k8s.io/v1
 kind: NetworkPolicy
 metadata: {name: default-deny-egress, namespace: x}
@@ -262,7 +239,7 @@ spec:
 		}
 	}
 	defer func() {
-		for _, y := range []string{allowDNS, denyAll, dns} {
+		for _, y := range []string{allowDNS, denyAll} {
 			if out, err := tf.Kubectl(y, "delete", "--wait", "--ignore-not-found", "-f", "-"); err != nil {
 				t.Errorf("%v\n%s", err, out)
 			}
@@ -271,12 +248,14 @@ spec:
 			t.Errorf("%v", err)
 		}
 	}()
-	apply(dns)
-	svc, err := tf.Bed.Cluster.Kube.CoreV1().Services("kube-system").Get(context.Background(), "kube-dns", metav1.GetOptions{})
+	// The test bed's cluster DNS: kube-system/kube-dns in front of a
+	// CoreDNS pod (testbed.ClusterDNS), answering Service names.
+	server := netip.AddrPortFrom(netip.MustParseAddr(testbed.ClusterDNS), 53)
+	kubernetesSvc, err := tf.Bed.Cluster.Kube.CoreV1().Services("default").Get(context.Background(), "kubernetes", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	server := netip.AddrPortFrom(netip.MustParseAddr(svc.Spec.ClusterIP), 53)
+	want := netip.MustParseAddr(kubernetesSvc.Spec.ClusterIP)
 	var xa, ya framework.Pod
 	for _, p := range pods {
 		switch p.String() {
@@ -288,8 +267,8 @@ spec:
 	}
 	query := func(tcp bool) error {
 		addr, err := framework.QueryDNS(xa, server, tcp, "kubernetes.default.svc.cluster.local.", 2*time.Second)
-		if err == nil && addr != agnhost.DNSAnswerIPv4 {
-			err = fmt.Errorf("answer %v, want %v", addr, agnhost.DNSAnswerIPv4)
+		if err == nil && addr != want {
+			err = fmt.Errorf("answer %v, want %v", addr, want)
 		}
 		return err
 	}

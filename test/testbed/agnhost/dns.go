@@ -13,11 +13,13 @@ import (
 )
 
 // KindDNSUDP and KindDNSTCP answer DNS queries: the test bed's stand-in for
-// a CoreDNS container (its declared DNS ports; see noderuntime). Every A
-// query is answered with DNSAnswerIPv4, every AAAA query with
-// DNSAnswerIPv6, for any name (authoritative, TTL 5 s); other types get
-// an empty answer. It is there so that DNS traffic through a kube-dns
-// Service can be tested, not to resolve cluster names.
+// a CoreDNS container (its declared DNS ports; see noderuntime). With a
+// ServiceLookup (the servers have API access) it serves cluster names the
+// way CoreDNS's kubernetes plugin does for Services:
+// NAME.NAMESPACE.svc.cluster.local has the Service's ClusterIPs (A for
+// IPv4, AAAA for IPv6), and every other name is NXDOMAIN. Without one
+// every A query is answered with DNSAnswerIPv4 and every AAAA query with
+// DNSAnswerIPv6, for any name. Answers are authoritative, TTL 5 s.
 const (
 	KindDNSUDP = "dns-udp"
 	KindDNSTCP = "dns-tcp"
@@ -33,8 +35,15 @@ var (
 // ports the test bed serves with the DNS stand-in.
 func IsDNSImage(image string) bool { return strings.Contains(image, "coredns") }
 
+// ServiceLookup returns the ClusterIPs of Service namespace/name; ok is
+// false when there is no such Service.
+type ServiceLookup func(namespace, name string) (ips []netip.Addr, ok bool)
+
+// clusterSuffix is the cluster's DNS domain for Services.
+const clusterSuffix = ".svc.cluster.local."
+
 // dnsAnswer builds the response to one query message (nil: not a query).
-func dnsAnswer(req []byte) []byte {
+func dnsAnswer(req []byte, lookup ServiceLookup) []byte {
 	var p dnsmessage.Parser
 	h, err := p.Start(req)
 	if err != nil || h.Response {
@@ -47,11 +56,26 @@ func dnsAnswer(req []byte) []byte {
 	resp := dnsmessage.Message{Header: dnsmessage.Header{ID: h.ID, Response: true, Authoritative: true, RecursionDesired: h.RecursionDesired}, Questions: qs}
 	for _, q := range qs {
 		rh := dnsmessage.ResourceHeader{Name: q.Name, Class: dnsmessage.ClassINET, TTL: 5}
-		switch q.Type {
-		case dnsmessage.TypeA:
-			resp.Answers = append(resp.Answers, dnsmessage.Resource{Header: rh, Body: &dnsmessage.AResource{A: DNSAnswerIPv4.As4()}})
-		case dnsmessage.TypeAAAA:
-			resp.Answers = append(resp.Answers, dnsmessage.Resource{Header: rh, Body: &dnsmessage.AAAAResource{AAAA: DNSAnswerIPv6.As16()}})
+		answers := []netip.Addr{DNSAnswerIPv4, DNSAnswerIPv6}
+		if lookup != nil {
+			answers = nil
+			name := strings.ToLower(q.Name.String())
+			svc, ns, ok := strings.Cut(strings.TrimSuffix(name, clusterSuffix), ".")
+			if ok && strings.HasSuffix(name, clusterSuffix) && !strings.Contains(ns, ".") {
+				answers, ok = lookup(ns, svc)
+			}
+			if !ok {
+				resp.RCode = dnsmessage.RCodeNameError
+				continue
+			}
+		}
+		for _, a := range answers {
+			switch {
+			case q.Type == dnsmessage.TypeA && a.Is4():
+				resp.Answers = append(resp.Answers, dnsmessage.Resource{Header: rh, Body: &dnsmessage.AResource{A: a.As4()}})
+			case q.Type == dnsmessage.TypeAAAA && a.Is6():
+				resp.Answers = append(resp.Answers, dnsmessage.Resource{Header: rh, Body: &dnsmessage.AAAAResource{AAAA: a.As16()}})
+			}
 		}
 	}
 	out, err := resp.Pack()
@@ -92,7 +116,7 @@ func (s *Servers) serveDNSTCP(addr string) error {
 						return
 					}
 					s.logger.Printf("DNS TCP query from %s on %s", c.RemoteAddr(), addr)
-					resp := dnsAnswer(req)
+					resp := dnsAnswer(req, s.lookup)
 					if resp == nil {
 						return
 					}

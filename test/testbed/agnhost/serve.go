@@ -25,6 +25,7 @@ import (
 type Servers struct {
 	hostname string
 	logger   *log.Logger
+	lookup   ServiceLookup
 
 	mu      sync.Mutex
 	closers []func()
@@ -38,7 +39,13 @@ type Servers struct {
 // one endpoint cannot be bound, the ones already bound are closed and the
 // error names the endpoint.
 func Start(endpoints []Endpoint, hostname string, logger *log.Logger, listenIPs ...string) (*Servers, error) {
-	s := &Servers{hostname: hostname, logger: logger}
+	return StartWith(endpoints, hostname, logger, nil, listenIPs...)
+}
+
+// StartWith is Start with the Service lookup of the DNS stand-in (nil:
+// its fixed answers).
+func StartWith(endpoints []Endpoint, hostname string, logger *log.Logger, lookup ServiceLookup, listenIPs ...string) (*Servers, error) {
+	s := &Servers{hostname: hostname, logger: logger, lookup: lookup}
 	hosts := listenIPs
 	if len(hosts) == 0 {
 		hosts = []string{""}
@@ -111,7 +118,7 @@ func (s *Servers) start(ep Endpoint, addr string) error {
 	case KindNetexecHTTP:
 		return s.serveHTTP(addr, s.netexecHTTP(), false)
 	case KindDNSUDP:
-		return s.serveUDP(addr, func(req []byte, _ net.Addr) []byte { return dnsAnswer(req) })
+		return s.serveUDP(addr, func(req []byte, _ net.Addr) []byte { return dnsAnswer(req, s.lookup) })
 	case KindDNSTCP:
 		return s.serveDNSTCP(addr)
 	default:

@@ -1,9 +1,14 @@
 package noderuntime
 
 import (
+	"context"
 	"fmt"
+	"net/netip"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/tierflow/tierflow/test/testbed/agnhost"
 )
@@ -103,4 +108,24 @@ func PodEndpoints(pod *corev1.Pod) ([]agnhost.Endpoint, []string, error) {
 		}
 	}
 	return eps, warnings, nil
+}
+
+// ServiceLookup reads Services' ClusterIPs through the API server, for the
+// DNS stand-in (agnhost.KindDNSUDP/KindDNSTCP).
+func ServiceLookup(kube kubernetes.Interface) agnhost.ServiceLookup {
+	return func(namespace, name string) ([]netip.Addr, bool) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		svc, err := kube.CoreV1().Services(namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil || svc.Spec.ClusterIP == corev1.ClusterIPNone {
+			return nil, false
+		}
+		var ips []netip.Addr
+		for _, s := range svc.Spec.ClusterIPs {
+			if ip, err := netip.ParseAddr(s); err == nil {
+				ips = append(ips, ip)
+			}
+		}
+		return ips, true
+	}
 }

@@ -96,6 +96,7 @@ func serve(args []string) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	podFile := fs.String("pod-file", "", "the pod (JSON) whose servers to run")
 	listenIPs := fs.String("listen-ip", "", "addresses to bind, comma-separated (default: all); a hostNetwork pod binds its node's")
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig of the cluster (the DNS stand-in reads Services)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -122,7 +123,15 @@ func serve(args []string) int {
 	if *listenIPs != "" {
 		ips = strings.Split(*listenIPs, ",")
 	}
-	servers, err := agnhost.Start(eps, noderuntime.PodHostname(pod), logger, ips...)
+	var lookup agnhost.ServiceLookup
+	if *kubeconfig != "" {
+		if cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig); err == nil {
+			if kube, err := kubernetes.NewForConfig(cfg); err == nil {
+				lookup = noderuntime.ServiceLookup(kube)
+			}
+		}
+	}
+	servers, err := agnhost.StartWith(eps, noderuntime.PodHostname(pod), logger, lookup, ips...)
 	if err != nil {
 		logger.Print(err)
 		return 1
@@ -146,6 +155,7 @@ func node(args []string) int {
 	cniBinDir := fs.String("cni-bin-dir", "", "directory with tierflow-cni and host-local")
 	cniConfig := fs.String("cni-config", "", "tierflow-cni network configuration file")
 	stateDir := fs.String("state-dir", "", "directory for per-pod state")
+	clusterDNS := fs.String("cluster-dns", "", "the cluster DNS Service's address, for the pods' resolv.conf")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -182,6 +192,7 @@ func node(args []string) int {
 	rt, err := noderuntime.New(noderuntime.Config{
 		NodeName: *nodeName, NodeIPs: ips, Kube: kube, Dynamic: dyn,
 		CNIBinDir: *cniBinDir, CNIConfig: conf, PodRunner: self, StateDir: *stateDir, Logger: logger,
+		ClusterDNS: *clusterDNS, Kubeconfig: *kubeconfig,
 	})
 	if err != nil {
 		logger.Print(err)
