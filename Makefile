@@ -251,6 +251,16 @@ DEMO_NODES ?= 2
 demo: ## walk through tierflow on the simulated cluster (DEMO_KEEP=0: tear down at the end; DEMO_NODES=n)
 	@GO=$(GO) DEMO_KEEP=$(DEMO_KEEP) DEMO_NODES=$(DEMO_NODES) test/demo/demo.sh
 
+# The Service proxy (pkg/agent/proxy): its unit and real-OVS tests, the
+# agent with a real kube-apiserver (noEncap, bad input), and on the
+# simulated cluster the endpoint churn of issue 16 at full size: 100
+# backend changes under continuous client load (make test runs 20).
+.PHONY: test-services
+test-services: deps kube-binaries ## the Service proxy: real OVS, agent on a real API server, and the 100-change endpoint churn on the test bed
+	$(GO) test -count=1 ./pkg/services/... ./pkg/agent/proxy/...
+	$(GO) test -count=1 -timeout 30m -run 'Service|Groups|PacketIn|FlushConntrack' ./pkg/ovs/openflow/ ./pkg/agent/realizer/ ./pkg/agent/runtime/
+	$(GO) test -count=1 -timeout 60m -v -run '^TestEndpointChurn$$' ./test/e2e/ -args -churn-changes=100
+
 .PHONY: test-e2e
 test-e2e: deps kube-binaries ## the end-to-end scenarios on the simulated cluster (test/e2e; root)
 	$(GO) test -count=1 -timeout 60m -v ./test/e2e/...
