@@ -17,6 +17,7 @@ const (
 	SectionE2E         = "End-to-end realization latency (test bed)"
 	SectionDatapath    = "Datapath overhead"
 	SectionFanout      = "Controller fan-out"
+	SectionServices    = "Service proxy"
 )
 
 // Reference is a figure from ../shared/BENCH-REFERENCES.md, relative to the
@@ -120,6 +121,9 @@ func plan(quick bool) []*Run {
 	add(&Run{ID: "datapath-throughput", Section: SectionDatapath, Scenario: "iperf3 pod → pod", Scale: scale,
 		Description: "TCP throughput between two pods on one bridge (userspace datapath), no policy vs 1000 rules realized, in one run",
 		Package:     pkg, Bench: "^BenchmarkDatapathThroughput$", Timeout: 20 * time.Minute, NeedsOVS: true})
+	add(&Run{ID: "service-proxy", Section: SectionServices, Scenario: "Services in the pipeline", Scale: scale,
+		Description: "10,000 Services (quick: 1,000) in a real kube-apiserver, watched and realized into a real bridge by the agent's proxy; EndpointSlice changes; connection rate and throughput through a ClusterIP vs to the pod",
+		Package:     pkg, Bench: "^BenchmarkServiceProxy$", Timeout: 40 * time.Minute, NeedsOVS: true})
 	add(&Run{ID: "fanout", Section: SectionFanout, Scenario: "fake agents", Scale: scale,
 		Description: "datapath-less agents (pkg/agent/nodatapath) on the real distribution server; controller on a real kube-apiserver",
 		Package:     pkg, Bench: "^BenchmarkFanout$", Timeout: 30 * time.Minute})

@@ -201,6 +201,15 @@ func (rep *Report) Markdown() string {
 				return []string{r.Scale, gbps(r, "no-policy-Gbps"), gbps(r, "rules-Gbps"), ratio(r, "rules/no-policy"),
 					num(r, "no-policy-flows") + " / " + num(r, "rules-flows"), secs(r, "iperf-s") + " × " + num(r, "rounds") + " each"}
 			}},
+		{SectionServices,
+			"The agent's Service proxy (pkg/agent/proxy: Watcher on a real kube-apiserver, Compiler, realizer bundles into a real bridge, userspace datapath) with every Service holding two endpoints on two ports. First realization: from the informers' start until every Service's flows and groups are installed. Flows and groups per Service: the proxy's own (frontends, ARP responders, endpoint translations; select groups). EndpointSlice change: an endpoint added to or removed from one Service's slice, from the API write until the switch acknowledged the bundle with it (p50 / max). Connections: TCP connect, one echo and close, four clients in parallel, through the Service's ClusterIP and straight to the pod, alternately; throughput: iperf3 the same way; medians over the rounds. A shared 2-core machine: expect noise.",
+			[]string{"scale", "Services", "first realization", "flows / Service", "groups / Service", "bridge flows", "slice change p50 / max", "conn/s Service / pod", "throughput Service / pod", "heap in use", "peak RSS"},
+			func(r *Run) []string {
+				return []string{r.Scale, num(r, "services"), secs(r, "first-realize-s"), fmt.Sprintf("%.1f", r.Metrics["flows/service"]), fmt.Sprintf("%.1f", r.Metrics["groups/service"]),
+					num(r, "bridge-flows"), ms(r, "slice-change-p50-ms") + " / " + ms(r, "slice-change-max-ms"),
+					num(r, "service-conn/s") + " / " + num(r, "pod-conn/s"), gbps(r, "service-Gbps") + " / " + gbps(r, "pod-Gbps"),
+					mibs(r, "heap-MiB"), mibs(r, "peak-rss-MiB")}
+			}},
 		{SectionFanout,
 			"pkg/controller on a real kube-apiserver, the distribution server (gRPC over TLS, static tokens) and datapath-less agents (pkg/agent/nodatapath), all in one process. Initial: from the agents' start until each has exactly the policies spanning its node. Change: an AdminNetworkPolicy selecting every namespace created through the API, until every agent has it (median / maximum). Memory is the whole process (controller plus the agents' states).",
 			[]string{"scale", "agents", "pods", "initial convergence", "policy change p50", "policy change max", "changes", "heap in use", "peak RSS"},
