@@ -278,6 +278,13 @@ conformance: deps kube-binaries ## upstream conformance suites against the test 
 	if [ -s $(OUT)/conformance/summary.txt ]; then cat $(OUT)/conformance/summary.txt; else echo "conformance: no results (see the go test output above)"; rc=1; fi; \
 	exit $$rc
 
+# cyclonus's every generated case (126 with TCP and UDP, SCTP left out) on
+# the test bed, probed through Service IPs and Service names: hours on two
+# cores. make test runs a smoke of it (TestCyclonus's default tags).
+.PHONY: cyclonus
+cyclonus: deps kube-binaries ## cyclonus's full generated suite on the test bed through Service IPs and names; reports in _output/conformance
+	$(GO) test -count=1 -v -timeout 12h -run '^TestCyclonus$$' ./test/conformance/ -args -cyclonus-include=
+
 .PHONY: test-compute fuzz-compute
 test-compute: ## the policy computation engine (pkg/compute): table, incremental, fuzz-seed and race tests
 	$(GO) test -race -count=1 ./pkg/compute/...

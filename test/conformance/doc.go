@@ -53,6 +53,13 @@
 // ports, expected outcome), checked against both versions' sources; it
 // must be revisited when a suite version changes.
 //
+// TestCyclonus runs cyclonus's generated NetworkPolicy cases (package
+// test/cyclonus, TCP and UDP) on a bed of its own through Services: each
+// server pod's ClusterIP (--destination-type service-ip) and its DNS name
+// (service-name, through the bed's kube-dns). make test runs a smoke (the
+// cases tagged namespaces-by-default-label or ip-block-with-except), make
+// cyclonus every case (-cyclonus-include=).
+//
 // `make conformance` prints every case, a line on the SCTP cases and the
 // trace check, and ends with `N passed, M failed, K skipped`.
 package conformance
