@@ -62,25 +62,37 @@ func (w *Watcher) Run(ctx context.Context) error {
 	svcInf := svcFactory.Core().V1().Services().Informer()
 	sliceInf := sliceFactory.Discovery().V1().EndpointSlices().Informer()
 	nodeInf := nodeFactory.Core().V1().Nodes().Informer()
-	_, _ = svcInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	// The handlers' registrations say when each handler has seen every
+	// object of the initial list (an informer's own HasSynced says only
+	// that its store has: the handlers may still be behind).
+	svcReg, err := svcInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { w.service(o, false) },
 		UpdateFunc: func(_, o any) { w.service(o, false) },
 		DeleteFunc: func(o any) { w.service(o, true) },
 	})
-	_, _ = sliceInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if err != nil {
+		return err
+	}
+	sliceReg, err := sliceInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { w.slice(o, false) },
 		UpdateFunc: func(_, o any) { w.slice(o, false) },
 		DeleteFunc: func(o any) { w.slice(o, true) },
 	})
-	_, _ = nodeInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if err != nil {
+		return err
+	}
+	nodeReg, err := nodeInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { w.node(o, false) },
 		UpdateFunc: func(_, o any) { w.node(o, false) },
 		DeleteFunc: func(o any) { w.node(o, true) },
 	})
+	if err != nil {
+		return err
+	}
 	for _, f := range []informers.SharedInformerFactory{svcFactory, sliceFactory, nodeFactory} {
 		f.Start(ctx.Done())
 	}
-	if !cache.WaitForCacheSync(ctx.Done(), svcInf.HasSynced, sliceInf.HasSynced, nodeInf.HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), svcReg.HasSynced, sliceReg.HasSynced, nodeReg.HasSynced) {
 		return ctx.Err()
 	}
 	w.mu.Lock()
