@@ -2,7 +2,6 @@ package agnhost
 
 import (
 	"encoding/binary"
-	"errors"
 	"io"
 	"net"
 	"net/netip"
@@ -87,48 +86,29 @@ func dnsAnswer(req []byte, lookup ServiceLookup) []byte {
 
 // serveDNSTCP answers DNS over TCP (messages with a 2-byte length).
 func (s *Servers) serveDNSTCP(addr string) error {
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		return err
-	}
-	s.onClose(func() { l.Close() })
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
+	return s.serveTCP(addr, func(c net.Conn) {
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 		for {
-			c, err := l.Accept()
-			if err != nil {
-				if errors.Is(err, net.ErrClosed) {
-					return
-				}
-				continue
+			var n uint16
+			if err := binary.Read(c, binary.BigEndian, &n); err != nil {
+				return
 			}
-			go func() {
-				defer c.Close()
-				_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-				for {
-					var n uint16
-					if err := binary.Read(c, binary.BigEndian, &n); err != nil {
-						return
-					}
-					req := make([]byte, n)
-					if _, err := io.ReadFull(c, req); err != nil {
-						return
-					}
-					s.logger.Printf("DNS TCP query from %s on %s", c.RemoteAddr(), addr)
-					resp := dnsAnswer(req, s.lookup)
-					if resp == nil {
-						return
-					}
-					if _, err := c.Write(binary.BigEndian.AppendUint16(nil, uint16(len(resp)))); err != nil {
-						return
-					}
-					if _, err := c.Write(resp); err != nil {
-						return
-					}
-				}
-			}()
+			req := make([]byte, n)
+			if _, err := io.ReadFull(c, req); err != nil {
+				return
+			}
+			s.logger.Printf("DNS TCP query from %s on %s", c.RemoteAddr(), addr)
+			resp := dnsAnswer(req, s.lookup)
+			if resp == nil {
+				return
+			}
+			if _, err := c.Write(binary.BigEndian.AppendUint16(nil, uint16(len(resp)))); err != nil {
+				return
+			}
+			if _, err := c.Write(resp); err != nil {
+				return
+			}
 		}
-	}()
-	return nil
+	})
 }

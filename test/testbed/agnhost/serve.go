@@ -82,24 +82,11 @@ func (s *Servers) onClose(f func()) {
 func (s *Servers) start(ep Endpoint, addr string) error {
 	switch ep.Kind {
 	case KindRawTCP:
-		l, err := net.Listen("tcp", addr)
-		if err != nil {
-			return err
-		}
-		s.onClose(func() { l.Close() })
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			for {
-				c, err := l.Accept()
-				if err != nil {
-					return
-				}
-				s.logger.Printf("TCP request from %s on %s", c.RemoteAddr(), addr)
-				_, _ = c.Write([]byte(ep.Body))
-				c.Close()
-			}
-		}()
+		return s.serveTCP(addr, func(c net.Conn) {
+			defer c.Close()
+			s.logger.Printf("TCP request from %s on %s", c.RemoteAddr(), addr)
+			_, _ = c.Write([]byte(ep.Body))
+		})
 	case KindUDP:
 		return s.serveUDP(addr, func(req []byte, from net.Addr) []byte { return []byte(ep.Body) })
 	case KindNetexecUDP:
@@ -124,6 +111,30 @@ func (s *Servers) start(ep Endpoint, addr string) error {
 	default:
 		return fmt.Errorf("unknown endpoint kind %q", ep.Kind)
 	}
+}
+
+// serveTCP accepts connections on addr until the servers close, each
+// handled by handle on a goroutine of its own (handle closes it).
+func (s *Servers) serveTCP(addr string, handle func(net.Conn)) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	s.onClose(func() { l.Close() })
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				if errors.Is(err, net.ErrClosed) {
+					return
+				}
+				continue
+			}
+			go handle(c)
+		}
+	}()
 	return nil
 }
 
