@@ -388,8 +388,9 @@ func TestLive(t *testing.T) {
 				t.Errorf("explain %s -> %s: want %s through default/web to default/b on n2:\n%s", tc.src, tc.dst, tc.want, live)
 			}
 
+			// trace reads the Services through the kubeconfig.
 			q[0] = "trace"
-			out := mustTierctl(append(q, agents...)...)
+			out := mustTierctl(append(append(q, agents...), "--kubeconfig", kubeconfig)...)
 			if viaCtl := mustTierctl(append(q, remote...)...); normalizeTrace(viaCtl) != normalizeTrace(out) {
 				t.Errorf("trace %s -> %s: local and through the controller differ:\nlocal %s\nremote %s", tc.src, tc.dst, out, viaCtl)
 			}

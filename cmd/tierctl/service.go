@@ -183,7 +183,7 @@ func (o *traceOptions) traceService(ctx context.Context, src, dst string, port e
 	cs, err := o.live.readServices(ctx)
 	if err != nil {
 		if strings.HasPrefix(dst, "service/") {
-			return nil, err
+			return nil, fmt.Errorf("--dst %s: Services are read from the API server (--kubeconfig): %w", dst, err)
 		}
 		return nil, nil
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -111,12 +112,16 @@ func PodEndpoints(pod *corev1.Pod) ([]agnhost.Endpoint, []string, error) {
 }
 
 // ServiceLookup reads Services' ClusterIPs through the API server, for the
-// DNS stand-in (agnhost.KindDNSUDP/KindDNSTCP).
-func ServiceLookup(kube kubernetes.Interface) agnhost.ServiceLookup {
+// DNS stand-in (agnhost.KindDNSUDP/KindDNSTCP); logf gets the errors other
+// than a Service not found.
+func ServiceLookup(kube kubernetes.Interface, logf func(format string, args ...any)) agnhost.ServiceLookup {
 	return func(namespace, name string) ([]netip.Addr, bool) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		svc, err := kube.CoreV1().Services(namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			logf("DNS: reading Service %s/%s: %v", namespace, name, err)
+		}
 		if err != nil || svc.Spec.ClusterIP == corev1.ClusterIPNone {
 			return nil, false
 		}

@@ -354,7 +354,8 @@ func (r *Runtime) startServers(pod *corev1.Pod, att *attachment, key string) err
 		return err
 	}
 	defer logFile.Close()
-	cmd := exec.Command("ip", "netns", "exec", att.Netns, r.cfg.PodRunner, "serve", "--pod-file", podFile, "--kubeconfig", r.cfg.Kubeconfig)
+	cmd := exec.Command("ip", "netns", "exec", att.Netns, r.cfg.PodRunner, "serve", "--pod-file", podFile, "--kubeconfig", r.cfg.Kubeconfig,
+		"--host-netns", fmt.Sprintf("/proc/%d/ns/net", os.Getpid()))
 	if att.Netns == "" {
 		// hostNetwork: the host's namespace, which every node of the test
 		// bed shares, so the servers bind only this node's addresses.
