@@ -22,13 +22,15 @@ lint: ## gofmt and go vet
 # right after each policy change, with no retry (upstream's TODO in
 # PokeServer), so its results should not depend on what else the two cores
 # are doing. Other real-OVS packages wait for its bed's OVS lock anyway.
+# The package also runs the cyclonus smoke through Services (TestCyclonus,
+# a bed of its own: about 8 minutes).
 #
 # The real-cluster smoke test (test/cluster: tierflow's images built and
 # installed on node containers with real kubelets) runs after them, alone
 # too: it needs the CPU for its image builds and its nodes.
 test: deps lint kube-binaries ## every test: unit, real OVS, real kube-apiserver, upstream conformance, the real-cluster smoke test
 	$(GO) test -count=1 -timeout 60m $$($(GO) list ./... | grep -v -e '/test/conformance$$' -e '/test/cluster$$')
-	$(GO) test -count=1 -timeout 50m ./test/conformance/
+	$(GO) test -count=1 -timeout 60m ./test/conformance/
 	$(GO) test -count=1 -timeout 60m ./test/cluster/
 
 .PHONY: test-ovs
