@@ -214,6 +214,9 @@ func (b *imageBuilder) build(ctx context.Context, tags []string, hashTag bool, d
 		return tags[0], nil
 	}
 	b.logf("building %s", strings.Join(tags, ", "))
+	if err := os.MkdirAll(b.scratch, 0o755); err != nil {
+		return "", err
+	}
 	dir, err := os.MkdirTemp(b.scratch, "context-")
 	if err != nil {
 		return "", err
