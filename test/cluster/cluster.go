@@ -175,6 +175,11 @@ func Up(ctx context.Context, o Options) (c *Cluster, err error) {
 	if old, err := Load(o.Dir); err == nil {
 		return nil, fmt.Errorf("a cluster %q is already recorded in %s; run `make cluster-down` first", old.Name, o.Dir)
 	}
+	if dockerReachable(ctx) {
+		if ids, _ := docker(ctx, "ps", "-aq", "--filter", "label="+label+"="+o.Name); ids != "" {
+			return nil, fmt.Errorf("containers of a cluster named %q exist (recorded in another directory?): remove that cluster first", o.Name)
+		}
+	}
 	_, ipnet, err := net.ParseCIDR(o.Subnet)
 	if err != nil || !strings.HasSuffix(o.Subnet, "/24") || ipnet.IP.To4() == nil {
 		return nil, fmt.Errorf("subnet %q: want an IPv4 /24", o.Subnet)
@@ -482,8 +487,9 @@ func addExternalAddress(ip string) error {
 
 // Down removes the cluster: node containers and their volumes, the
 // network, the nodes' cgroup subtrees, the external address, the dockerd
-// Up started, and the state directory (images stay: they are a cache). It
-// returns an error naming anything it could not remove.
+// Up started (unless it runs other containers), and the state directory
+// (images stay: they are a cache). It returns an error naming anything it
+// could not remove.
 func (c *Cluster) Down(ctx context.Context, logf func(string, ...any)) error {
 	if logf == nil {
 		logf = func(string, ...any) {}
@@ -522,7 +528,9 @@ func (c *Cluster) Down(ctx context.Context, logf func(string, ...any)) error {
 			}
 		}
 	}
-	if c.DockerdPID > 0 && syscall.Kill(c.DockerdPID, 0) == nil {
+	// The dockerd Up started stops with the cluster, unless it runs
+	// other containers (another cluster's, someone's).
+	if others, _ := docker(ctx, "ps", "-aq"); c.DockerdPID > 0 && others == "" && syscall.Kill(c.DockerdPID, 0) == nil {
 		logf("stopping the dockerd bring-up started (pid %d)", c.DockerdPID)
 		_ = syscall.Kill(c.DockerdPID, syscall.SIGTERM)
 		for i := 0; i < 100 && syscall.Kill(c.DockerdPID, 0) == nil; i++ {
@@ -570,4 +578,51 @@ func removeCgroupTree(root string) error {
 		return fmt.Errorf("cgroups left: %s", strings.Join(failed, "; "))
 	}
 	return nil
+}
+
+// Lock takes the machine-wide lock of the cluster name, waiting for it:
+// two test processes (make test in two checkouts) never bring up clusters
+// of the same name, whose Docker objects and addresses would collide. The
+// kernel releases it when the process dies.
+func Lock(name string) (unlock func(), err error) {
+	f, err := os.OpenFile("/run/tierflow-cluster-"+name+".lock", os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("locking cluster name %s: %w", name, err)
+	}
+	return func() {
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		f.Close()
+	}, nil
+}
+
+// RemoveStale removes the cluster recorded in dir and any Docker objects
+// and cgroups of a cluster named name (an earlier run that was killed,
+// here or in another checkout). Call it holding Lock(name).
+func RemoveStale(ctx context.Context, name, dir string, logf func(string, ...any)) error {
+	if old, err := Load(dir); err == nil {
+		logf("removing the cluster an earlier run left in %s", dir)
+		if err := old.Down(ctx, logf); err != nil {
+			return err
+		}
+	}
+	if !dockerReachable(ctx) {
+		return nil
+	}
+	ids, err := docker(ctx, "ps", "-aq", "--filter", "label="+label+"="+name)
+	if err != nil || ids == "" {
+		return err
+	}
+	logf("removing the containers of a cluster %s an earlier run left", name)
+	stale := &Cluster{Name: name, Dir: filepath.Join(os.TempDir(), "tierflow-stale-"+name)}
+	for _, id := range strings.Fields(ids) {
+		n, err := docker(ctx, "inspect", "--format", "{{.Name}}", id)
+		if err == nil {
+			stale.Nodes = append(stale.Nodes, Node{Name: strings.TrimPrefix(n, "/")})
+		}
+	}
+	return stale.Down(ctx, logf)
 }

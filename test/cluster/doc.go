@@ -38,7 +38,9 @@
 // inputs are unchanged (a content label): the node image (bookworm with
 // containerd, runc, iptables, etcd; the Kubernetes binaries), pause
 // (cmd/pause, the containerd sandbox image), agnhost (tagged as the suites
-// name it: 2.43, 2.45, 2.53), CoreDNS (build/coredns) and the offline
+// name it: 2.43, 2.45, 2.53; its /agnhost is cmd/agnhost-wrapper, which
+// runs the real one but keeps `agnhost porter` from failing on SCTP ports
+// where the kernel has no SCTP, as here), CoreDNS (build/coredns) and the offline
 // stand-ins for the bases of tierflow's own Dockerfiles (BaseImage,
 // GoImage). Up loads pause, agnhost and CoreDNS into every node's
 // containerd (LoadImages, as `kind load docker-image` does); tierflow's

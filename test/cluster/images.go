@@ -55,7 +55,7 @@ var nodePackages = []string{
 // must be there (`make cluster-prereqs` builds them).
 var Binaries = []string{
 	"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kubelet", "kube-proxy",
-	"agnhost", "coredns", "pause",
+	"agnhost", "agnhost-wrapper", "coredns", "pause",
 }
 
 // imageBuilder builds the cluster's images with docker, in a scratch
@@ -101,9 +101,13 @@ func (b *imageBuilder) ensureAll(ctx context.Context) (string, error) {
 		map[string]string{"pause": filepath.Join(b.binDir, "pause")}, nil); err != nil {
 		return "", err
 	}
+	// /agnhost is cmd/agnhost-wrapper, which runs the real agnhost (it
+	// only keeps porter from failing on SCTP ports where the kernel has
+	// no SCTP).
 	if _, err := b.build(ctx, AgnhostImages, false,
-		"FROM "+BaseImage+"\nCOPY agnhost /agnhost\nENTRYPOINT [\"/agnhost\"]\nCMD [\"pause\"]\n",
-		map[string]string{"agnhost": filepath.Join(b.binDir, "agnhost")}, nil); err != nil {
+		"FROM "+BaseImage+"\nCOPY agnhost /usr/local/lib/agnhost/agnhost\nCOPY agnhost-wrapper /agnhost\n"+
+			"ENTRYPOINT [\"/agnhost\"]\nCMD [\"pause\"]\n",
+		map[string]string{"agnhost": filepath.Join(b.binDir, "agnhost"), "agnhost-wrapper": filepath.Join(b.binDir, "agnhost-wrapper")}, nil); err != nil {
 		return "", err
 	}
 	if _, err := b.build(ctx, []string{CoreDNSImage}, false,

@@ -26,7 +26,9 @@ import (
 // relies on first: everything Running and Ready with clean logs, pods
 // talking across nodes by pod IP, Service, NodePort and DNS name, the
 // kubelet's probes passing under a default-deny policy, the outside reached
-// through masquerade, and an uninstall that leaves nothing on the nodes.
+// through masquerade, and an uninstall as documented (the release
+// manifest deleted, then the cleanup DaemonSet) that leaves nothing of
+// tierflow's on the nodes.
 func TestRealCluster(t *testing.T) {
 	root, binDir, err := cluster.EnsurePrerequisites()
 	if err != nil {
@@ -34,15 +36,18 @@ func TestRealCluster(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()
+	const name = "tierflow-smoke"
+	unlock, err := cluster.Lock(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock()
 	dir := filepath.Join(root, "_output", "cluster-smoke")
-	if old, err := cluster.Load(dir); err == nil {
-		t.Logf("removing a cluster an earlier run left in %s", dir)
-		if err := old.Down(ctx, t.Logf); err != nil {
-			t.Fatal(err)
-		}
+	if err := cluster.RemoveStale(ctx, name, dir, t.Logf); err != nil {
+		t.Fatal(err)
 	}
 	c, err := cluster.Up(ctx, cluster.Options{
-		Name: "tierflow-smoke", Nodes: 3, Dir: dir, Subnet: "172.30.1.0/24",
+		Name: name, Nodes: 3, Dir: dir, Subnet: "172.30.1.0/24",
 		ExternalIP: "198.51.100.2", BinDir: binDir, Logf: t.Logf,
 	})
 	if err != nil {
@@ -80,6 +85,17 @@ func TestRealCluster(t *testing.T) {
 	t.Run("External", func(t *testing.T) { checkExternal(ctx, t, c, w) })
 	t.Run("ProbesUnderDefaultDeny", func(t *testing.T) { checkDefaultDeny(ctx, t, c, cs, w) })
 	t.Run("LogsClean", func(t *testing.T) { checkLogs(ctx, t, c, cs, installed) })
+	t.Run("Uninstall", func(t *testing.T) {
+		out, left, err := c.Uninstall(ctx, root)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		for node, things := range left {
+			for _, thing := range things {
+				t.Errorf("%s still has %s", node, thing)
+			}
+		}
+	})
 }
 
 func lastLines(s string, n int) string {

@@ -50,16 +50,20 @@ func run(m *testing.M) int {
 		env.c = c
 		logf("using the cluster in %s (left running)", dir)
 	} else {
+		const name = "tierflow-e2e"
+		unlock, err := cluster.Lock(name)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer unlock()
 		dir := filepath.Join(root, "_output", "cluster-e2e")
-		if old, err := cluster.Load(dir); err == nil {
-			logf("removing a cluster an earlier run left in %s", dir)
-			if err := old.Down(ctx, logf); err != nil {
-				fmt.Fprintln(os.Stderr, err)
-				return 1
-			}
+		if err := cluster.RemoveStale(ctx, name, dir, logf); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
 		}
 		c, err := cluster.Up(ctx, cluster.Options{
-			Name: "tierflow-e2e", Nodes: 3, Dir: dir, Subnet: "172.30.2.0/24",
+			Name: name, Nodes: 3, Dir: dir, Subnet: "172.30.2.0/24",
 			ExternalIP: "198.51.100.3", BinDir: binDir, Logf: logf,
 		})
 		if err != nil {
