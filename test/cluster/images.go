@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/tierflow/tierflow/test/cluster/node"
+	"github.com/tierflow/tierflow/test/kubeapi"
 )
 
 // Images the cluster builds: nothing can be pulled where it runs, so every
@@ -119,7 +120,8 @@ func (b *imageBuilder) ensureAll(ctx context.Context) (string, error) {
 }
 
 // ensureBase builds BaseImage (Debian trixie, minbase, CA certificates) and
-// GoImage (BaseImage with this machine's Go toolchain) if missing.
+// GoImage (BaseImage with this machine's Go toolchain, tierflow's modules
+// and its dependencies compiled) if missing or stale.
 func (b *imageBuilder) ensureBase(ctx context.Context) (string, error) {
 	base, err := b.debootstrap(ctx, "", "trixie", []string{"ca-certificates"})
 	if err != nil {
@@ -136,16 +138,68 @@ func (b *imageBuilder) ensureBase(ctx context.Context) (string, error) {
 	if !strings.HasPrefix(string(version), "go1.26.8") {
 		return "", fmt.Errorf("%s is %s; %s needs go1.26.8 (the toolchain tierflow's go.mod names)", goroot, firstLine(string(version)), GoImage)
 	}
+	warm, err := warmBuildInputs(ctx)
+	if err != nil {
+		return "", err
+	}
 	// The builder fetches modules from the Go module proxy, through
 	// whatever this machine's network does to TLS (here an intercepting
 	// egress proxy): it trusts what this machine trusts.
+	//
+	// Unlike the public image, the stand-in comes with the modules of
+	// tierflow's go.mod downloaded and the packages the Dockerfiles build
+	// from them compiled (with the Dockerfiles' flags) in its Go build
+	// cache: `make images` then compiles tierflow's own packages only.
+	// The image is rebuilt when go.mod, go.sum or that package list
+	// change; the binaries are the same either way.
 	_, err = b.build(ctx, []string{GoImage}, false,
 		"FROM "+base+"\nCOPY go/ /usr/local/go/\n"+
 			"COPY ca-certificates.crt /etc/ssl/certs/ca-certificates.crt\n"+
 			"ENV PATH=/go/bin:/usr/local/go/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin GOPATH=/go GOTOOLCHAIN=local\n"+
+			"COPY warm/ /warm/\n"+
+			"RUN cd /warm && go mod download && CGO_ENABLED=0 GOFLAGS=-buildvcs=false go build -trimpath $(cat packages.txt) && rm -rf /warm\n"+
 			"WORKDIR /go\n",
-		map[string]string{"go": goroot, "ca-certificates.crt": hostCABundle}, nil)
+		map[string]string{"go": goroot, "ca-certificates.crt": hostCABundle}, warm)
 	return base, err
+}
+
+// dockerfilePackages are what build/*/Dockerfile compile (their builder
+// stage, identical in both).
+var dockerfilePackages = []string{
+	"./cmd/tierflow-controller", "./cmd/tierflow-agent", "./cmd/tierflow-install-cni", "./cmd/tierctl", "./cmd/tierflow-cni",
+	"github.com/containernetworking/plugins/plugins/ipam/host-local",
+	"github.com/containernetworking/plugins/plugins/main/loopback",
+}
+
+// warmBuildInputs are GoImage's warm-up files: tierflow's go.mod and
+// go.sum, and packages.txt, every package outside tierflow that the
+// Dockerfiles' binaries import (standard library included).
+func warmBuildInputs(ctx context.Context) (map[string][]byte, error) {
+	root, err := kubeapi.RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	blobs := map[string][]byte{}
+	for _, f := range []string{"go.mod", "go.sum"} {
+		if blobs["warm/"+f], err = os.ReadFile(filepath.Join(root, f)); err != nil {
+			return nil, err
+		}
+	}
+	list := exec.CommandContext(ctx, "go", append([]string{"list", "-deps"}, dockerfilePackages...)...)
+	list.Dir = root
+	list.Env = append(os.Environ(), "CGO_ENABLED=0")
+	out, err := list.Output()
+	if err != nil {
+		return nil, fmt.Errorf("go list -deps of the Dockerfiles' packages: %w", err)
+	}
+	var deps []string
+	for _, p := range strings.Fields(string(out)) {
+		if !strings.HasPrefix(p, "github.com/tierflow/tierflow") {
+			deps = append(deps, p)
+		}
+	}
+	blobs["warm/packages.txt"] = []byte(strings.Join(deps, "\n") + "\n")
+	return blobs, nil
 }
 
 // hostCABundle is Debian's bundle of this machine's trusted CAs.
@@ -241,6 +295,9 @@ func (b *imageBuilder) build(ctx context.Context, tags []string, hashTag bool, d
 	}
 	blobs = withDockerfile(blobs, dockerfile)
 	for name, content := range blobs {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755); err != nil {
+			return "", err
+		}
 		if err := os.WriteFile(filepath.Join(dir, name), content, 0o755); err != nil {
 			return "", err
 		}

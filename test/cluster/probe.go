@@ -100,8 +100,10 @@ func (c *Cluster) Leftovers(ctx context.Context) (map[string][]string, error) {
 	left := map[string][]string{}
 	for _, n := range c.Nodes {
 		for _, ch := range checks {
-			out, err := c.Exec(ctx, n.Name, "sh", "-c", ch.script)
-			if err != nil && strings.TrimSpace(out) == "" && !strings.Contains(err.Error(), "exit status 1") {
+			// A check finds nothing by failing (grep, ls): only a failing
+			// docker exec is an error.
+			out, err := c.Exec(ctx, n.Name, "sh", "-c", ch.script+"; true")
+			if err != nil {
 				return nil, fmt.Errorf("%s: checking %s: %w", n.Name, ch.what, err)
 			}
 			if strings.TrimSpace(out) != "" {

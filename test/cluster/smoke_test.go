@@ -107,7 +107,7 @@ func lastLines(s string, n int) string {
 }
 
 // checkRunning: the controller Deployment Ready with one leader, the agent
-// DaemonSet Ready on every node, every node Ready.
+// DaemonSet Ready on every node, CoreDNS Ready, every node Ready.
 func checkRunning(ctx context.Context, t *testing.T, c *cluster.Cluster, cs kubernetes.Interface) {
 	dep, err := cs.AppsV1().Deployments("kube-system").Get(ctx, "tierflow-controller", metav1.GetOptions{})
 	if err != nil {
@@ -142,6 +142,21 @@ func checkRunning(ctx context.Context, t *testing.T, c *cluster.Cluster, cs kube
 	}
 	if ds.Status.NumberReady != int32(len(c.Nodes)) || ds.Status.DesiredNumberScheduled != int32(len(c.Nodes)) {
 		t.Errorf("agent DaemonSet: %d ready of %d desired, want %d", ds.Status.NumberReady, ds.Status.DesiredNumberScheduled, len(c.Nodes))
+	}
+	// Cluster DNS: CoreDNS's pods, created before there was a network,
+	// start once it is up, at the kubelet's next retry of their volumes
+	// (its back-off grows to two minutes), and turn Ready when synced.
+	if err := eventually(4*time.Minute, func() error {
+		d, err := cs.AppsV1().Deployments("kube-system").Get(ctx, "coredns", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if d.Status.ReadyReplicas != *d.Spec.Replicas {
+			return fmt.Errorf("CoreDNS: %d of %d replicas Ready", d.Status.ReadyReplicas, *d.Spec.Replicas)
+		}
+		return nil
+	}); err != nil {
+		t.Error(err)
 	}
 	// A node turns Ready at the kubelet's next status update after the
 	// network plugin's configuration appeared (every 10 s).
