@@ -42,6 +42,9 @@ func run(m *testing.M) int {
 	ctx := context.Background()
 	logf := func(format string, args ...any) { fmt.Printf("e2e-cluster: "+format+"\n", args...) }
 	if dir := os.Getenv("TIERFLOW_E2E_CLUSTER_DIR"); dir != "" {
+		if !filepath.IsAbs(dir) {
+			dir = filepath.Join(root, dir) // as make, in the repository
+		}
 		c, err := cluster.Load(dir)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "TIERFLOW_E2E_CLUSTER_DIR=%s: %v\n", dir, err)
