@@ -80,6 +80,9 @@ type Cluster struct {
 	APIServiceIP string `json:"apiServiceIP"`
 	DNSIP        string `json:"dnsIP"`
 	ExternalIP   string `json:"externalIP"`
+	// ExternalIPAdded: Up put ExternalIP on the loopback interface (Down
+	// removes it only then: another cluster may use the same address).
+	ExternalIPAdded bool `json:"externalIPAdded,omitempty"`
 	// Kubeconfig is the admin kubeconfig; EnvFile a shell file that
 	// exports KUBECONFIG and puts kubectl on PATH.
 	Kubeconfig string `json:"kubeconfig"`
@@ -126,9 +129,17 @@ func (c *Cluster) save() error {
 	return os.WriteFile(StatePath(c.Dir), append(b, '\n'), 0o644)
 }
 
+// minFreeDisk is the free space Up wants where Docker keeps its images
+// and the nodes' /var volumes (images ~4 GiB, nodes ~1 GiB each, and
+// room for the containers' logs and snapshots).
+const minFreeDisk = 10 << 30
+
 // Missing lists what Up needs and this machine lacks, each with what to do.
 func Missing(binDir string) []string {
 	var missing []string
+	if os.Geteuid() != 0 {
+		missing = append(missing, "root: the cluster needs Docker, the machine's cgroups and an address on its loopback interface")
+	}
 	for _, tool := range []string{"docker", "dockerd", "mmdebstrap", "go"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			missing = append(missing, fmt.Sprintf("%s: not found (make cluster-prereqs installs Debian's docker.io, containerd, runc and mmdebstrap)", tool))
@@ -145,7 +156,27 @@ func Missing(binDir string) []string {
 	if _, err := os.Stat("/dev/net/tun"); err != nil {
 		missing = append(missing, "/dev/net/tun: OVS's userspace datapath needs it on every node")
 	}
+	if fs, err := os.ReadFile("/proc/filesystems"); err != nil || !strings.Contains(string(fs), "\toverlay\n") {
+		missing = append(missing, "the overlay file system in the kernel: Docker and the nodes' containerd keep images as overlayfs snapshots")
+	}
+	if free, dir := freeSpace("/var/lib/docker"); free >= 0 && free < minFreeDisk {
+		missing = append(missing, fmt.Sprintf("disk space: %d GiB free in %s, the images and nodes need %d GiB", free>>30, dir, minFreeDisk>>30))
+	}
 	return missing
+}
+
+// freeSpace is the space available to root at path, or at its nearest
+// existing parent, and that directory (-1: unknown).
+func freeSpace(path string) (int64, string) {
+	for dir := path; ; dir = filepath.Dir(dir) {
+		var st syscall.Statfs_t
+		if err := syscall.Statfs(dir, &st); err == nil {
+			return int64(st.Bavail) * st.Bsize, dir
+		}
+		if dir == "/" {
+			return -1, ""
+		}
+	}
 }
 
 // Up builds what is missing, starts the nodes, waits until every node has
@@ -254,7 +285,7 @@ func Up(ctx context.Context, o Options) (c *Cluster, err error) {
 	if err = c.installCoreDNS(ctx); err != nil {
 		return c, err
 	}
-	if err = addExternalAddress(c.ExternalIP); err != nil {
+	if c.ExternalIPAdded, err = addExternalAddress(c.ExternalIP); err != nil {
 		return c, err
 	}
 	if err = c.writeEnv(); err != nil {
@@ -358,7 +389,7 @@ func (c *Cluster) waitNodesRegistered(ctx context.Context, timeout time.Duration
 	deadline := time.Now().Add(timeout)
 	var last error
 	for time.Now().Before(deadline) {
-		if err := c.nodesRunning(ctx); err != nil {
+		if err := c.NodesRunning(ctx); err != nil {
 			return err
 		}
 		cs, err := c.Client()
@@ -381,8 +412,8 @@ func (c *Cluster) waitNodesRegistered(ctx context.Context, timeout time.Duration
 	return fmt.Errorf("nodes did not register within %v: %v\n%s", timeout, last, c.NodeLogs(ctx, 10))
 }
 
-// nodesRunning fails when a node container has exited.
-func (c *Cluster) nodesRunning(ctx context.Context) error {
+// NodesRunning fails when a node container has exited.
+func (c *Cluster) NodesRunning(ctx context.Context) error {
 	for _, n := range c.Nodes {
 		state, err := docker(ctx, "inspect", "--format", "{{.State.Status}}", n.Name)
 		if err != nil {
@@ -477,12 +508,17 @@ func (c *Cluster) writeEnv() error {
 
 // addExternalAddress puts ip on this machine's loopback interface: pods
 // reach it through their node's masquerade and the nodes' default route.
-func addExternalAddress(ip string) error {
-	out, err := exec.Command("ip", "addr", "replace", ip+"/32", "dev", "lo").CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("ip addr replace %s/32 dev lo: %v: %s", ip, err, out)
+// It reports whether it added it (false: it was there already, someone
+// else's).
+func addExternalAddress(ip string) (bool, error) {
+	if out, err := exec.Command("ip", "addr", "show", "dev", "lo").Output(); err == nil && strings.Contains(string(out), " "+ip+"/32 ") {
+		return false, nil
 	}
-	return nil
+	out, err := exec.Command("ip", "addr", "add", ip+"/32", "dev", "lo").CombinedOutput()
+	if err != nil {
+		return false, fmt.Errorf("ip addr add %s/32 dev lo: %v: %s", ip, err, out)
+	}
+	return true, nil
 }
 
 // Down removes the cluster: node containers and their volumes, the
@@ -521,7 +557,7 @@ func (c *Cluster) Down(ctx context.Context, logf func(string, ...any)) error {
 	for _, n := range c.Nodes {
 		note(removeCgroupTree(c.cgroupRoot(n)))
 	}
-	if c.ExternalIP != "" {
+	if c.ExternalIPAdded {
 		if out, err := exec.Command("ip", "addr", "show", "dev", "lo").Output(); err == nil && strings.Contains(string(out), " "+c.ExternalIP+"/32 ") {
 			if out, err := exec.Command("ip", "addr", "del", c.ExternalIP+"/32", "dev", "lo").CombinedOutput(); err != nil {
 				note(fmt.Errorf("ip addr del %s: %v: %s", c.ExternalIP, err, out))
@@ -529,8 +565,10 @@ func (c *Cluster) Down(ctx context.Context, logf func(string, ...any)) error {
 		}
 	}
 	// The dockerd Up started stops with the cluster, unless it runs
-	// other containers (another cluster's, someone's).
+	// other containers (another cluster's, someone's). Its dangling
+	// images (superseded builds) go first: they only pile up.
 	if others, _ := docker(ctx, "ps", "-aq"); c.DockerdPID > 0 && others == "" && syscall.Kill(c.DockerdPID, 0) == nil {
+		_, _ = docker(ctx, "image", "prune", "--force")
 		logf("stopping the dockerd bring-up started (pid %d)", c.DockerdPID)
 		_ = syscall.Kill(c.DockerdPID, syscall.SIGTERM)
 		for i := 0; i < 100 && syscall.Kill(c.DockerdPID, 0) == nil; i++ {
@@ -625,4 +663,27 @@ func RemoveStale(ctx context.Context, name, dir string, logf func(string, ...any
 		}
 	}
 	return stale.Down(ctx, logf)
+}
+
+// DockerObjects lists the containers, volumes and networks of the cluster
+// named name.
+func (c *Cluster) DockerObjects(ctx context.Context, name string) ([]string, error) {
+	var out []string
+	for _, kind := range []string{"container", "volume", "network"} {
+		ids, err := docker(ctx, kind, "ls", "-q", "--filter", "label="+label+"="+name)
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range strings.Fields(ids) {
+			out = append(out, kind+" "+id)
+		}
+	}
+	return out, nil
+}
+
+// Docker runs a docker command against the Docker daemon the cluster
+// uses (tests).
+func (c *Cluster) Docker(ctx context.Context, args ...string) error {
+	_, err := docker(ctx, args...)
+	return err
 }

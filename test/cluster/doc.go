@@ -55,6 +55,10 @@
 // (through their node's masquerade and the nodes' default route).
 //
 // Down removes the node containers and their volumes, the network, each
-// node's cgroup subtree, the external address and the dockerd Up started,
-// if it did; images stay. A failed Up runs Down.
+// node's cgroup subtree, the external address if Up added it, and the
+// dockerd Up started, if it did and nothing else runs in it (pruning its
+// dangling images, superseded builds, first); images stay. A failed Up
+// runs Down. Missing says what a machine lacks for Up (tools, binaries,
+// root, cgroup v1, /dev/net/tun, overlayfs, disk space); Lock and
+// RemoveStale keep two test processes from colliding on one cluster name.
 package cluster

@@ -309,7 +309,26 @@ func (b *imageBuilder) build(ctx context.Context, tags []string, hashTag bool, d
 	if _, err := docker(ctx, append(args, dir)...); err != nil {
 		return "", err
 	}
+	if hashTag {
+		b.removeOtherTags(ctx, tags[0])
+	}
 	return tags[0], nil
+}
+
+// removeOtherTags removes the images of ref's repository with other tags
+// (earlier content): they would pile up. One still in use (a running
+// cluster's node image) stays.
+func (b *imageBuilder) removeOtherTags(ctx context.Context, ref string) {
+	repo, tag, _ := strings.Cut(ref, ":")
+	out, err := docker(ctx, "images", repo, "--format", "{{.Tag}}")
+	if err != nil {
+		return
+	}
+	for _, t := range strings.Fields(out) {
+		if t != tag {
+			_, _ = docker(ctx, "rmi", repo+":"+t)
+		}
+	}
 }
 
 func withDockerfile(blobs map[string][]byte, dockerfile string) map[string][]byte {

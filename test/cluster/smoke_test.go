@@ -73,6 +73,7 @@ func TestRealCluster(t *testing.T) {
 	}
 	installed := time.Now()
 
+	t.Run("BadInput", func(t *testing.T) { checkBadInput(ctx, t, c) })
 	t.Run("Running", func(t *testing.T) { checkRunning(ctx, t, c, cs) })
 	t.Run("READMECheck", func(t *testing.T) {
 		out, err := c.RunREADMEBlock(ctx, root, "check")
