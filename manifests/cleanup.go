@@ -12,7 +12,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
 
 	"github.com/tierflow/tierflow/pkg/agent/uninstall"
@@ -107,25 +106,11 @@ type CheckedCleanup struct {
 // paths, the OVSDB socket, the OVS database and every directory to remove
 // on hostPath volumes.
 func CheckCleanup(rendered []byte) (*CheckedCleanup, error) {
-	docs, err := documents(rendered)
+	c, objects, err := decode(rendered)
 	if err != nil {
-		return nil, fmt.Errorf("manifests: %w", err)
+		return nil, err
 	}
-	c := &checker{typed: map[string]runtime.Object{}}
-	res := &CheckedCleanup{}
-	for _, d := range docs {
-		obj := &unstructured.Unstructured{}
-		if err := yamlToUnstructured(d, obj); err != nil {
-			return nil, err
-		}
-		res.Objects = append(res.Objects, obj)
-		if typed := newTyped(obj.GetKind()); typed != nil {
-			if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(obj.Object, typed, true); err != nil {
-				return nil, fmt.Errorf("manifests: %s %s: %w", obj.GetKind(), obj.GetName(), err)
-			}
-			c.typed[obj.GetKind()+"/"+obj.GetNamespace()+"/"+obj.GetName()] = typed
-		}
-	}
+	res := &CheckedCleanup{Objects: objects}
 	cm, err := get[*corev1.ConfigMap](c, "ConfigMap", Namespace, CleanupConfigMapName)
 	if err != nil {
 		return nil, fmt.Errorf("manifests: %w", err)

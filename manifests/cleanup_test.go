@@ -1,10 +1,7 @@
 package manifests
 
 import (
-	"bytes"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -12,31 +9,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 )
-
-// TestCleanupFileUpToDate: tierflow-cleanup.yaml is what RenderCleanup and
-// `make manifests` (next to MANIFESTS_OUT) write for the defaults.
-func TestCleanupFileUpToDate(t *testing.T) {
-	committed, err := os.ReadFile("tierflow-cleanup.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rendered, err := RenderCleanup(DefaultValues())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(committed, rendered) {
-		t.Fatal("manifests/tierflow-cleanup.yaml is out of date: run make manifests")
-	}
-	dir := t.TempDir()
-	cmd := exec.Command("make", "--no-print-directory", "-C", "..", "manifests", "MANIFESTS_OUT="+filepath.Join(dir, "tierflow.yaml"))
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("make manifests: %v\n%s", err, b)
-	}
-	viaMake, err := os.ReadFile(filepath.Join(dir, "tierflow-cleanup.yaml"))
-	if err != nil || !bytes.Equal(viaMake, committed) {
-		t.Fatalf("make manifests did not write the cleanup manifest next to MANIFESTS_OUT (%v)", err)
-	}
-}
 
 // TestCleanupConfiguration: the cleanup reads the very agent.yaml the
 // release manifest installs (for any values), runs a command the agent
