@@ -46,7 +46,7 @@ func checkBadInput(ctx context.Context, t *testing.T, running *cluster.Cluster) 
 	if err == nil {
 		t.Fatal("a cluster on the running cluster's subnet came up")
 	}
-	t.Logf("half-started cluster: %v", firstLine(err.Error()))
+	t.Logf("cluster on a taken subnet: %v", lastLine(err.Error()))
 	if _, err := os.Stat(badDir); !os.IsNotExist(err) {
 		t.Errorf("the failed cluster's directory is still there (%v)", err)
 	}
@@ -65,7 +65,7 @@ func checkBadInput(ctx context.Context, t *testing.T, running *cluster.Cluster) 
 	if err == nil || !strings.Contains(err.Error(), squatter) {
 		t.Fatalf("with a node's name taken: %v", err)
 	}
-	t.Logf("half-started cluster: %v", firstLine(err.Error()))
+	t.Logf("half-started cluster: %v", lastLine(err.Error()))
 	if left, err := running.DockerObjects(ctx, "tierflow-bad"); err != nil || len(left) > 0 {
 		t.Errorf("the half-started cluster left %v (%v)", left, err)
 	}
@@ -77,4 +77,7 @@ func checkBadInput(ctx context.Context, t *testing.T, running *cluster.Cluster) 
 	}
 }
 
-func firstLine(s string) string { return strings.SplitN(s, "\n", 2)[0] }
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}
