@@ -538,6 +538,18 @@ func (c *Cluster) Down(ctx context.Context, logf func(string, ...any)) error {
 			problems = append(problems, err.Error())
 		}
 	}
+	holdDocker()
+	if !dockerReachable(ctx) && c.DockerdPID == 0 {
+		// The containers, volumes and network are in Docker's store even
+		// while no daemon runs (it was stopped under the cluster): start
+		// one to remove them, and stop it after.
+		logf("starting dockerd to remove the cluster's containers")
+		pid, err := startDockerd(ctx, filepath.Join(os.TempDir(), "tierflow-cluster-dockerd.log"))
+		if err != nil {
+			return fmt.Errorf("cannot remove cluster %s's containers: %w", c.Name, err)
+		}
+		c.DockerdPID = pid
+	}
 	if dockerReachable(ctx) {
 		ids, err := docker(ctx, "ps", "-aq", "--filter", "label="+label+"="+c.Name)
 		note(err)
