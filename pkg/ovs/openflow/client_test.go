@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -501,6 +502,54 @@ func TestBundleCommitErrorNamesFlow(t *testing.T) {
 	}
 	if err := c.AddFlows(context.Background(), flows[:3]...); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestLargeBundleStreamed: a bundle far larger than one write chunk is
+// installed whole; a flow failing local validation after chunks went out,
+// and a flow the switch rejects at commit, are named by their index in the
+// call and leave the bridge unchanged.
+func TestLargeBundleStreamed(t *testing.T) {
+	env := ovsenv.Start(t)
+	br := env.AddBridge("br")
+	if _, err := env.Vsctl("--", "--id=@ft", "create", "Flow_Table", "flow_limit=2", "overflow_policy=refuse",
+		"--", "set", "Bridge", br.Name, "flow_tables:5=@ft"); err != nil {
+		t.Fatal(err)
+	}
+	c := dialBridge(t, br, openflow.Options{})
+	ctx := context.Background()
+	const n = 30000 // about 3.6 MB of bundle-add messages
+	flows := make([]openflow.Flow, n)
+	for i := range flows {
+		flows[i] = openflow.Flow{Table: 4, Priority: 100, Cookie: 0x4, Match: openflow.Match{EthType: 0x0800,
+			IPSrc: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}), 32)},
+			Actions: []openflow.Action{openflow.Conjunction{ID: uint32(i + 1), Clause: 1, NClauses: 2}}}
+	}
+
+	bad := append(slices.Clone(flows), openflow.Flow{Table: 4, Priority: 1, Match: openflow.Match{IPSrc: netip.MustParsePrefix("10.0.0.0/8")}})
+	err := c.AddFlows(ctx, bad...)
+	var fe *openflow.FlowError
+	if !errors.As(err, &fe) || fe.Index != n {
+		t.Fatalf("invalid last flow: got %v, want a FlowError for flow #%d", err, n)
+	}
+
+	full := slices.Clone(flows)
+	for i := 0; i < 3; i++ {
+		full = append(full, openflow.Flow{Table: 5, Priority: uint16(100 + i), Cookie: uint64(0x500 + i)})
+	}
+	err = c.AddFlows(ctx, full...)
+	if !errors.As(err, &fe) || fe.Index != n+2 || !strings.Contains(err.Error(), "OFPFMFC_TABLE_FULL") {
+		t.Fatalf("table full at commit: got %v, want a FlowError for flow #%d", err, n+2)
+	}
+	if got := dump(t, br); len(got) != 0 {
+		t.Fatalf("rejected bundles installed %d flows", len(got))
+	}
+
+	if err := c.AddFlows(ctx, flows...); err != nil {
+		t.Fatal(err)
+	}
+	if got := dump(t, br); len(got) != n {
+		t.Fatalf("installed %d flows, want %d", len(got), n)
 	}
 }
 

@@ -21,9 +21,12 @@
 //     253, never jumped to) and checks it after each handshake;
 //   - applies several changes atomically with an OpenFlow bundle (open, add
 //     each flow-mod, barrier, commit — or discard if the switch rejected an
-//     add); a single change is a flow-mod plus barrier. Every error the
-//     switch sends is matched by xid to the change that caused it and
-//     returned as a *FlowError naming that flow;
+//     add); a single change is a flow-mod plus barrier. A bundle's adds are
+//     encoded while it is sent and written in chunks of many messages, so
+//     the switch parses the first while the rest are encoded; they carry
+//     consecutive xids, and every error the switch sends is matched by xid
+//     to the change that caused it and returned as a *FlowError naming that
+//     flow;
 //   - reads flow counters with multipart flow-stats requests filtered by
 //     table and cookie/mask.
 //
