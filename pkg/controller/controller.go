@@ -137,8 +137,10 @@ func New(cfg Config) (*Controller, error) {
 	for _, k := range []compute.ObjectKind{compute.KindPolicy, compute.KindAppliedToGroup, compute.KindAddressGroup} {
 		c.computedGauges[k] = m.computedObjects.WithLabelValues(string(k))
 	}
-	// Managed fields are large and never read: drop them from the caches.
-	c.kubeFactory = informers.NewSharedInformerFactoryWithOptions(cfg.Kube, cfg.ResyncPeriod, informers.WithTransform(stripManagedFields))
+	// The core caches keep only what the controller reads (transform.go);
+	// the policy kinds' keep everything but the managed fields (status
+	// writes send the object back).
+	c.kubeFactory = informers.NewSharedInformerFactoryWithOptions(cfg.Kube, cfg.ResyncPeriod, informers.WithTransform(CoreTransform))
 	c.policyFactory = npinformers.NewSharedInformerFactoryWithOptions(cfg.Policy, cfg.ResyncPeriod, npinformers.WithTransform(stripManagedFields))
 	for _, k := range policyKinds(c) {
 		c.kinds[k.kind] = k
