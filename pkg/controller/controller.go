@@ -454,7 +454,7 @@ func (c *Controller) resolveChanges(ctx context.Context) {
 		c.changedPolicies = map[string]compute.ChangeType{}
 		c.mu.Unlock()
 		for id, typ := range changed {
-			p, ok := c.engine.Policy(id)
+			p, ok := c.engine.PolicyStatus(id)
 			c.mu.Lock()
 			if typ == compute.Deleted || !ok {
 				// Gone: the engine no longer knows its source; use what
