@@ -69,86 +69,108 @@ type GroupLister interface {
 // match); a flow another part installed is an error.
 type Syncer struct {
 	inst Installer
-	// installed is the default part's (Sync, Adopt).
-	installed map[string]openflow.Flow
+	// installed is what the syncer believes the bridge holds of the
+	// default part's flows (Sync, Adopt).
+	installed installedSet
 	parts     map[string]*part
 }
 
 // part is a named part's installed flows and groups.
 type part struct {
-	flows  map[string]openflow.Flow
+	flows  installedSet
 	groups map[uint32]openflow.Group
+}
+
+// installedSet is a set of flows by key: the flows themselves (the
+// desired list of the sync that installed them, kept as it was given)
+// and each key's index in that list. An index, not a copy of the flow:
+// flows are large and an agent's bridge holds hundreds of thousands.
+type installedSet struct {
+	flows []openflow.Flow
+	index map[string]int32
+}
+
+func (s installedSet) get(key string) (*openflow.Flow, bool) {
+	i, ok := s.index[key]
+	if !ok {
+		return nil, false
+	}
+	return &s.flows[i], true
 }
 
 // NewSyncer returns a syncer that believes the bridge holds none of its flows.
 func NewSyncer(inst Installer) *Syncer {
-	return &Syncer{inst: inst, installed: map[string]openflow.Flow{}, parts: map[string]*part{}}
+	return &Syncer{inst: inst, parts: map[string]*part{}}
 }
 
 // Installed is the number of flows the syncer believes it installed.
 func (s *Syncer) Installed() int {
-	n := len(s.installed)
+	n := len(s.installed.index)
 	for _, p := range s.parts {
-		n += len(p.flows)
+		n += len(p.flows.index)
 	}
 	return n
 }
 
 // Diff computes the bundle that turns the installed flows into desired.
-func (s *Syncer) Diff(desired []openflow.Flow) (Bundle, map[string]openflow.Flow, error) {
-	return s.DiffKeyed(desired, nil)
+func (s *Syncer) Diff(desired []openflow.Flow) (Bundle, error) {
+	b, _, err := s.diffKeyed(desired, nil)
+	return b, err
 }
 
-// DiffKeyed is Diff with each flow's Flow.Key precomputed (keys[i] for
-// desired[i]; nil computes them).
-func (s *Syncer) DiffKeyed(desired []openflow.Flow, keys []string) (Bundle, map[string]openflow.Flow, error) {
+// diffKeyed is Diff with each flow's Flow.Key precomputed (keys[i] for
+// desired[i]; nil computes them). It also returns desired as the set the
+// bridge holds once the bundle is applied.
+func (s *Syncer) diffKeyed(desired []openflow.Flow, keys []string) (Bundle, installedSet, error) {
 	return s.diff(s.installed, "", desired, keys)
 }
 
-// diff computes the bundle that turns installed (part name's) into
-// desired.
-func (s *Syncer) diff(installed map[string]openflow.Flow, name string, desired []openflow.Flow, keys []string) (Bundle, map[string]openflow.Flow, error) {
+// diff computes the bundle that turns installed (part name's; "" is the
+// default part) into desired.
+func (s *Syncer) diff(installed installedSet, name string, desired []openflow.Flow, keys []string) (Bundle, installedSet, error) {
 	if keys != nil && len(keys) != len(desired) {
-		return Bundle{}, nil, fmt.Errorf("%d keys for %d flows", len(keys), len(desired))
+		return Bundle{}, installedSet{}, fmt.Errorf("%d keys for %d flows", len(keys), len(desired))
 	}
-	want := make(map[string]openflow.Flow, len(desired))
+	want := installedSet{flows: desired, index: make(map[string]int32, len(desired))}
 	var b Bundle
 	// Adds and modifies follow the desired order (deterministic, as the
 	// compiler's output is); deletes are sorted. Order inside a bundle does
 	// not matter for correctness: it is applied atomically.
-	for i, f := range desired {
+	for i := range desired {
+		f := &desired[i]
 		var k string
 		if keys != nil {
 			k = keys[i]
 		} else {
 			k = f.Key()
 		}
-		if _, dup := want[k]; dup {
-			return Bundle{}, nil, fmt.Errorf("two desired flows with the same table, priority and match: %s", k)
+		if _, dup := want.index[k]; dup {
+			return Bundle{}, installedSet{}, fmt.Errorf("two desired flows with the same table, priority and match: %s", k)
 		}
-		want[k] = f
-		old, ok := installed[k]
+		want.index[k] = int32(i)
+		old, ok := installed.get(k)
 		switch {
 		case !ok || old.Cookie != f.Cookie:
 			if !ok {
 				if other := s.ownerOf(k, name); other != nil {
-					return Bundle{}, nil, fmt.Errorf("flow %s is part %q's and part %q's", k, *other, name)
+					return Bundle{}, installedSet{}, fmt.Errorf("flow %s is part %q's and part %q's", k, *other, name)
 				}
 			}
-			b.Add = append(b.Add, f)
+			b.Add = append(b.Add, *f)
 		case !actionsEqual(old.Actions, f.Actions):
-			b.Modify = append(b.Modify, f)
+			b.Modify = append(b.Modify, *f)
 		}
 	}
 	var gone []string
-	for k := range installed {
-		if _, ok := want[k]; !ok {
+	for k := range installed.index {
+		if _, ok := want.index[k]; !ok {
 			gone = append(gone, k)
 		}
 	}
 	sort.Strings(gone)
 	for _, k := range gone {
-		b.Delete = append(b.Delete, installed[k])
+		f, _ := installed.get(k)
+		b.Delete = append(b.Delete, *f)
 	}
 	return b, want, nil
 }
@@ -156,7 +178,7 @@ func (s *Syncer) diff(installed map[string]openflow.Flow, name string, desired [
 // ownerOf names the part other than name that installed key, if any.
 func (s *Syncer) ownerOf(key, name string) *string {
 	if name != "" {
-		if _, ok := s.installed[key]; ok {
+		if _, ok := s.installed.index[key]; ok {
 			owner := ""
 			return &owner
 		}
@@ -165,7 +187,7 @@ func (s *Syncer) ownerOf(key, name string) *string {
 		if n == name {
 			continue
 		}
-		if _, ok := p.flows[key]; ok {
+		if _, ok := p.flows.index[key]; ok {
 			return &n
 		}
 	}
@@ -176,14 +198,15 @@ func (s *Syncer) ownerOf(key, name string) *string {
 // name (not "", the default part of Sync), and exactly groups as its
 // groups, in one bundle that also carries extra (e.g. deletions of flows
 // the switch learned). On error the bridge and the syncer's view are
-// unchanged.
+// unchanged. The syncer keeps desired as its view of the bridge: callers
+// must not modify it afterwards.
 func (s *Syncer) SyncPart(ctx context.Context, name string, desired []openflow.Flow, keys []string, groups []openflow.Group, extra Bundle) (Bundle, error) {
 	if name == "" {
 		return Bundle{}, fmt.Errorf("flowsync: a part needs a name")
 	}
 	p := s.parts[name]
 	if p == nil {
-		p = &part{flows: map[string]openflow.Flow{}, groups: map[uint32]openflow.Group{}}
+		p = &part{groups: map[uint32]openflow.Group{}}
 	}
 	b, want, err := s.diff(p.flows, name, desired, keys)
 	if err != nil {
@@ -242,18 +265,20 @@ func (s *Syncer) diffGroups(installed map[uint32]openflow.Group, name string, gr
 
 // Sync makes the bridge hold exactly desired (as far as the syncer's own
 // flows go), in one bundle. On error the bridge and the syncer's view are
-// unchanged.
+// unchanged. The syncer keeps desired as its view of the bridge: callers
+// must not modify it afterwards.
 func (s *Syncer) Sync(ctx context.Context, desired []openflow.Flow) (Bundle, error) {
 	return s.SyncKeyed(ctx, desired, nil)
 }
 
-// SyncKeyed is Sync with precomputed keys (see DiffKeyed).
+// SyncKeyed is Sync with precomputed keys (keys[i] is desired[i]'s Flow.Key).
 func (s *Syncer) SyncKeyed(ctx context.Context, desired []openflow.Flow, keys []string) (Bundle, error) {
-	b, want, err := s.DiffKeyed(desired, keys)
+	b, want, err := s.diffKeyed(desired, keys)
 	if err != nil {
 		return b, err
 	}
 	if b.Empty() {
+		s.installed = want
 		return b, nil
 	}
 	if err := s.inst.Apply(ctx, b); err != nil {
@@ -274,14 +299,14 @@ func (s *Syncer) Adopt(ctx context.Context, desired []openflow.Flow, round uint8
 	return s.AdoptKeyed(ctx, desired, nil, round)
 }
 
-// AdoptKeyed is Adopt with precomputed keys (see DiffKeyed).
+// AdoptKeyed is Adopt with precomputed keys (see SyncKeyed).
 func (s *Syncer) AdoptKeyed(ctx context.Context, desired []openflow.Flow, keys []string, round uint8) (Bundle, error) {
 	stats, err := s.inst.Stats(ctx)
 	if err != nil {
 		return Bundle{}, err
 	}
-	s.installed = map[string]openflow.Flow{}
-	b, want, err := s.DiffKeyed(desired, keys)
+	s.installed = installedSet{}
+	b, want, err := s.diffKeyed(desired, keys)
 	if err != nil {
 		return b, err
 	}
@@ -307,16 +332,17 @@ func (s *Syncer) AdoptKeyed(ctx context.Context, desired []openflow.Flow, keys [
 	owned := map[uint32]bool{}
 	for _, n := range names {
 		p := s.parts[n]
-		keys := make([]string, 0, len(p.flows))
-		for k := range p.flows {
+		keys := make([]string, 0, len(p.flows.index))
+		for k := range p.flows.index {
 			keys = append(keys, k)
 		}
 		sort.Strings(keys)
 		for _, k := range keys {
-			if _, dup := want[k]; dup {
+			if _, dup := want.index[k]; dup {
 				return Bundle{}, fmt.Errorf("flow %s is part %q's and the default part's", k, n)
 			}
-			b.Add = append(b.Add, p.flows[k])
+			f, _ := p.flows.get(k)
+			b.Add = append(b.Add, *f)
 		}
 		ids := make([]uint32, 0, len(p.groups))
 		for id := range p.groups {
@@ -347,8 +373,10 @@ func (s *Syncer) AdoptKeyed(ctx context.Context, desired []openflow.Flow, keys [
 }
 
 // Forget makes the syncer believe nothing of the default part is
-// installed, so the next Sync re-adds every flow of it.
-func (s *Syncer) Forget() { s.installed = map[string]openflow.Flow{} }
+// installed, so the next Sync re-adds every flow of it: after
+// ovs-vswitchd restarted or the flows were wiped (Adopt re-adds the other
+// parts).
+func (s *Syncer) Forget() { s.installed = installedSet{} }
 
 // NextRound picks the cookie round for a starting agent: one past the
 // highest round found on the bridge (rounds wrap; 0 is skipped so a

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	of13 "github.com/contiv/libOpenflow/openflow13"
@@ -102,35 +103,41 @@ func decodeError(msg []byte) error {
 // none is. More than one change goes through an OpenFlow bundle (ONF
 // extension 230 as OVS implements it for OpenFlow 1.3, atomic and ordered);
 // a single change is one flow-mod followed by a barrier. Rejected changes
-// come back as *FlowError values (errors.As) naming the flow; local
-// validation failures are reported before anything is sent.
+// come back as *FlowError values (errors.As) naming the flow, whether the
+// switch rejected them or local validation did; either way nothing is
+// applied. (A bundle is encoded while it is sent: a flow that fails local
+// validation after the first chunk of a large bundle went out makes the
+// bundle be discarded.)
 func (c *Client) Apply(ctx context.Context, changes []FlowChange) error {
 	if len(changes) == 0 {
 		return nil
 	}
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
-	mods := make([]*of13.FlowMod, len(changes))
-	var errs []error
-	for i, ch := range changes {
-		fm, err := changeMod(ch, c.nextXID())
+	if len(changes) == 1 {
+		fm, err := changeMod(changes[0], c.nextXID())
 		if err != nil {
-			errs = append(errs, &FlowError{Index: i, Command: ch.Command, Flow: ch.Flow, Err: err})
-			continue
+			return fmt.Errorf("nothing applied: %w", &FlowError{Index: 0, Command: changes[0].Command, Flow: changes[0].Flow, Err: err})
 		}
-		mods[i] = fm
-	}
-	if len(errs) > 0 {
-		return fmt.Errorf("nothing applied: %w", errors.Join(errs...))
+		cn, err := c.current(ctx)
+		if err != nil {
+			return err
+		}
+		return cn.single(ctx, changes[0], fm)
 	}
 	cn, err := c.current(ctx)
 	if err != nil {
 		return err
 	}
-	if len(changes) == 1 {
-		return cn.single(ctx, changes[0], mods[0])
-	}
-	return cn.bundle(ctx, changes, mods)
+	return cn.bundle(ctx, len(changes), func(i int, xid uint32) (util.Message, error) {
+		fm, err := changeMod(changes[i], xid)
+		if err != nil {
+			return nil, err
+		}
+		return fm, nil
+	}, func(i int, err error) error {
+		return &FlowError{Index: i, Command: changes[i].Command, Flow: changes[i].Flow, Err: err}
+	})
 }
 
 func changeMod(ch FlowChange, xid uint32) (*of13.FlowMod, error) {
@@ -177,56 +184,74 @@ func (cn *conn) single(ctx context.Context, ch FlowChange, fm *of13.FlowMod) err
 	return nil
 }
 
-// bundleMsg is one message of a bundle and how to report its rejection.
-type bundleMsg struct {
-	xid  uint32
-	msg  util.Message
-	fail func(error) error
-}
+// bundleWriteChunk is how many bytes of bundle-add messages are encoded
+// before they are written: the switch parses the first ones while the
+// rest are encoded, and one write carries a few thousand messages.
+const bundleWriteChunk = 256 << 10
 
-// bundle applies flow changes in one bundle.
-func (cn *conn) bundle(ctx context.Context, changes []FlowChange, mods []*of13.FlowMod) error {
-	msgs := make([]bundleMsg, len(mods))
-	for i, fm := range mods {
-		i := i
-		msgs[i] = bundleMsg{xid: fm.Xid, msg: fm, fail: func(err error) error {
-			return &FlowError{Index: i, Command: changes[i].Command, Flow: changes[i].Flow, Err: err}
-		}}
-	}
-	return cn.bundleMsgs(ctx, msgs)
-}
-
-// bundleMsgs sends open, one add per message, a barrier (to collect
-// add-time errors), then commit — or discard when an add was rejected.
-func (cn *conn) bundleMsgs(ctx context.Context, msgs []bundleMsg) error {
+// bundle streams n messages to the switch as one bundle, message i
+// encoded by encode with its xid and named in errors by fail: the adds are
+// encoded as they go and written in chunks (the bundle is opened just
+// before the first chunk, so a small bundle that fails local validation
+// sends nothing), then a barrier collects add-time errors, then the bundle
+// is committed — or discarded when the switch or local validation rejected
+// a message. The adds carry consecutive xids, so one range waiter collects
+// the switch's errors about them.
+func (cn *conn) bundle(ctx context.Context, n int, encode func(i int, xid uint32) (util.Message, error), fail func(i int, err error) error) error {
 	id := cn.client.nextXID() // bundle IDs only need to be unique per connection
-	if err := cn.bundleCtrl(ctx, id, of13.OFPBCT_OPEN_REQUEST); err != nil {
-		return fmt.Errorf("open bundle: %w", err)
-	}
-	waiters := make([]*waiter, len(msgs))
-	for i, m := range msgs {
-		waiters[i] = cn.register(m.xid, 4)
-		defer cn.unregister(m.xid)
-	}
-	for _, m := range msgs {
-		add := of13.NewBundleAdd(&of13.BundleAdd{BundleID: id, Flags: of13.OFPBCT_ATOMIC | of13.OFPBCT_ORDERED, Message: m.msg})
-		// OVS requires the bundle-add xid to equal the embedded message's.
-		add.Header.Xid = m.xid
-		if err := cn.write(add); err != nil {
-			return err
+	first := cn.client.reserveXIDs(n)
+	rng := cn.registerRange(first, n)
+	defer cn.unregisterRange(rng)
+	opened := false
+	flush := func(buf []byte) error {
+		if !opened {
+			if err := cn.bundleCtrl(ctx, id, of13.OFPBCT_OPEN_REQUEST); err != nil {
+				return fmt.Errorf("open bundle: %w", err)
+			}
+			opened = true
 		}
+		return cn.writeRaw(buf)
+	}
+	var local []error
+	buf := make([]byte, 0, bundleWriteChunk+4096)
+	for i := 0; i < n; i++ {
+		xid := first + uint32(i)
+		msg, err := encode(i, xid)
+		if err == nil && len(local) == 0 {
+			buf, err = appendBundleAdd(buf, id, xid, msg)
+		}
+		if err != nil {
+			local = append(local, fail(i, err))
+			continue
+		}
+		if len(local) == 0 && len(buf) >= bundleWriteChunk {
+			if err := flush(buf); err != nil {
+				return err
+			}
+			buf = buf[:0]
+		}
+	}
+	if len(local) > 0 {
+		if opened {
+			if err := cn.bundleCtrl(ctx, id, of13.OFPBCT_DISCARD_REQUEST); err != nil {
+				local = append(local, fmt.Errorf("discard bundle: %w", err))
+			}
+		}
+		return fmt.Errorf("nothing applied: %w", errors.Join(local...))
+	}
+	if err := flush(buf); err != nil {
+		return err
 	}
 	if err := cn.barrier(ctx); err != nil {
 		return err
 	}
-	errs := collectBundleErrors(msgs, waiters)
-	if len(errs) > 0 {
+	if flowErrs := cn.rangeErrors(rng, fail); len(flowErrs) > 0 {
 		if err := cn.bundleCtrl(ctx, id, of13.OFPBCT_DISCARD_REQUEST); err != nil {
 			// The connection is probably gone; OVS discards open bundles of a
 			// closed connection.
-			errs = append(errs, fmt.Errorf("discard bundle: %w", err))
+			flowErrs = append(flowErrs, fmt.Errorf("discard bundle: %w", err))
 		}
-		return fmt.Errorf("bundle not applied: %w", errors.Join(errs...))
+		return fmt.Errorf("bundle not applied: %w", errors.Join(flowErrs...))
 	}
 	commitErr := cn.bundleCtrl(ctx, id, of13.OFPBCT_COMMIT_REQUEST)
 	if commitErr == nil {
@@ -234,23 +259,57 @@ func (cn *conn) bundleMsgs(ctx context.Context, msgs []bundleMsg) error {
 	}
 	// Commit-time failures name the failed message by its xid; they arrive
 	// before the commit reply.
-	errs = collectBundleErrors(msgs, waiters)
-	if len(errs) == 0 {
+	flowErrs := cn.rangeErrors(rng, fail)
+	if len(flowErrs) == 0 {
 		return fmt.Errorf("commit bundle: %w", commitErr)
 	}
-	return fmt.Errorf("bundle not applied: %w", errors.Join(errs...))
+	return fmt.Errorf("bundle not applied: %w", errors.Join(flowErrs...))
 }
 
-func collectBundleErrors(msgs []bundleMsg, waiters []*waiter) []error {
+// rangeErrors turns the switch's errors about a bundle's adds (by xid)
+// into errors naming the message (fail), in bundle order.
+func (cn *conn) rangeErrors(rng *xidRange, fail func(i int, err error) error) []error {
+	byIndex := cn.takeRange(rng)
+	idx := make([]int, 0, len(byIndex))
+	for i := range byIndex {
+		idx = append(idx, i)
+	}
+	slices.Sort(idx)
 	var errs []error
-	for i, w := range waiters {
-		for msg := pending(w); msg != nil; msg = pending(w) {
+	for _, i := range idx {
+		for _, msg := range byIndex[i] {
 			if msg[1] == of13.Type_Error {
-				errs = append(errs, msgs[i].fail(decodeError(msg)))
+				errs = append(errs, fail(i, decodeError(msg)))
 			}
 		}
 	}
 	return errs
+}
+
+// bundleAddHeaderLen is the OpenFlow header, ONF experimenter ID and type,
+// bundle ID, padding and flags in front of a bundled message.
+const bundleAddHeaderLen = 24
+
+// appendBundleAdd appends an ONF bundle-add message carrying m, whose
+// xid is xid (OVS requires the two to be equal), to buf.
+func appendBundleAdd(buf []byte, id, xid uint32, m util.Message) ([]byte, error) {
+	msg, err := m.MarshalBinary()
+	if err != nil {
+		return buf, err
+	}
+	n := bundleAddHeaderLen + len(msg)
+	if n > 0xffff {
+		return buf, fmt.Errorf("message of %d bytes does not fit in an OpenFlow bundle-add", len(msg))
+	}
+	var h [bundleAddHeaderLen]byte
+	h[0], h[1] = of13.VERSION, of13.Type_Experimenter
+	binary.BigEndian.PutUint16(h[2:4], uint16(n))
+	binary.BigEndian.PutUint32(h[4:8], xid)
+	binary.BigEndian.PutUint32(h[8:12], of13.ONF_EXPERIMENTER_ID)
+	binary.BigEndian.PutUint32(h[12:16], of13.Type_BundleAdd)
+	binary.BigEndian.PutUint32(h[16:20], id)
+	binary.BigEndian.PutUint16(h[22:24], of13.OFPBCT_ATOMIC|of13.OFPBCT_ORDERED)
+	return append(append(buf, h[:]...), msg...), nil
 }
 
 // bundleCtrl sends a bundle control request and waits for its reply.

@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	of13 "github.com/contiv/libOpenflow/openflow13"
+	"github.com/contiv/libOpenflow/util"
 )
 
 // GroupAction sends the packet to an OpenFlow group (group:ID).
@@ -155,47 +156,54 @@ func (c *Client) ApplyChanges(ctx context.Context, ch Changes) error {
 	}
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
-	var msgs []bundleMsg
-	var errs []error
-	addGroups := func(del bool) {
-		for i, gc := range ch.Groups {
-			if (gc.Command == GroupDelete) != del {
-				continue
-			}
-			gm, err := gc.Group.groupMod(gc.Command, c.nextXID())
-			if err != nil {
-				errs = append(errs, &GroupError{Index: i, Command: gc.Command, Group: gc.Group, Err: err})
-				continue
-			}
-			gc := gc
-			i := i
-			msgs = append(msgs, bundleMsg{xid: gm.Xid, msg: gm, fail: func(err error) error {
-				return &GroupError{Index: i, Command: gc.Command, Group: gc.Group, Err: err}
-			}})
+	// The bundle's order: group adds and modifies, the flows, group
+	// deletes. item i is a group (index into ch.Groups) or a flow.
+	type item struct {
+		group bool
+		index int
+	}
+	items := make([]item, 0, len(ch.Groups)+len(ch.Flows))
+	for i, gc := range ch.Groups {
+		if gc.Command != GroupDelete {
+			items = append(items, item{true, i})
 		}
 	}
-	addGroups(false)
-	for i, fc := range ch.Flows {
-		fm, err := changeMod(fc, c.nextXID())
-		if err != nil {
-			errs = append(errs, &FlowError{Index: i, Command: fc.Command, Flow: fc.Flow, Err: err})
-			continue
-		}
-		fc := fc
-		i := i
-		msgs = append(msgs, bundleMsg{xid: fm.Xid, msg: fm, fail: func(err error) error {
-			return &FlowError{Index: i, Command: fc.Command, Flow: fc.Flow, Err: err}
-		}})
+	for i := range ch.Flows {
+		items = append(items, item{false, i})
 	}
-	addGroups(true)
-	if len(errs) > 0 {
-		return fmt.Errorf("nothing applied: %w", errors.Join(errs...))
+	for i, gc := range ch.Groups {
+		if gc.Command == GroupDelete {
+			items = append(items, item{true, i})
+		}
 	}
 	cn, err := c.current(ctx)
 	if err != nil {
 		return err
 	}
-	return cn.bundleMsgs(ctx, msgs)
+	return cn.bundle(ctx, len(items), func(i int, xid uint32) (util.Message, error) {
+		it := items[i]
+		if it.group {
+			gc := ch.Groups[it.index]
+			gm, err := gc.Group.groupMod(gc.Command, xid)
+			if err != nil {
+				return nil, err
+			}
+			return gm, nil
+		}
+		fm, err := changeMod(ch.Flows[it.index], xid)
+		if err != nil {
+			return nil, err
+		}
+		return fm, nil
+	}, func(i int, err error) error {
+		it := items[i]
+		if it.group {
+			gc := ch.Groups[it.index]
+			return &GroupError{Index: it.index, Command: gc.Command, Group: gc.Group, Err: err}
+		}
+		fc := ch.Flows[it.index]
+		return &FlowError{Index: it.index, Command: fc.Command, Flow: fc.Flow, Err: err}
+	})
 }
 
 // GroupIDs lists the IDs of the bridge's groups (group description
