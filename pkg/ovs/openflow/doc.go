@@ -34,7 +34,8 @@
 //     the switch parses the first while the rest are encoded; they carry
 //     consecutive xids, and every error the switch sends is matched by xid
 //     to the change that caused it and returned as a *FlowError naming that
-//     flow;
+//     flow (a *GroupError for a group-mod of ApplyChanges, which streams
+//     group and flow changes through the same bundle);
 //   - reads flow counters with multipart flow-stats requests filtered by
 //     table and cookie/mask, and lists groups;
 //   - with Options.OnPacketIn, asks the switch for packet-ins on every
