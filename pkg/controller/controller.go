@@ -358,8 +358,8 @@ func (c *Controller) registerCoreHandlers() error {
 		func(w compute.Writer, m metav1.Object) { w.DeleteNamespace(m.GetName()) }, nil))
 	add(c.kubeFactory.Core().V1().Pods().Informer(), c.handlerFuncs("Pod",
 		func(w compute.Writer, obj interface{}) {
-			if p, ok := obj.(*corev1.Pod); ok {
-				w.UpsertPod(p)
+			if p, ok := obj.(*cachedPod); ok {
+				w.UpsertPod(p.Pod())
 			}
 		},
 		func(w compute.Writer, m metav1.Object) { w.DeletePod(m.GetNamespace(), m.GetName()) }, nil))

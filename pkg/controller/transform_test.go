@@ -62,9 +62,10 @@ func richPods() []*corev1.Pod {
 }
 
 // TestSlimObjectsComputeAlike: the engine computes the same from objects
-// trimmed by the core informers' transform as from the full objects, and
-// tierctl's queries (pkg/explain/load) read the same pods from them. A
-// field the engine starts reading but the transform drops fails here.
+// trimmed by the core informers' transform (pods: from the cachedPod's
+// Pod) as from the full objects, and tierctl's queries (pkg/explain/load)
+// read the same pods from them. A field the engine starts reading but the
+// transform drops fails here.
 func TestSlimObjectsComputeAlike(t *testing.T) {
 	pods := richPods()
 	nss := []*corev1.Namespace{
@@ -120,7 +121,18 @@ func TestSlimObjectsComputeAlike(t *testing.T) {
 			e.UpsertNode(trim(o.DeepCopy()).(*corev1.Node))
 		}
 		for _, o := range pods {
-			p := trim(o.DeepCopy()).(*corev1.Pod)
+			var p *corev1.Pod
+			if slim {
+				cached := trim(o.DeepCopy()).(*cachedPod)
+				// What the cache holds must survive its deep copy (the
+				// informer's contract for shared objects).
+				if c := cached.DeepCopyObject().(*cachedPod); !reflect.DeepEqual(c, cached) {
+					t.Fatalf("cached pod %s changes in a deep copy", o.Name)
+				}
+				p = cached.Pod()
+			} else {
+				p = o.DeepCopy()
+			}
 			fed = append(fed, p)
 			e.UpsertPod(p)
 		}
