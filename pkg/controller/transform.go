@@ -4,9 +4,12 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/tierflow/tierflow/pkg/compute"
 )
 
 // The core informers' caches hold only what the controller reads: on a
@@ -21,18 +24,20 @@ import (
 //   - tierctl's queries (Controller.Pods, pkg/explain/load): the same pod
 //     fields;
 //   - NetworkPolicy Events (syncNetworkPolicyEvents): the object's
-//     reference (name, namespace, UID, resource version).
+//     reference (name, namespace, UID, resource version) and generation.
 //
 // The informers themselves need the namespace and name (cache keys) and
 // the resource version. Everything else is dropped when an object enters
 // the cache (client-go's transform runs before the object is stored or
-// handed to a handler); pods are cached as cachedPod. A new field the engine reads must be kept here
+// handed to a handler); pods are cached as cachedPod, NetworkPolicies as
+// cachedNetworkPolicy (metadata and the engine's compilation). A new field the engine reads must be kept here
 // too: TestSlimObjectsComputeAlike compares the engine's results on full
 // and on slimmed objects.
 
 // CoreTransform is the transform of the controller's core informers
 // (benchmarks that reproduce the controller's informers use it too). A pod
-// becomes a cachedPod; a namespace or node is trimmed in place (client-go
+// becomes a cachedPod, a NetworkPolicy a cachedNetworkPolicy; a namespace
+// or node is trimmed in place (client-go
 // hands the transform the object it decoded, which nothing else holds: a
 // copy would double the memory of an initial list while it is stored).
 func CoreTransform(obj interface{}) (interface{}, error) {
@@ -43,12 +48,36 @@ func CoreTransform(obj interface{}) (interface{}, error) {
 		*o = corev1.Namespace{ObjectMeta: slimMeta(&o.ObjectMeta)}
 	case *corev1.Node:
 		*o = corev1.Node{ObjectMeta: slimMeta(&o.ObjectMeta), Status: corev1.NodeStatus{Addresses: o.Status.Addresses}}
+	case *networkingv1.NetworkPolicy:
+		return &cachedNetworkPolicy{ObjectMeta: slimMeta(&o.ObjectMeta), compiled: compute.CompileNetworkPolicy(o)}, nil
 	default:
-		// NetworkPolicies (small, and their spec is read whole) and
-		// anything else keep everything but the managed fields.
 		return stripManagedFields(obj)
 	}
 	return obj, nil
+}
+
+// cachedNetworkPolicy is what the NetworkPolicy informer's cache holds:
+// the metadata Events and status need, and the policy as the engine reads
+// it (compiled as it arrives, on the informer's goroutine; the engine
+// keeps the same compilation, so the cache costs little beyond it).
+type cachedNetworkPolicy struct {
+	metav1.ObjectMeta
+	compiled compute.Compiled
+}
+
+// object is the policy as Events refer to it (metadata only).
+func (np *cachedNetworkPolicy) object() *networkingv1.NetworkPolicy {
+	return &networkingv1.NetworkPolicy{ObjectMeta: np.ObjectMeta}
+}
+
+// GetObjectKind implements runtime.Object.
+func (np *cachedNetworkPolicy) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
+// DeepCopyObject implements runtime.Object (the compilation is immutable).
+func (np *cachedNetworkPolicy) DeepCopyObject() runtime.Object {
+	c := *np
+	np.ObjectMeta.DeepCopyInto(&c.ObjectMeta)
+	return &c
 }
 
 // slimMeta keeps the metadata fields the controller or the informers read.
