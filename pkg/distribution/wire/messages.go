@@ -103,9 +103,9 @@ type Update struct {
 
 	// AddressGroups are sent whole; AddressGroupPatches change the members
 	// of a group the node already holds.
-	AddressGroups        []*model.AddressGroup `json:"addressGroups,omitempty"`
-	AddressGroupPatches  []AddressGroupPatch   `json:"addressGroupPatches,omitempty"`
-	DeletedAddressGroups []string              `json:"deletedAddressGroups,omitempty"`
+	AddressGroups        AddressGroups       `json:"addressGroups,omitempty"`
+	AddressGroupPatches  []AddressGroupPatch `json:"addressGroupPatches,omitempty"`
+	DeletedAddressGroups []string            `json:"deletedAddressGroups,omitempty"`
 }
 
 // Empty reports whether the update changes nothing.
