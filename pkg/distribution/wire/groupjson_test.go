@@ -66,3 +66,43 @@ func TestAddressGroupsEncodeAsPlainJSON(t *testing.T) {
 }
 
 func weakKey(g *model.AddressGroup) weak.Pointer[model.AddressGroup] { return weak.Make(g) }
+
+// TestEncodedUpdateIsTheCodecsEncoding: a message made from EncodeUpdate's
+// bytes (address groups spliced in) decodes exactly as the codec's own
+// encoding of the Update does.
+func TestEncodedUpdateIsTheCodecsEncoding(t *testing.T) {
+	big := &model.AddressGroup{Meta: model.Meta{ID: "ag-big", Generation: 1}}
+	for i := 0; i < cachedGroupMembers; i++ {
+		big.Members = append(big.Members, model.GroupMember{Node: fmt.Sprintf("n%d", i), IPs: []netip.Addr{netip.AddrFrom4([4]byte{10, 2, byte(i >> 8), byte(i)})}})
+	}
+	u := &Update{Epoch: "e", Version: 7, DeletedPolicies: []string{"p"},
+		AddressGroups:        AddressGroups{{Meta: model.Meta{ID: "ag", Generation: 2}, Selector: "x"}, big},
+		AddressGroupPatches:  []AddressGroupPatch{{ID: "ag2", Removed: []string{"k"}}},
+		DeletedAddressGroups: []string{"ag3"}}
+	data, _, err := EncodeUpdate(u, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pre, err := jsonCodec{}.Marshal(EncodedUpdate(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := jsonCodec{}.Marshal(&ServerMessage{Update: u})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back, viaCodec ServerMessage
+	if err := (jsonCodec{}).Unmarshal(pre, &back); err != nil {
+		t.Fatal(err)
+	}
+	if err := (jsonCodec{}).Unmarshal(want, &viaCodec); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(back, viaCodec) || len(back.Update.AddressGroups) != 2 || len(back.Update.AddressGroupPatches) != 1 {
+		t.Fatalf("pre-encoded message decodes to %+v, the codec's to %+v", back.Update, viaCodec.Update)
+	}
+	without, _, err := EncodeUpdate(&Update{Epoch: "e", Version: 8}, 1<<20)
+	if err != nil || string(without) != `{"epoch":"e","version":8}` {
+		t.Fatalf("an update without groups encodes as %s (%v)", without, err)
+	}
+}
