@@ -29,18 +29,23 @@
 //     same flows into a fresh bridge.
 //   - BenchmarkDatapathThroughput: iperf3 between two pods with no policy
 //     and with 1000 rules realized.
-//   - BenchmarkFanout: datapath-less agents (pkg/agent/nodatapath) connected to
-//     the real distribution server; time until all have a policy change.
+//   - BenchmarkFanout: datapath-less agents (pkg/agent/nodatapath), in a
+//     process of their own (TestMain starts this binary as that process),
+//     connected to the real distribution server; time until all have a
+//     policy change, and the controller's memory.
 //   - BenchmarkE2ELatency: the simulated cluster (test/testbed) with the
 //     real controller and agents (test/e2e/framework); time from a policy
-//     change's API write until its flows are on every node bridge that
-//     needs them.
+//     change's API write until an OpenFlow flow monitor on every node
+//     bridge that needs the change reports its flows.
 //   - BenchmarkServiceProxy: 10,000 Services (quick: 1,000) in a real
 //     kube-apiserver, watched and realized by the agent's Service proxy
 //     into a real bridge: first realization, flows and groups per
 //     Service, EndpointSlice change → flows acknowledged, and connection
 //     setup rate and iperf3 throughput through a ClusterIP against the
 //     pod's address in one run.
+//
+// test/bench/shapes holds the controller's benchmarks on Antrea's harness
+// (BenchmarkControllerFromInformerStart, BenchmarkInformersOnly).
 //
 // Drivers print progress lines starting with "bench: " on stdout (the
 // generator shows them while the driver runs). Drivers that need the
