@@ -23,7 +23,7 @@ func testCyclonus(t *testing.T) {
 	}
 	for _, dest := range []string{"pod-ip", "service-name"} {
 		t.Run(dest, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Minute)
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Hour)
 			defer cancel()
 			res, err := cyclonus.Run{Kubeconfig: env.c.Kubeconfig, Destination: dest, Dir: env.out}.Generate(ctx, bin)
 			if res != nil {
