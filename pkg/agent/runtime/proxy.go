@@ -111,6 +111,9 @@ func (d *ovsDatapath) applyServicesLocked(ctx context.Context) (*proxy.Output, e
 	}
 	d.svcComp.Commit()
 	d.svcOut = out
+	if len(out.Flushes) > 0 {
+		d.log.Info("service proxy: ending the connections of removed endpoints and frontends", "flushes", fmt.Sprint(out.Flushes))
+	}
 	if err := d.of.FlushConntrack(ctx, out.Flushes...); err != nil {
 		// Connections to endpoints that left go on until they end by
 		// themselves (OVS before 3.1 has no NXT_CT_FLUSH).
