@@ -138,6 +138,33 @@ type ConntrackFlush struct {
 	Reply   ConntrackTuple
 }
 
+// String names what f selects, e.g. "zone 7 proto 6 orig dst
+// 10.96.0.10:80 reply src 10.244.1.5:8080" (unset fields left out).
+func (f ConntrackFlush) String() string {
+	s := fmt.Sprintf("zone %d", f.Zone)
+	if f.IPProto != 0 {
+		s += fmt.Sprintf(" proto %d", f.IPProto)
+	}
+	for _, t := range []struct {
+		name string
+		t    ConntrackTuple
+	}{{"orig", f.Orig}, {"reply", f.Reply}} {
+		for _, e := range []struct {
+			name string
+			ip   netip.Addr
+			port uint16
+		}{{"src", t.t.Src, t.t.SrcPort}, {"dst", t.t.Dst, t.t.DstPort}} {
+			switch {
+			case e.ip.IsValid():
+				s += fmt.Sprintf(" %s %s %s", t.name, e.name, netip.AddrPortFrom(e.ip, e.port))
+			case e.port != 0:
+				s += fmt.Sprintf(" %s %s port %d", t.name, e.name, e.port)
+			}
+		}
+	}
+	return s
+}
+
 // nxtCtFlush is the Nicira NXT_CT_FLUSH message subtype (OVS 3.1).
 const nxtCtFlush = 32
 

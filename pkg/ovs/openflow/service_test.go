@@ -180,3 +180,12 @@ func TestFlushConntrack(t *testing.T) {
 		t.Fatal("a port without a protocol was accepted")
 	}
 }
+
+// TestConntrackFlushString: the agent logs each flush by this text.
+func TestConntrackFlushString(t *testing.T) {
+	f := openflow.ConntrackFlush{Zone: 7, IPProto: 6, Orig: openflow.ConntrackTuple{Dst: netip.MustParseAddr("10.96.0.10"), DstPort: 80},
+		Reply: openflow.ConntrackTuple{Src: netip.MustParseAddr("10.244.1.5"), SrcPort: 8080}}
+	if got, want := f.String(), "zone 7 proto 6 orig dst 10.96.0.10:80 reply src 10.244.1.5:8080"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
