@@ -77,6 +77,12 @@
 // (same OpenFlow port), addresses and routes, and changes only what
 // differs. Stopping the agent leaves gateway and routes in place, as it
 // leaves flows in place, so a rolling update does not cut the node off.
+// The agent's pipeline does not wait for the first sync either:
+// AdoptGateway reads the gateway the previous run left (its port from
+// OVSDB, its addresses and MAC from the kernel) before the agent applies
+// anything, so its first realization (the saved state, while the
+// controller or the API server may be unreachable) keeps the gateway's
+// flows; the first sync then corrects what changed.
 //
 // # Not done here
 //

@@ -51,6 +51,10 @@ type Options struct {
 	// addresses change (pipeline.Gateway{} never: once up, a gateway stays
 	// until a new one is ready). The agent rebuilds its pipeline with it.
 	OnGateway func(pipeline.Gateway)
+	// Adopted is the gateway the pipeline started with (AdoptGateway):
+	// Status reports it until the first sync, and OnGateway is called
+	// only when a sync finds a different one.
+	Adopted pipeline.Gateway
 	// Resync is how often everything is re-applied even without a Node
 	// event, repairing routes or addresses changed behind the agent's back
 	// (default 30s); RetryInterval after a failure (default 2s).
@@ -111,7 +115,8 @@ func New(o Options) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Manager{o: o, log: o.Logger.With("component", "nodenet"), host: h, kick: make(chan struct{}, 1)}, nil
+	return &Manager{o: o, log: o.Logger.With("component", "nodenet"), host: h, kick: make(chan struct{}, 1),
+		status: Status{Gateway: o.Adopted}}, nil
 }
 
 // Status returns the outcome of the last sync.
@@ -259,6 +264,9 @@ func (m *Manager) sync(ctx context.Context, nodes []*corev1.Node) error {
 	return errors.Join(rerr, lerr)
 }
 
+// gatewayKey marks the gateway's OVS port as the agent's (external_ids).
+const gatewayKey = "tierflow.io/gateway"
+
 // ensureGateway creates (or adopts) the gateway's internal port, waits for
 // its OpenFlow port and configures its addresses.
 func (m *Manager) ensureGateway(ctx context.Context, local Node) (pipeline.Gateway, error) {
@@ -266,7 +274,7 @@ func (m *Manager) ensureGateway(ctx context.Context, local Node) (pipeline.Gatew
 	if err := m.o.OVSDB.AddPort(ctx, m.o.Bridge, ovsdb.PortConfig{Name: name, Type: ovsdb.PortInternal,
 		// Not a tierflow.io/role key: the port watcher only tracks pods
 		// and the uplink, and must not mistake the gateway for either.
-		ExternalIDs: map[string]string{"tierflow.io/managed-by": "tierflow-agent", "tierflow.io/gateway": "true"}}); err != nil {
+		ExternalIDs: map[string]string{"tierflow.io/managed-by": "tierflow-agent", gatewayKey: "true"}}); err != nil {
 		return pipeline.Gateway{}, fmt.Errorf("gateway port %s on %s: %w", name, m.o.Bridge, err)
 	}
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)

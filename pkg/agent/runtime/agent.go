@@ -228,7 +228,9 @@ func (a *Agent) nodeNetwork(d *ovsDatapath) (*nodenet.Manager, error) {
 	return nodenet.New(nodenet.Options{
 		Kube: kube, NodeName: a.cfg.NodeName, OVSDB: d.db, Bridge: a.cfg.BridgeName,
 		GatewayName: a.cfg.NodeNetwork.GatewayName, MTU: a.cfg.CNI.MTU, NetNS: a.opts.NodeNetNS,
-		Masquerade:    a.cfg.NodeNetwork.Masquerade,
+		Masquerade: a.cfg.NodeNetwork.Masquerade,
+		// The gateway openOVS adopted: the pipeline already has it.
+		Adopted:       d.wantGatewayNow(),
 		RetryInterval: a.opts.RetryInterval, Logger: a.log,
 		OnGateway: func(gw pipeline.Gateway) {
 			d.setGateway(gw)
@@ -340,7 +342,7 @@ func (a *Agent) loop(ctx context.Context) {
 				a.realizeBounded(ctx, "retry")
 			}
 		case <-check.C:
-			if d := a.datapath(); d != nil && a.Ready() {
+			if d := a.datapath(); d != nil && a.realizedOnce() {
 				d.check(ctx)
 			}
 		}
@@ -481,8 +483,31 @@ func equalStrings(a, b []string) bool {
 	return true
 }
 
-// Ready reports whether the datapath enforces a complete state.
+// Ready reports whether the agent does its job: the datapath enforces a
+// complete state and, in noEncap mode, the pipeline has the gateway
+// (without it pods reach nothing beyond their node). /readyz, the
+// agent_ready metric and the query API's status say this.
 func (a *Agent) Ready() bool {
+	ok, _ := a.readiness()
+	return ok
+}
+
+// readiness is Ready with the reason when not.
+func (a *Agent) readiness() (bool, string) {
+	a.mu.Lock()
+	ready := a.ready
+	a.mu.Unlock()
+	if !ready {
+		return false, "no complete policy state enforced yet"
+	}
+	if d := a.datapath(); d != nil && !d.hasGateway() {
+		return false, "no gateway yet: pods reach nothing beyond the node (see the node network status)"
+	}
+	return true, ""
+}
+
+// realizedOnce reports whether a complete state has been realized.
+func (a *Agent) realizedOnce() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.ready

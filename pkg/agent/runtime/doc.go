@@ -9,14 +9,19 @@
 //  0. Serve /healthz, /readyz, /metrics and the query socket, and connect
 //     to OVS with backoff: ovs-vswitchd starts with the agent (another
 //     container of its pod), and waiting must not look like a dead agent.
-//     /readyz succeeds once a complete state is enforced.
+//     /readyz succeeds once a complete state is enforced and, in noEncap
+//     mode, the pipeline has the gateway.
 //  1. Ensure the bridge (create or adopt; fail_mode=secure, so a bridge
 //     without flows passes nothing) and start the port watcher, which maps
 //     pods to OpenFlow ports from the CNI plugin's interface external_ids.
 //  2. Connect OpenFlow and start the realizer: on a bridge holding a previous
 //     run's flows those keep enforcing until the first state replaces them
 //     atomically; on a fresh bridge a pipeline that classifies no pod is
-//     installed (no pod traffic before the first complete state).
+//     installed (no pod traffic before the first complete state). In
+//     noEncap mode the realizer starts with the gateway a previous run
+//     left (nodenet.AdoptGateway): the first realization must not drop
+//     the gateway's flows while the Node informer syncs, or for as long
+//     as the API server is unreachable.
 //  3. Run the distribution client. It first loads the saved state and
 //     applies it as a complete state, before dialling the controller, so an
 //     agent (re)starting while the controller is down enforces the last

@@ -49,27 +49,27 @@ type simNode struct {
 	tokenDir string
 }
 
-// TestNoEncapTwoNodes runs two nodes the way a real cluster does in noEncap
-// mode: pods attached by the real tierflow-cni with the configuration
-// tierflow-install-cni writes (default route via the gateway), agents
-// watching Node objects with the agent's RBAC from manifests/, kernel
-// routes between the nodes. It checks pod-to-pod traffic across nodes
-// (TCP and UDP, IPv4 and IPv6), node-to-pod traffic, a NetworkPolicy
-// enforced at the destination node (the node's own traffic still passes,
-// another node's does not), a gateway port that cannot be created (nothing
-// leaves the node until it can), an agent restart (gateway and routes
-// unchanged), a Node without pod CIDRs (ignored), and a deleted Node (its
-// route goes).
-func TestNoEncapTwoNodes(t *testing.T) {
-	c := livecluster.New(t)
-	kubeconfig := agentKubeconfig(t, c)
-	cniBin := buildCNI(t)
-	ctx := context.Background()
+// noEncapBed is two simulated noEncap nodes (see simNode) on a real
+// kube-apiserver, with their Node objects, the agents' RBAC and the
+// tierflow-cni binaries; the controller and agents are started by the
+// test.
+type noEncapBed struct {
+	c *livecluster.Cluster
+	// kubeconfig authenticates as the agents' service account.
+	kubeconfig string
+	cniBin     string
+	n1, n2     *simNode
+}
 
+func newNoEncapBed(t *testing.T) *noEncapBed {
+	t.Helper()
+	c := livecluster.New(t)
+	bed := &noEncapBed{c: c, kubeconfig: agentKubeconfig(t, c), cniBin: buildCNI(t)}
 	n1 := &simNode{name: "nn-1", ip4: netip.MustParsePrefix("192.168.77.1/24"), ip6: netip.MustParsePrefix("fd00:77::1/64"),
 		podCIDRs: []string{"10.77.1.0/24", "fd00:77:1::/64"}}
 	n2 := &simNode{name: "nn-2", ip4: netip.MustParsePrefix("192.168.77.2/24"), ip6: netip.MustParsePrefix("fd00:77::2/64"),
 		podCIDRs: []string{"10.77.2.0/24", "fd00:77:2::/64"}}
+	bed.n1, bed.n2 = n1, n2
 	nodes := []*simNode{n1, n2}
 	for _, n := range nodes {
 		n.env = ovsenv.Start(t, ovsenv.WithOwnNetns())
@@ -101,14 +101,50 @@ func TestNoEncapTwoNodes(t *testing.T) {
 		}
 		n.cniConf = pluginConf(t, conf, filepath.Join(c.Dir, n.name+"-ipam"))
 	}
+	return bed
+}
+
+// attach attaches a pod on n with tierflow-cni and creates its Pod.
+func (bed *noEncapBed) attach(t *testing.T, n *simNode, name string, labels map[string]string) *ovsenv.Pod {
+	t.Helper()
+	return attachPod(t, bed.c, n, bed.cniBin, name, labels)
+}
+
+// startAgent runs n's agent in noEncap mode with the given kubeconfig
+// (bed.kubeconfig, or one pointing nowhere: the API server unreachable).
+func (bed *noEncapBed) startAgent(t *testing.T, n *simNode, zone uint16, kubeconfig string) *livecluster.Agent {
+	t.Helper()
+	opts := bed.c.AgentOptions(n.env, n.br, n.name, n.tokenDir, zone)
+	opts.Config.NodeNetwork.Mode = config.NodeNetworkNoEncap
+	opts.Config.Kubeconfig = kubeconfig
+	opts.NodeNetNS = n.env.NetnsPath()
+	return livecluster.StartAgent(t, n.name, opts)
+}
+
+// TestNoEncapTwoNodes runs two nodes the way a real cluster does in noEncap
+// mode: pods attached by the real tierflow-cni with the configuration
+// tierflow-install-cni writes (default route via the gateway), agents
+// watching Node objects with the agent's RBAC from manifests/, kernel
+// routes between the nodes. It checks pod-to-pod traffic across nodes
+// (TCP and UDP, IPv4 and IPv6), node-to-pod traffic, a NetworkPolicy
+// enforced at the destination node (the node's own traffic still passes,
+// another node's does not), a gateway port that cannot be created (nothing
+// leaves the node until it can), an agent restart (gateway and routes
+// unchanged), a Node without pod CIDRs (ignored), and a deleted Node (its
+// route goes).
+func TestNoEncapTwoNodes(t *testing.T) {
+	bed := newNoEncapBed(t)
+	c, n1, n2 := bed.c, bed.n1, bed.n2
+	ctx := context.Background()
+
 	// A node that has no pod CIDRs yet: the agents route nothing to it.
 	if _, err := c.Kube.Kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "nn-unallocated"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 
-	a := attachPod(t, c, n1, cniBin, "a", map[string]string{"app": "a"})
-	b := attachPod(t, c, n2, cniBin, "b", map[string]string{"app": "b"})
-	cc := attachPod(t, c, n1, cniBin, "c", map[string]string{"app": "c", "role": "friend"})
+	a := bed.attach(t, n1, "a", map[string]string{"app": "a"})
+	b := bed.attach(t, n2, "b", map[string]string{"app": "b"})
+	cc := bed.attach(t, n1, "c", map[string]string{"app": "c", "role": "friend"})
 	servers := map[*ovsenv.Pod]*ovsenv.Server{}
 	for _, p := range []*ovsenv.Pod{a, b, cc} {
 		servers[p] = p.ListenTCP(8080)
@@ -124,18 +160,10 @@ func TestNoEncapTwoNodes(t *testing.T) {
 	// exists.
 	mustRun(t, "ip", "-n", n2.env.Netns(), "link", "add", "tierflow-gw0", "type", "veth", "peer", "name", "tfnn-squatter")
 
-	ctrl := c.StartController(t)
-	_ = ctrl
-	start := func(n *simNode, zone uint16) *livecluster.Agent {
-		opts := c.AgentOptions(n.env, n.br, n.name, n.tokenDir, zone)
-		opts.Config.NodeNetwork.Mode = config.NodeNetworkNoEncap
-		opts.Config.Kubeconfig = kubeconfig
-		opts.NodeNetNS = n.env.NetnsPath()
-		return livecluster.StartAgent(t, n.name, opts)
-	}
+	c.StartController(t)
+	start := func(n *simNode, zone uint16) *livecluster.Agent { return bed.startAgent(t, n, zone, bed.kubeconfig) }
 	ag1, ag2 := start(n1, 1), start(n2, 2)
 	ag1.RealizedOn(t)
-	ag2.RealizedOn(t)
 
 	// Node 1 is fully up: gateway and a route to node 2.
 	livecluster.Eventually(t, 60*time.Second, "node 1 gateway and routes", func() error {
@@ -153,7 +181,9 @@ func TestNoEncapTwoNodes(t *testing.T) {
 		{b, a, 8080, "tcp", false},
 		{a, cc, 8080, "tcp", true},
 	}...)
-	// The agent says why (query socket, as tierctl reads it).
+	// The agent says why (query socket, as tierctl reads it), and it is
+	// not ready: it enforces its policies, but its pods reach nothing
+	// beyond the node.
 	livecluster.Eventually(t, 30*time.Second, "node 2's gateway error in the agent status", func() error {
 		st, err := ag2.Q.Status(ctx)
 		if err != nil {
@@ -161,6 +191,12 @@ func TestNoEncapTwoNodes(t *testing.T) {
 		}
 		if st.NodeNetwork == nil || st.NodeNetwork.GatewayPort != 0 || !strings.Contains(st.NodeNetwork.Error, "gateway port tierflow-gw0") {
 			return fmt.Errorf("node network status %+v", st.NodeNetwork)
+		}
+		if st.LastRealization.IsZero() {
+			return errors.New("nothing realized yet")
+		}
+		if st.Ready {
+			return errors.New("ready without a gateway")
 		}
 		return nil
 	})
@@ -174,6 +210,7 @@ func TestNoEncapTwoNodes(t *testing.T) {
 		return checkNodeNet(n2, []string{"10.77.2.1/24", "fd00:77:2::1/64"},
 			[]string{"10.77.1.0/24 via 192.168.77.1", "fd00:77:1::/64 via fd00:77::1"})
 	})
+	ag2.RealizedOn(t)
 
 	all := []flow{
 		{a, b, 8080, "tcp", true},

@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/tierflow/tierflow/pkg/agent/flowsync"
+	"github.com/tierflow/tierflow/pkg/agent/nodenet"
 	"github.com/tierflow/tierflow/pkg/agent/pipeline"
 	"github.com/tierflow/tierflow/pkg/agent/policyflows"
 	"github.com/tierflow/tierflow/pkg/agent/realizer"
@@ -55,7 +56,12 @@ type ovsDatapath struct {
 }
 
 // openOVS ensures the bridge, starts watching its ports (onPorts is called
-// on every change) and starts the realizer.
+// on every change) and starts the realizer. In routed mode (noEncap) the
+// realizer starts with the gateway a previous run left on the node
+// (nodenet.AdoptGateway), so that a restarted agent's first realization
+// keeps the node's pods connected; without one it starts without a
+// gateway (pods reach only local pods: nothing is opened before the
+// gateway is ready).
 func openOVS(ctx context.Context, o *Options, log *slog.Logger, m *agentMetrics, onPorts func()) (*ovsDatapath, error) {
 	cfg := o.Config
 	d := &ovsDatapath{node: cfg.NodeName, bridge: cfg.BridgeName, zone: o.CtZone, log: log, m: m,
@@ -102,13 +108,27 @@ func openOVS(ctx context.Context, o *Options, log *slog.Logger, m *agentMetrics,
 		d.close()
 		return nil, err
 	}
-	// In routed mode the first realizer has no gateway yet (pods reach
-	// only local pods: nothing is opened before the gateway is ready).
-	if err := d.startRealizer(ctx, uplink, pipeline.Gateway{}); err != nil {
+	if d.routed {
+		d.wantGateway = adoptGateway(o, db, log)
+	}
+	if err := d.startRealizer(ctx, uplink, d.wantGateway); err != nil {
 		d.close()
 		return nil, err
 	}
 	return d, nil
+}
+
+// adoptGateway is the gateway a previous run left (zero: none usable).
+func adoptGateway(o *Options, db *ovsdb.Client, log *slog.Logger) pipeline.Gateway {
+	gw, ok, err := nodenet.AdoptGateway(nodenet.Options{OVSDB: db, Bridge: o.Config.BridgeName,
+		GatewayName: o.Config.NodeNetwork.GatewayName, NetNS: o.NodeNetNS})
+	switch {
+	case err != nil:
+		log.Warn("cannot read the gateway a previous run left; starting without one", "err", err)
+	case ok:
+		log.Info("gateway adopted", "interface", o.Config.NodeNetwork.GatewayName, "ofport", gw.Port, "addresses", gw.IPs)
+	}
+	return gw
 }
 
 // startRealizer replaces the realizer by one for uplink port uplink and
@@ -134,6 +154,15 @@ func (d *ovsDatapath) setGateway(gw pipeline.Gateway) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.wantGateway = gw
+}
+
+// hasGateway reports whether the pipeline has a gateway, or needs none
+// (uplink mode): in routed mode without one, pods reach nothing beyond
+// their node.
+func (d *ovsDatapath) hasGateway() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return !d.routed || d.gateway.Port != 0
 }
 
 func (d *ovsDatapath) current() *realizer.Realizer {
@@ -392,4 +421,11 @@ func (r *recordingInstaller) installed(round uint8) []openflow.Flow {
 		}
 	}
 	return out
+}
+
+// wantGatewayNow is the gateway the next realization uses.
+func (d *ovsDatapath) wantGatewayNow() pipeline.Gateway {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.wantGateway
 }
