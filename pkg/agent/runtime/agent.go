@@ -67,6 +67,10 @@ type Agent struct {
 
 	kick chan struct{} // asks the loop to realize again (ports changed)
 
+	kubeOnce   sync.Once
+	kubeClient kubernetes.Interface
+	kubeErr    error
+
 	// realizeMu serializes realizations; mu guards the fields below.
 	realizeMu sync.Mutex
 	mu        sync.Mutex
@@ -210,20 +214,9 @@ func (a *Agent) Run(ctx context.Context) error {
 // the gateway port and the routes to other nodes, and hands the gateway to
 // the datapath, which rebuilds its pipeline with it.
 func (a *Agent) nodeNetwork(d *ovsDatapath) (*nodenet.Manager, error) {
-	var rc *rest.Config
-	var err error
-	if a.cfg.Kubeconfig != "" {
-		rc, err = clientcmd.BuildConfigFromFlags("", a.cfg.Kubeconfig)
-	} else {
-		rc, err = rest.InClusterConfig()
-	}
+	kube, err := a.kube()
 	if err != nil {
-		return nil, fmt.Errorf("node network %s: Kubernetes client configuration: %w", a.cfg.NodeNetwork.Mode, err)
-	}
-	rc.UserAgent = "tierflow-agent"
-	kube, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("node network %s: %w", a.cfg.NodeNetwork.Mode, err)
 	}
 	return nodenet.New(nodenet.Options{
 		Kube: kube, NodeName: a.cfg.NodeName, OVSDB: d.db, Bridge: a.cfg.BridgeName,
@@ -237,6 +230,28 @@ func (a *Agent) nodeNetwork(d *ovsDatapath) (*nodenet.Manager, error) {
 			a.requestRealize()
 		},
 	})
+}
+
+// kube returns the agent's Kubernetes client (built once): the kubeconfig
+// of the configuration, else the in-cluster service account. Only the
+// noEncap node network (Nodes) and the metrics port's authorization
+// (TokenReview, SubjectAccessReview) use it.
+func (a *Agent) kube() (kubernetes.Interface, error) {
+	a.kubeOnce.Do(func() {
+		var rc *rest.Config
+		if a.cfg.Kubeconfig != "" {
+			rc, a.kubeErr = clientcmd.BuildConfigFromFlags("", a.cfg.Kubeconfig)
+		} else {
+			rc, a.kubeErr = rest.InClusterConfig()
+		}
+		if a.kubeErr != nil {
+			a.kubeErr = fmt.Errorf("Kubernetes client configuration: %w", a.kubeErr)
+			return
+		}
+		rc.UserAgent = "tierflow-agent"
+		a.kubeClient, a.kubeErr = kubernetes.NewForConfig(rc)
+	})
+	return a.kubeClient, a.kubeErr
 }
 
 // openOVS connects to OVS, retrying with backoff until it succeeds or ctx

@@ -44,7 +44,10 @@
 // TokenReviewAuthenticator reviews it and takes the node from the token's
 // binding (see its doc): a token is only ever good for the node its pod
 // runs on, so node A's token cannot receive node B's objects. The node is
-// never taken from anything the agent says.
+// never taken from anything the agent says. An open stream's token is
+// reviewed again every ReauthInterval (bypassing the authenticator's
+// cache, see Rechecker) and at its expiry; the stream ends when the token
+// is refused (its pod deleted) or names another node.
 //
 // # Realization
 //

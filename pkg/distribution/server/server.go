@@ -53,6 +53,12 @@ type Options struct {
 	ReplayWindow int
 	// HelloTimeout bounds the wait for an agent's Hello. Default 10s.
 	HelloTimeout time.Duration
+	// ReauthInterval bounds how long an open stream's token goes
+	// unchecked: it is reviewed again at random between half and all of
+	// it after the last review (so a controller's streams spread their
+	// reviews), and at its expiry. A stream whose token is no longer
+	// accepted ends. Default 1m.
+	ReauthInterval time.Duration
 	// OnReport and OnSummary receive realization results; called without
 	// the server's locks held, one at a time. They must return quickly
 	// (queue the work): OnSummary runs on the dispatch path.
@@ -122,6 +128,9 @@ func New(src Source, auth Authenticator, opts Options) *Server {
 	}
 	if opts.HelloTimeout <= 0 {
 		opts.HelloTimeout = 10 * time.Second
+	}
+	if opts.ReauthInterval <= 0 {
+		opts.ReauthInterval = time.Minute
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()

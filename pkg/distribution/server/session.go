@@ -121,7 +121,7 @@ func (s *Server) markFull(ss *session, reason string) {
 // Sync serves one agent's stream (wire.SyncServer).
 func (s *Server) Sync(stream wire.ServerStream) error {
 	ctx := stream.Context()
-	node, err := s.authenticate(ctx)
+	node, token, err := s.authenticate(ctx)
 	if err != nil {
 		s.m.authFailures.Inc()
 		s.log.Info("agent refused", "err", err)
@@ -184,7 +184,24 @@ func (s *Server) Sync(stream wire.ServerStream) error {
 	}()
 
 	go s.receiveReports(connCtx, cancel, stream, ss, myConn)
-	return s.sendUpdates(connCtx, stream, ss, myConn)
+	// The token is checked again while the stream is open: a stream must
+	// not outlive its token, nor the agent pod it is bound to.
+	authLost := make(chan error, 1)
+	go func() {
+		if err := s.keepAuthenticated(connCtx, node, token); err != nil {
+			s.m.authFailures.Inc()
+			s.log.Info("agent stream ends: no longer authenticated", "node", node, "err", err)
+			authLost <- err
+			cancel()
+		}
+	}()
+	err = s.sendUpdates(connCtx, stream, ss, myConn)
+	select {
+	case lost := <-authLost:
+		return lost
+	default:
+		return err
+	}
 }
 
 func (s *Server) recvHello(stream wire.ServerStream) (*wire.Hello, error) {
