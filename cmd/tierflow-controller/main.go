@@ -186,11 +186,12 @@ func run(ctx context.Context, c *config.Controller, log *slog.Logger) error {
 	// notifies the controller of changes: the notifier ties the two.
 	notifier := &statusbridge.Notifier{}
 	srv := server.New(engine, authn, server.Options{
-		OnSummary:      notifier.Sink,
-		Ready:          serving,
-		ReauthInterval: c.AgentReauthInterval,
-		Registerer:     registry,
-		Logger:         log.With("component", "distribution"),
+		OnSummary:              notifier.Sink,
+		Ready:                  serving,
+		ReauthInterval:         c.AgentReauthInterval,
+		MaxConcurrentFullSyncs: c.AgentMaxConcurrentFullSyncs,
+		Registerer:             registry,
+		Logger:                 log.With("component", "distribution"),
 	})
 	ctl, err = controller.New(controller.Config{
 		Kube: kube, Policy: policy, Engine: engine, Identity: c.Identity,

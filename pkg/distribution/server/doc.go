@@ -31,6 +31,14 @@
 // process, an older version, a lost queue — gets a Full update built from
 // the current state.
 //
+// # Chunks and full-sync slots
+//
+// To agents that reassemble them (wire.Hello.Chunks), updates larger than
+// ChunkSize go as wire.Chunks. A full update is built and sent only while
+// holding one of MaxConcurrentFullSyncs slots: after a controller restart
+// the agents wait their turn, connected, instead of every node's encoded
+// state being in memory at once. A slot is held at most FullSyncTimeout.
+//
 // # Slow agents
 //
 // Updates are queued per session without blocking; one goroutine per
