@@ -4,11 +4,11 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"sort"
 
 	"github.com/vishvananda/netlink"
 
 	"github.com/tierflow/tierflow/pkg/agent/pipeline"
+	"github.com/tierflow/tierflow/pkg/model"
 )
 
 // AdoptGateway returns the gateway a previous run of the agent left on the node,
@@ -58,12 +58,7 @@ func AdoptGateway(o Options) (gw pipeline.Gateway, ok bool, err error) {
 	if !isGatewayPrefixes(prefixes) || len(mac) != 6 {
 		return gw, false, nil
 	}
-	gw = pipeline.Gateway{Port: uint32(*iface.OFPort), MAC: mac}
-	for _, p := range prefixes {
-		gw.IPs = append(gw.IPs, p.Addr())
-	}
-	sort.Slice(gw.IPs, func(i, j int) bool { return gw.IPs[i].Less(gw.IPs[j]) })
-	return gw, true, nil
+	return gatewayOf(uint32(*iface.OFPort), mac, prefixes), true, nil
 }
 
 // isGatewayPrefixes reports whether ps is what GatewayPrefixes makes of
@@ -74,7 +69,7 @@ func isGatewayPrefixes(ps []netip.Prefix) bool {
 		return false
 	}
 	for _, p := range ps {
-		if p.Bits() > p.Addr().BitLen()-2 || p.Masked().Addr().Next() != p.Addr() {
+		if model.NodeGatewayAddress(p) != p.Addr() {
 			return false
 		}
 	}

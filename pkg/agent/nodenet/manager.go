@@ -1,11 +1,11 @@
 package nodenet
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"slices"
 	"sort"
@@ -51,6 +51,12 @@ type Options struct {
 	// addresses change (pipeline.Gateway{} never: once up, a gateway stays
 	// until a new one is ready). The agent rebuilds its pipeline with it.
 	OnGateway func(pipeline.Gateway)
+	// KubeProxyMasqueradeBit is kube-proxy's --iptables-masquerade-bit
+	// (config nodeNetwork.kubeProxyMasqueradeBit): connections kube-proxy
+	// marks with it that the host forwards into the gateway get the
+	// node's InternalIP as source, not the gateway's address (see
+	// natRules).
+	KubeProxyMasqueradeBit int
 	// Adopted is the gateway the pipeline started with (AdoptGateway):
 	// Status reports it until the first sync, and OnGateway is called
 	// only when a sync finds a different one.
@@ -226,7 +232,7 @@ func (m *Manager) sync(ctx context.Context, nodes []*corev1.Node) error {
 		return err
 	}
 	m.mu.Lock()
-	changed := !sameGateway(m.status.Gateway, gw)
+	changed := !m.status.Gateway.Equal(gw)
 	m.status.Gateway = gw
 	m.mu.Unlock()
 	if changed {
@@ -245,10 +251,30 @@ func (m *Manager) sync(ctx context.Context, nodes []*corev1.Node) error {
 	for _, n := range others {
 		cluster = append(cluster, n.PodCIDRs...)
 	}
-	if err := m.host.syncMasquerade(m.o.Masquerade, local.PodCIDRs, cluster, m.o.GatewayName); err != nil {
-		rerr = errors.Join(rerr, err)
+	for _, v4 := range []bool{true, false} {
+		nc := natConfig{local: local.PodCIDRs, cluster: cluster, gateway: m.o.GatewayName,
+			kubeProxyMark: 1 << m.o.KubeProxyMasqueradeBit, masquerade: m.o.Masquerade}
+		for _, ip := range local.InternalIPs {
+			if ip.Is4() == v4 {
+				nc.nodeIP = ip
+			}
+		}
+		if !nc.nodeIP.IsValid() && hasFamily(local.PodCIDRs, v4) {
+			m.log.Warn("the node has no InternalIP of a family of its pod CIDRs: connections kube-proxy masquerades into the gateway keep the gateway's address and reach pods as the node itself",
+				"ipv4", v4)
+		}
+		if err := m.host.syncNAT(nc, v4); err != nil {
+			rerr = errors.Join(rerr, err)
+		}
 	}
 	installed, lerr := m.host.routes()
+	var remote []remoteRoute
+	for _, r := range installed {
+		remote = append(remote, remoteRoute{dst: r.Dst, iface: r.Iface})
+	}
+	if err := m.host.syncSpoofGuard(local.PodCIDRs, m.o.GatewayName, remote); err != nil {
+		rerr = errors.Join(rerr, err)
+	}
 	byDst := map[netip.Prefix]string{}
 	for _, r := range routes {
 		byDst[r.Dst] = r.Node
@@ -294,16 +320,20 @@ func (m *Manager) ensureGateway(ctx context.Context, local Node) (pipeline.Gatew
 	if err != nil {
 		return pipeline.Gateway{}, err
 	}
+	return gatewayOf(port, mac, prefixes), nil
+}
+
+// gatewayOf is the pipeline's gateway with its addresses (the prefixes'
+// addresses) and pod CIDRs (their networks), each sorted.
+func gatewayOf(port uint32, mac net.HardwareAddr, prefixes []netip.Prefix) pipeline.Gateway {
 	gw := pipeline.Gateway{Port: port, MAC: mac}
 	for _, p := range prefixes {
 		gw.IPs = append(gw.IPs, p.Addr())
+		gw.PodCIDRs = append(gw.PodCIDRs, p.Masked())
 	}
 	sort.Slice(gw.IPs, func(i, j int) bool { return gw.IPs[i].Less(gw.IPs[j]) })
-	return gw, nil
-}
-
-func sameGateway(a, b pipeline.Gateway) bool {
-	return a.Port == b.Port && slices.Equal(a.IPs, b.IPs) && bytes.Equal(a.MAC, b.MAC)
+	sort.Slice(gw.PodCIDRs, func(i, j int) bool { return gw.PodCIDRs[i].Addr().Less(gw.PodCIDRs[j].Addr()) })
+	return gw
 }
 
 // String summarizes a status for logs and errors.

@@ -221,7 +221,8 @@ func (a *Agent) nodeNetwork(d *ovsDatapath) (*nodenet.Manager, error) {
 	return nodenet.New(nodenet.Options{
 		Kube: kube, NodeName: a.cfg.NodeName, OVSDB: d.db, Bridge: a.cfg.BridgeName,
 		GatewayName: a.cfg.NodeNetwork.GatewayName, MTU: a.cfg.CNI.MTU, NetNS: a.opts.NodeNetNS,
-		Masquerade: a.cfg.NodeNetwork.Masquerade,
+		Masquerade:             a.cfg.NodeNetwork.Masquerade,
+		KubeProxyMasqueradeBit: a.cfg.NodeNetwork.KubeProxyMasqueradeBit,
 		// The gateway openOVS adopted: the pipeline already has it.
 		Adopted:       d.wantGatewayNow(),
 		RetryInterval: a.opts.RetryInterval, Logger: a.log,
@@ -328,6 +329,14 @@ func (r receiver) Apply(d *wire.Delta, st *wire.NodeState) error {
 // for a large state on a busy node, take far less.
 const realizeTimeout = 2 * time.Minute
 
+// reportPods tells the controller which pods are attached to the bridge
+// (their addresses admit them before the kubelet reports them).
+func (a *Agent) reportPods() {
+	if d := a.datapath(); d != nil && a.client != nil {
+		a.client.ReportPods(d.attachedPods())
+	}
+}
+
 // requestRealize asks the loop to realize again (a port changed).
 func (a *Agent) requestRealize() {
 	select {
@@ -348,6 +357,7 @@ func (a *Agent) loop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-a.kick:
+			a.reportPods()
 			a.realizeBounded(ctx, "ports")
 		case <-retry.C:
 			a.mu.Lock()
@@ -391,6 +401,7 @@ func (a *Agent) realize(ctx context.Context, trigger string) error {
 	have := a.haveState
 	a.mu.Unlock()
 	if !have {
+		d.pendAll(ctx, "not admitted: the agent holds no complete policy state yet")
 		return nil
 	}
 	st := a.current()

@@ -45,7 +45,16 @@
 // Ports are trusted only as far as the CNI plugin vouched for them: a port
 // without an OpenFlow number, with an interface error, with identity keys
 // that do not parse, or claiming a pod or an address another port claims is
-// not classified, so no traffic passes through it (fail closed).
+// not classified, so no traffic passes through it (fail closed). Nor is a
+// port the state does not admit: the node's pods in the state
+// (wire.NodeState.Pods) must list its pod with the port's UID and
+// addresses, so a new pod has no connectivity before the policies that
+// apply to it, as a subject and as a peer, are computed with it
+// (pkg/agent/pipeline/DESIGN.md, "Admission"). Each pod port's admission is
+// written to its OVSDB external_ids (tierflow.io/admission), where
+// tierflow-cni's ADD waits for it, and the pod ports of the bridge are
+// reported to the controller (client.ReportPods), which takes a new pod's
+// addresses from them before the kubelet reports them.
 //
 // Every realization's per-policy outcome is compared with the previous
 // one, and the policies whose outcome changed are pushed to the controller

@@ -142,6 +142,17 @@ func TestNoEncapTwoNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// Node 2's gateway cannot be created at first: a device of its name
+	// exists.
+	mustRun(t, "ip", "-n", n2.env.Netns(), "link", "add", "tierflow-gw0", "type", "veth", "peer", "name", "tfnn-squatter")
+
+	c.StartController(t)
+	start := func(n *simNode, zone uint16) *livecluster.Agent { return bed.startAgent(t, n, zone, bed.kubeconfig) }
+	ag1, ag2 := start(n1, 1), start(n2, 2)
+	ag1.RealizedOn(t)
+
+	// Pods are admitted by their nodes' agents (node 2's too: it enforces
+	// its policies, it only has no gateway yet).
 	a := bed.attach(t, n1, "a", map[string]string{"app": "a"})
 	b := bed.attach(t, n2, "b", map[string]string{"app": "b"})
 	cc := bed.attach(t, n1, "c", map[string]string{"app": "c", "role": "friend"})
@@ -155,15 +166,6 @@ func TestNoEncapTwoNodes(t *testing.T) {
 			t.Fatalf("pod %s: default route %q (%v), want via its node's gateway", p.Name, out, err)
 		}
 	}
-
-	// Node 2's gateway cannot be created at first: a device of its name
-	// exists.
-	mustRun(t, "ip", "-n", n2.env.Netns(), "link", "add", "tierflow-gw0", "type", "veth", "peer", "name", "tfnn-squatter")
-
-	c.StartController(t)
-	start := func(n *simNode, zone uint16) *livecluster.Agent { return bed.startAgent(t, n, zone, bed.kubeconfig) }
-	ag1, ag2 := start(n1, 1), start(n2, 2)
-	ag1.RealizedOn(t)
 
 	// Node 1 is fully up: gateway and a route to node 2.
 	livecluster.Eventually(t, 60*time.Second, "node 1 gateway and routes", func() error {
@@ -604,10 +606,26 @@ func pluginConf(t *testing.T, conflist []byte, dataDir string) []byte {
 	return out
 }
 
-// attachPod creates a pod namespace, runs tierflow-cni ADD in the node's
-// namespace (as the node's container runtime would) and creates the Pod
-// object with the addresses it got.
+// attachPod does what the kubelet and container runtime do for a new
+// pod: the Pod object exists (scheduled, no address yet); tierflow-cni
+// ADD attaches a new network namespace in the node's namespace, with the
+// pod's namespace, name and UID in CNI_ARGS, and waits for the agent to
+// admit the pod; then the pod's status gets its addresses.
 func attachPod(t *testing.T, c *livecluster.Cluster, n *simNode, cniBin, name string, labels map[string]string) *ovsenv.Pod {
+	t.Helper()
+	obj := c.CreatePod(t, name, n.name, labels)
+	p, err := cniAdd(t, n, cniBin, name, string(obj.UID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetPodRunning(t, obj, p.Addrs)
+	return p
+}
+
+// cniAdd runs tierflow-cni ADD for a new namespace of pod name with uid
+// in n's network namespace; a failed ADD leaves the namespace to the test
+// cleanup.
+func cniAdd(t *testing.T, n *simNode, cniBin, name, uid string) (*ovsenv.Pod, error) {
 	t.Helper()
 	nsName := fmt.Sprintf("tfpod-nn-%d-%s-%s", os.Getpid(), n.env.ID, name)
 	mustRun(t, "ip", "netns", "add", nsName)
@@ -618,15 +636,15 @@ func attachPod(t *testing.T, c *livecluster.Cluster, n *simNode, cniBin, name st
 		}
 	})
 	cmd := exec.Command("ip", "netns", "exec", n.env.Netns(), filepath.Join(cniBin, "tierflow-cni"))
-	cmd.Env = append(os.Environ(), "CNI_COMMAND=ADD", "CNI_CONTAINERID=ctr-"+name, "CNI_NETNS=/run/netns/"+nsName,
+	cmd.Env = append(os.Environ(), "CNI_COMMAND=ADD", "CNI_CONTAINERID=ctr-"+name+"-"+uid, "CNI_NETNS=/run/netns/"+nsName,
 		"CNI_IFNAME=eth0", "CNI_PATH="+cniBin,
-		fmt.Sprintf("CNI_ARGS=IgnoreUnknown=1;K8S_POD_NAMESPACE=%s;K8S_POD_NAME=%s", ovsenv.PodNamespace, name))
+		fmt.Sprintf("CNI_ARGS=IgnoreUnknown=1;K8S_POD_NAMESPACE=%s;K8S_POD_NAME=%s;K8S_POD_UID=%s", ovsenv.PodNamespace, name, uid))
 	cmd.Stdin = bytes.NewReader(n.cniConf)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("tierflow-cni ADD %s: %v\n%s%s", name, err, out, stderr.String())
+		return nil, fmt.Errorf("tierflow-cni ADD %s: %v\n%s%s", name, err, out, stderr.String())
 	}
 	var res struct {
 		Interfaces []struct {
@@ -652,16 +670,16 @@ func attachPod(t *testing.T, c *livecluster.Cluster, n *simNode, cniBin, name st
 	}
 	p := n.br.AdoptPod(name, nsName, hostIf, addrs...)
 	adopted = true
-	c.AddPod(t, p, n.name, labels)
-	return p
+	return p, nil
 }
 
 // outsideNet is a network beyond node 1 that has no route to the pod CIDRs
 // (the internet, the upstream DNS server), with a TCP echo server.
 type outsideNet struct {
-	addr netip.AddrPort
-	mu   sync.Mutex
-	seen []netip.Addr
+	netns string
+	addr  netip.AddrPort
+	mu    sync.Mutex
+	seen  []netip.Addr
 }
 
 func (o *outsideNet) peers() []netip.Addr {
@@ -681,7 +699,7 @@ func outsideNetwork(t *testing.T, n *simNode) *outsideNet {
 	mustRun(t, "ip", "-n", ns, "addr", "add", "192.168.78.2/24", "dev", "eth0")
 	mustRun(t, "ip", "-n", ns, "link", "set", "eth0", "up")
 	mustRun(t, "ip", "-n", ns, "link", "set", "lo", "up")
-	o := &outsideNet{addr: netip.MustParseAddrPort("192.168.78.2:9090")}
+	o := &outsideNet{netns: ns, addr: netip.MustParseAddrPort("192.168.78.2:9090")}
 	var ln net.Listener
 	if err := inNetNS("/run/netns/"+ns, func() error {
 		var err error

@@ -36,12 +36,6 @@ func TestNoEncapAgentRestartKeepsTraffic(t *testing.T) {
 	c, n1, n2 := bed.c, bed.n1, bed.n2
 	ctx := context.Background()
 
-	a := bed.attach(t, n1, "a", map[string]string{"app": "a"})
-	b := bed.attach(t, n2, "b", map[string]string{"app": "b"})
-	cc := bed.attach(t, n1, "c", map[string]string{"app": "c"})
-	for _, p := range []*ovsenv.Pod{a, b, cc} {
-		p.ListenTCP(8080)
-	}
 	// c (node 1) takes connections from a only: node 1 enforces it, so
 	// b -> c must stay blocked while node 1's agent restarts.
 	np := &networkingv1.NetworkPolicy{
@@ -61,6 +55,12 @@ func TestNoEncapAgentRestartKeepsTraffic(t *testing.T) {
 	ctrl := c.StartController(t)
 	ag1 := bed.startAgent(t, n1, 1, bed.kubeconfig)
 	ag2 := bed.startAgent(t, n2, 2, bed.kubeconfig)
+	a := bed.attach(t, n1, "a", map[string]string{"app": "a"})
+	b := bed.attach(t, n2, "b", map[string]string{"app": "b"})
+	cc := bed.attach(t, n1, "c", map[string]string{"app": "c"})
+	for _, p := range []*ovsenv.Pod{a, b, cc} {
+		p.ListenTCP(8080)
+	}
 	const npRef = "NetworkPolicy/default/c-from-a"
 	ag1.RealizedOn(t, npRef)
 	ag2.RealizedOn(t)
