@@ -25,7 +25,7 @@ func nodePodsText(e *Engine, node string) string {
 	return strings.Join(lines, "\n")
 }
 
-func entry(t *testing.T, e *Engine, node, ns, name string) model.NodePod {
+func nodePodEntry(t *testing.T, e *Engine, node, ns, name string) model.NodePod {
 	t.Helper()
 	np, ok := e.NodePods(node)
 	if !ok {
@@ -56,7 +56,7 @@ spec: {podSelector: {matchLabels: {app: web}}}
 
 	// Scheduled, no address yet: listed without addresses.
 	e.UpsertPod(mkPod("prod", "web1", "n1", "", []string{"app=web"}))
-	web := entry(t, e, "n1", "prod", "web1")
+	web := nodePodEntry(t, e, "n1", "prod", "web1")
 	if web.UID != "prod-web1" || len(web.IPs) != 0 || web.Generation == 0 {
 		t.Fatalf("new pod: %+v", web)
 	}
@@ -73,20 +73,20 @@ spec: {podSelector: {matchLabels: {app: web}}}
 	}
 	// Its address: a new entry generation.
 	e.UpsertPod(mkPod("prod", "web1", "n1", "10.0.0.1", []string{"app=web"}))
-	withIP := entry(t, e, "n1", "prod", "web1")
+	withIP := nodePodEntry(t, e, "n1", "prod", "web1")
 	if fmt.Sprint(withIP.IPs) != "[10.0.0.1]" || withIP.Generation <= web.Generation {
 		t.Fatalf("pod with its address: %+v (before: %+v)", withIP, web)
 	}
 	// A label change is no change of the entry.
 	e.UpsertPod(mkPod("prod", "web1", "n1", "10.0.0.1", []string{"app=web", "tier=x"}))
-	if got := entry(t, e, "n1", "prod", "web1"); got.Generation != withIP.Generation {
+	if got := nodePodEntry(t, e, "n1", "prod", "web1"); got.Generation != withIP.Generation {
 		t.Errorf("label change moved the entry's generation: %+v", got)
 	}
 	// A pod of the same name with another UID (its delete missed).
 	again := mkPod("prod", "web1", "n1", "10.0.0.1", []string{"app=web"})
 	again.UID = "other"
 	e.UpsertPod(again)
-	if got := entry(t, e, "n1", "prod", "web1"); got.UID != "other" || got.Generation <= withIP.Generation {
+	if got := nodePodEntry(t, e, "n1", "prod", "web1"); got.UID != "other" || got.Generation <= withIP.Generation {
 		t.Errorf("new UID: %+v", got)
 	}
 	// Deleted: gone, and the node's object with it.
@@ -134,18 +134,18 @@ spec:
 	// Another node, another UID: ignored.
 	report("n2", "prod-db1", "10.0.0.9")
 	report("n1", "stale-uid", "10.0.0.8")
-	if got := entry(t, e, "n1", "prod", "db1"); len(got.IPs) != 0 {
+	if got := nodePodEntry(t, e, "n1", "prod", "db1"); len(got.IPs) != 0 {
 		t.Errorf("report of another node or UID used: %+v", got)
 	}
 	report("n1", "prod-db1", "10.0.0.5")
-	got := entry(t, e, "n1", "prod", "db1")
+	got := nodePodEntry(t, e, "n1", "prod", "db1")
 	if fmt.Sprint(got.IPs) != "[10.0.0.5]" {
 		t.Errorf("reported address not used: %+v", got)
 	}
 	equalStrings(t, "peer members", peers(), []string{"prod/db1[10.0.0.5]"})
 	// The kubelet reports the same: nothing changes.
 	e.UpsertPod(mkPod("prod", "db1", "n1", "10.0.0.5", []string{"app=db"}))
-	if again := entry(t, e, "n1", "prod", "db1"); again.Generation != got.Generation {
+	if again := nodePodEntry(t, e, "n1", "prod", "db1"); again.Generation != got.Generation {
 		t.Errorf("status confirming the report moved the entry: %+v -> %+v", got, again)
 	}
 	// The port is gone (the agent reports nothing): the status stays.
@@ -162,19 +162,19 @@ func TestNodePodsAddressConflict(t *testing.T) {
 	e.UpsertPod(mkPod("prod", "old", "n1", "10.0.0.7", nil))
 	e.UpsertPod(mkPod("prod", "new", "n1", "10.0.0.7", nil))
 	for _, name := range []string{"old", "new"} {
-		if got := entry(t, e, "n1", "prod", name); len(got.IPs) != 0 {
+		if got := nodePodEntry(t, e, "n1", "prod", name); len(got.IPs) != 0 {
 			t.Errorf("%s listed with a conflicting address: %+v", name, got)
 		}
 	}
-	before := entry(t, e, "n1", "prod", "new")
+	before := nodePodEntry(t, e, "n1", "prod", "new")
 	e.DeletePod("prod", "old")
-	got := entry(t, e, "n1", "prod", "new")
+	got := nodePodEntry(t, e, "n1", "prod", "new")
 	if fmt.Sprint(got.IPs) != "[10.0.0.7]" || got.Generation <= before.Generation {
 		t.Errorf("after the old pod is gone: %+v (before %+v)", got, before)
 	}
 	// A pod on another node claiming it conflicts as well.
 	e.UpsertPod(mkPod("prod", "elsewhere", "n2", "10.0.0.7", nil))
-	if got := entry(t, e, "n1", "prod", "new"); len(got.IPs) != 0 {
+	if got := nodePodEntry(t, e, "n1", "prod", "new"); len(got.IPs) != 0 {
 		t.Errorf("conflict across nodes not seen: %+v", got)
 	}
 }
