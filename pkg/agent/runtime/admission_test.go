@@ -104,11 +104,23 @@ func TestNoEncapNewPodAdmission(t *testing.T) {
 		{db, a, 8080, "tcp", true},
 	}...)
 
+	// oldfriend is a friend of db; its address will be reused while the
+	// controller is down.
+	oldfriendObj := c.CreatePod(t, "oldfriend", n1.name, map[string]string{"role": "friend"})
+	oldfriend, err := cniAdd(t, n1, bed.cniBin, "oldfriend", string(oldfriendObj.UID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetPodRunning(t, oldfriendObj, oldfriend.Addrs)
+	livecluster.Eventually(t, 30*time.Second, "oldfriend a peer of db", func() error {
+		return oldfriend.ProbeTCP(netip.AddrPortFrom(db.IPv4(), 8080), time.Second)
+	})
+
 	// The controller goes down.
 	ctrl.Kill()
 	// ADD waits, then fails with the agent's reason, leaving nothing.
 	obj := c.CreatePod(t, "db-late", n2.name, map[string]string{"app": "db"})
-	_, err := cniAddConf(t, n2, withAdmissionTimeout(t, n2.cniConf, "3s"), bed.cniBin, "db-late", string(obj.UID))
+	_, err = cniAddConf(t, n2, withAdmissionTimeout(t, n2.cniConf, "3s"), bed.cniBin, "db-late", string(obj.UID))
 	if err == nil || !strings.Contains(err.Error(), "not admitted") || !strings.Contains(err.Error(), "does not list the pod") {
 		t.Errorf("CNI ADD with the controller down: %v, want not admitted (the controller's state does not list the pod)", err)
 	}
@@ -144,6 +156,37 @@ func TestNoEncapNewPodAdmission(t *testing.T) {
 		{friend, db, 8080, "tcp", true},
 		{evil, a, 8080, "tcp", true},
 	}...)
+	// oldfriend is deleted (its port and address released) and a new pod
+	// of node 1 gets its IPv4 address, all while the controller is down:
+	// node 2 still holds that address in db's friends, so the new pod
+	// would pass as oldfriend if its port were classified (as it was
+	// before admission, when OVSDB naming the pod was enough: the same
+	// path that opened db2 and evil2 above). Node 1's agent does not list
+	// the new pod: its port stays dark.
+	if err := c.Kube.Kube.CoreV1().Pods(ovsenv.PodNamespace).Delete(ctx, "oldfriend", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	cniDel(t, n1, bed.cniBin, "oldfriend", string(oldfriendObj.UID))
+	reuserObj := c.CreatePod(t, "reuser", n1.name, map[string]string{"app": "reuser"})
+	confN1 := n1.cniConf
+	n1.cniConf = withAdmissionTimeout(t, confN1, "0s")
+	reuser, err := cniAddArgs(t, n1, bed.cniBin, "reuser", string(reuserObj.UID), "IP="+oldfriend.IPv4().String())
+	n1.cniConf = confN1
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reuser.IPv4() != oldfriend.IPv4() {
+		t.Fatalf("reuser got %v, want oldfriend's %v", reuser.IPv4(), oldfriend.IPv4())
+	}
+	c.SetPodRunning(t, reuserObj, reuser.Addrs)
+	reuser.ListenTCP(8080)
+	time.Sleep(2 * time.Second)
+	probe(t, "reused address, controller down", []flow{
+		{reuser, db, 8080, "tcp", false},
+		{reuser, a, 8080, "tcp", false},
+		{a, reuser, 8080, "tcp", false},
+	}...)
+
 	st, err := ag2.Q.Pods(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -160,7 +203,7 @@ func TestNoEncapNewPodAdmission(t *testing.T) {
 		for _, x := range []struct {
 			ag   *livecluster.Agent
 			name string
-		}{{ag2, "db2"}, {ag1, "evil2"}} {
+		}{{ag2, "db2"}, {ag1, "evil2"}, {ag1, "reuser"}} {
 			pods, err := x.ag.Q.Pods(ctx)
 			if err != nil {
 				return err
@@ -179,6 +222,9 @@ func TestNoEncapNewPodAdmission(t *testing.T) {
 		{db2, a, 8080, "tcp", true},
 		{evil2, target, 8080, "tcp", false},
 		{evil2, a, 8080, "tcp", true},
+		// reuser is admitted as itself: no friend of db.
+		{reuser, db, 8080, "tcp", false},
+		{reuser, a, 8080, "tcp", true},
 	}...)
 
 	// A pod deleted and created again under its name: the old port (its

@@ -627,7 +627,14 @@ func attachPod(t *testing.T, c *livecluster.Cluster, n *simNode, cniBin, name st
 // cleanup.
 func cniAdd(t *testing.T, n *simNode, cniBin, name, uid string) (*ovsenv.Pod, error) {
 	t.Helper()
-	nsName := fmt.Sprintf("tfpod-nn-%d-%s-%s", os.Getpid(), n.env.ID, name)
+	return cniAddArgs(t, n, cniBin, name, uid, "")
+}
+
+// cniAddArgs is cniAdd with more CNI_ARGS (";"-separated; host-local
+// takes IP=ADDR as the address to allocate).
+func cniAddArgs(t *testing.T, n *simNode, cniBin, name, uid, args string) (*ovsenv.Pod, error) {
+	t.Helper()
+	nsName := podNetnsName(n, name, uid)
 	mustRun(t, "ip", "netns", "add", nsName)
 	adopted := false
 	t.Cleanup(func() {
@@ -635,16 +642,9 @@ func cniAdd(t *testing.T, n *simNode, cniBin, name, uid string) (*ovsenv.Pod, er
 			_ = exec.Command("ip", "netns", "delete", nsName).Run()
 		}
 	})
-	cmd := exec.Command("ip", "netns", "exec", n.env.Netns(), filepath.Join(cniBin, "tierflow-cni"))
-	cmd.Env = append(os.Environ(), "CNI_COMMAND=ADD", "CNI_CONTAINERID=ctr-"+name+"-"+uid, "CNI_NETNS=/run/netns/"+nsName,
-		"CNI_IFNAME=eth0", "CNI_PATH="+cniBin,
-		fmt.Sprintf("CNI_ARGS=IgnoreUnknown=1;K8S_POD_NAMESPACE=%s;K8S_POD_NAME=%s;K8S_POD_UID=%s", ovsenv.PodNamespace, name, uid))
-	cmd.Stdin = bytes.NewReader(n.cniConf)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	out, err := runCNI(n, cniBin, "ADD", name, uid, args)
 	if err != nil {
-		return nil, fmt.Errorf("tierflow-cni ADD %s: %v\n%s%s", name, err, out, stderr.String())
+		return nil, err
 	}
 	var res struct {
 		Interfaces []struct {
@@ -671,6 +671,40 @@ func cniAdd(t *testing.T, n *simNode, cniBin, name, uid string) (*ovsenv.Pod, er
 	p := n.br.AdoptPod(name, nsName, hostIf, addrs...)
 	adopted = true
 	return p, nil
+}
+
+// cniDel runs tierflow-cni DEL for the pod cniAdd attached as name with
+// uid (the kubelet's teardown: port and addresses released).
+func cniDel(t *testing.T, n *simNode, cniBin, name, uid string) {
+	t.Helper()
+	if _, err := runCNI(n, cniBin, "DEL", name, uid, ""); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// podNetnsName is the network namespace cniAdd makes for pod name.
+func podNetnsName(n *simNode, name, uid string) string {
+	return fmt.Sprintf("tfpod-nn-%d-%s-%s-%.8s", os.Getpid(), n.env.ID, name, uid)
+}
+
+// runCNI runs tierflow-cni's command for pod name (uid) in n's network
+// namespace, as a container runtime does; its stdout is the result.
+func runCNI(n *simNode, cniBin, command, name, uid, args string) ([]byte, error) {
+	cmd := exec.Command("ip", "netns", "exec", n.env.Netns(), filepath.Join(cniBin, "tierflow-cni"))
+	cniArgs := fmt.Sprintf("IgnoreUnknown=1;K8S_POD_NAMESPACE=%s;K8S_POD_NAME=%s;K8S_POD_UID=%s", ovsenv.PodNamespace, name, uid)
+	if args != "" {
+		cniArgs += ";" + args
+	}
+	cmd.Env = append(os.Environ(), "CNI_COMMAND="+command, "CNI_CONTAINERID=ctr-"+name+"-"+uid,
+		"CNI_NETNS=/run/netns/"+podNetnsName(n, name, uid), "CNI_IFNAME=eth0", "CNI_PATH="+cniBin, "CNI_ARGS="+cniArgs)
+	cmd.Stdin = bytes.NewReader(n.cniConf)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("tierflow-cni %s %s: %v\n%s%s", command, name, err, out, stderr.String())
+	}
+	return out, nil
 }
 
 // outsideNet is a network beyond node 1 that has no route to the pod CIDRs

@@ -2,7 +2,12 @@ package runtime_test
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -107,6 +112,71 @@ func TestNoEncapAgentRestartKeepsTraffic(t *testing.T) {
 	ag1.RealizedOn(t, npRef)
 	time.Sleep(5 * time.Second)
 	w.check(t, "restart, API server unreachable", flows...)
+	if code, body := readyz(t, ag1); code != http.StatusOK {
+		t.Errorf("/readyz after the restart with the gateway adopted: %d %s, want 200", code, body)
+	}
+
+	// /readyz is honest: an agent that finds no gateway to adopt (its port
+	// removed while the agent was down) and cannot reach the API server
+	// for the Node's pod CIDRs enforces its saved state without the
+	// gateway (pods reach nothing beyond the node) and says so. Before
+	// the gateway counted for readiness it said ready.
+	ag1.Stop()
+	if out, err := n1.env.Vsctl("del-port", n1.br.Name, "tierflow-gw0"); err != nil {
+		t.Fatalf("removing the gateway: %v: %s", err, out)
+	}
+	ag1 = bed.startAgent(t, n1, 1, unreachableKubeconfig(t, bed))
+	livecluster.Eventually(t, 60*time.Second, "saved state realized without the gateway", func() error {
+		r, err := ag1.Q.Realization(ctx)
+		if err != nil {
+			return err
+		}
+		for _, pr := range r.Policies {
+			if pr.Source.String() == npRef && pr.Generation == pr.Wanted {
+				return nil
+			}
+		}
+		return fmt.Errorf("%s not realized: %+v", npRef, r.Policies)
+	})
+	for range 3 {
+		if code, body := readyz(t, ag1); code != http.StatusServiceUnavailable || !strings.Contains(body, "no gateway") {
+			t.Errorf("/readyz without a gateway: %d %q, want 503 (no gateway)", code, body)
+		}
+		if st, err := ag1.Q.Status(ctx); err != nil || st.Ready {
+			t.Errorf("status without a gateway: ready %v (%v), want not ready", st.Ready, err)
+		}
+		time.Sleep(time.Second)
+	}
+	// Not ready is the truth: traffic through node 1's gateway is cut.
+	if err := cc.ProbeTCP(netip.AddrPortFrom(b.IPv4(), 8080), time.Second); err == nil {
+		t.Errorf("c -> b without node 1's gateway: passed; the test does not show what it means to")
+	}
+	// With the API server back the agent makes the gateway again and is
+	// ready with the node's traffic. (The new gateway has a new MAC: the
+	// pods reach it once their neighbor entry for it is renewed.)
+	ag1.Stop()
+	ag1 = bed.startAgent(t, n1, 1, bed.kubeconfig)
+	ag1.RealizedOn(t, npRef)
+	livecluster.Eventually(t, 90*time.Second, "c -> b through the new gateway", func() error {
+		return cc.ProbeTCP(netip.AddrPortFrom(b.IPv4(), 8080), time.Second)
+	})
+	probe(t, "gateway made again", flow{a, cc, 8080, "tcp", true}, flow{b, cc, 8080, "tcp", false})
+}
+
+// readyz is the agent's /readyz answer (status code and body).
+func readyz(t *testing.T, ag *livecluster.Agent) (int, string) {
+	t.Helper()
+	st, err := ag.Q.Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get("http://" + st.MetricsAddress + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
 }
 
 // unreachableKubeconfig is the agents' kubeconfig with a server address
