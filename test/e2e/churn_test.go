@@ -279,7 +279,7 @@ func TestEndpointChurn(t *testing.T) {
 		len(took), time.Since(start).Round(time.Second), (total / time.Duration(len(took))).Round(time.Millisecond), worst.Round(time.Millisecond),
 		newConns.Load(), longRequests.Load(), endedOnRemoval.Load())
 	if len(violations) > 0 {
-		t.Fatalf("%d violations:\n  %s\n%s", len(violations), strings.Join(violations, "\n  "), tf.Logs(10))
+		t.Fatalf("%d violations:\n  %s\n%s\n%s", len(violations), strings.Join(violations, "\n  "), churnEvidence(bed, svc.Spec.ClusterIP), tf.Logs(40))
 	}
 	if endedOnRemoval.Load() == 0 || newConns.Load() < int64(len(took)) {
 		t.Fatalf("the load saw too little: %d new connections, %d long-lived ones ended", newConns.Load(), endedOnRemoval.Load())
@@ -355,3 +355,28 @@ func (k *keepAlive) hostname() (string, error) {
 }
 
 func (k *keepAlive) Close() { k.conn.Close() }
+
+// churnEvidence is what the bridges say after a failed run: the drop
+// flows that dropped packets, the conntrack entries of the Service's
+// address and the fabric's MAC table.
+func churnEvidence(bed *testbed.Testbed, vip string) string {
+	var b strings.Builder
+	for _, n := range bed.Nodes {
+		flows, _ := n.Bridge.DumpFlowsWithStats(-1)
+		for _, f := range flows {
+			if strings.Contains(f, "n_packets=0,") || !(strings.HasSuffix(f, "actions=drop") || strings.Contains(f, "actions=controller")) {
+				continue
+			}
+			fmt.Fprintf(&b, "%s dropped: %s\n", n.Name, f)
+		}
+	}
+	ct, _ := bed.OVS.Appctl("dpctl/dump-conntrack", "-m")
+	for _, l := range strings.Split(ct, "\n") {
+		if strings.Contains(l, vip) {
+			fmt.Fprintf(&b, "conntrack: %s\n", l)
+		}
+	}
+	fdb, _ := bed.OVS.Appctl("fdb/show", bed.Fabric.Name)
+	fmt.Fprintf(&b, "fabric fdb:\n%s", fdb)
+	return b.String()
+}
