@@ -22,8 +22,8 @@ lint: ## gofmt and go vet
 # right after each policy change, with no retry (upstream's TODO in
 # PokeServer), so its results should not depend on what else the two cores
 # are doing. Other real-OVS packages wait for its bed's OVS lock anyway.
-# The package also runs the cyclonus smoke through Services (TestCyclonus,
-# a bed of its own: about 8 minutes).
+# The package also runs the cyclonus smoke through ClusterIPs (TestCyclonus,
+# a bed of its own: about 5 minutes).
 #
 # The real-cluster smoke test (test/cluster: tierflow's images built and
 # installed on node containers with real kubelets) runs after them, alone
@@ -297,7 +297,7 @@ conformance: deps kube-binaries ## upstream conformance suites against the test 
 # cores. make test runs a smoke of it (TestCyclonus's default tags).
 .PHONY: cyclonus
 cyclonus: deps kube-binaries ## cyclonus's full generated suite on the test bed through Service IPs and names; reports in _output/conformance
-	$(GO) test -count=1 -v -timeout 12h -run '^TestCyclonus$$' ./test/conformance/ -args -cyclonus-include=
+	$(GO) test -count=1 -v -timeout 12h -run '^TestCyclonus$$' ./test/conformance/ -args -cyclonus-include= -cyclonus-destinations=service-ip,service-name
 
 .PHONY: test-compute fuzz-compute
 test-compute: ## the policy computation engine (pkg/compute): table, incremental, fuzz-seed and race tests
