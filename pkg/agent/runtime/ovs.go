@@ -169,19 +169,21 @@ func (d *ovsDatapath) check(ctx context.Context) {
 	}
 }
 
-// realize makes the bridge enforce st with the current ports.
-func (d *ovsDatapath) realize(ctx context.Context, st *wire.NodeState) ([]string, error) {
+// realize makes the bridge enforce st with the current ports. It returns
+// the compiler's warnings and the policies left out of a full table
+// (their pods isolated instead) with why.
+func (d *ovsDatapath) realize(ctx context.Context, st *wire.NodeState) ([]string, map[string]string, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	ports, uplink, err := d.ports()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if uplink != d.uplink || !sameGateway(d.gateway, d.wantGateway) || d.r == nil {
 		d.log.Info("uplink or gateway port changed; restarting the realizer", "oldUplink", d.uplink, "uplink", uplink,
 			"oldGateway", d.gateway.Port, "gateway", d.wantGateway.Port)
 		if err := d.startRealizer(ctx, uplink, d.wantGateway); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	local, pods := classifyPorts(ports, namedPorts(st))
@@ -189,9 +191,9 @@ func (d *ovsDatapath) realize(ctx context.Context, st *wire.NodeState) ([]string
 	in := policyflows.Input{Node: d.node, Policies: sortedPolicies(st), AppliedToGroups: st.AppliedToGroups,
 		AddressGroups: st.AddressGroups, Pods: local}
 	if _, err := d.r.Update(ctx, in); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return d.r.Warnings(), nil
+	return d.r.Warnings(), d.r.LeftOut(), nil
 }
 
 // ports returns the watched ports of this bridge (the watcher sees every
