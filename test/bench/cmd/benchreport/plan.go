@@ -17,6 +17,7 @@ const (
 	SectionE2E         = "End-to-end realization latency (test bed)"
 	SectionDatapath    = "Datapath overhead"
 	SectionFanout      = "Controller fan-out"
+	SectionSessions    = "Controller: distribution sessions"
 )
 
 // Reference is a figure from ../shared/BENCH-REFERENCES.md, relative to the
@@ -120,6 +121,10 @@ func plan(quick bool) []*Run {
 	add(&Run{ID: "datapath-throughput", Section: SectionDatapath, Scenario: "iperf3 pod → pod", Scale: scale,
 		Description: "TCP throughput between two pods on one bridge (userspace datapath), no policy vs 1000 rules realized, in one run",
 		Package:     pkg, Bench: "^BenchmarkDatapathThroughput$", Timeout: 20 * time.Minute, NeedsOVS: true})
+	for _, s := range shapes.All() {
+		add(&Run{ID: "sessions-" + s.Name, Section: SectionSessions, Scenario: s.Name, Description: s.Description, Scale: scale,
+			Package: pkg, Bench: fmt.Sprintf("^BenchmarkDistributionSessions$/^%s$", s.Name), Timeout: 30 * time.Minute})
+	}
 	add(&Run{ID: "fanout", Section: SectionFanout, Scenario: "fake agents", Scale: scale,
 		Description: "datapath-less agents (pkg/agent/nodatapath) on the real distribution server; controller on a real kube-apiserver",
 		Package:     pkg, Bench: "^BenchmarkFanout$", Timeout: 30 * time.Minute})

@@ -201,6 +201,12 @@ func (rep *Report) Markdown() string {
 				return []string{r.Scale, gbps(r, "no-policy-Gbps"), gbps(r, "rules-Gbps"), ratio(r, "rules/no-policy"),
 					num(r, "no-policy-flows") + " / " + num(r, "rules-flows"), secs(r, "iperf-s") + " × " + num(r, "rounds") + " each"}
 			}},
+		{SectionSessions,
+			"The distribution server (pkg/distribution/server) over the fully computed engine, with one in-process stream per node of the shape (no gRPC), each until its full update was sent: the heap the sessions add (after a full GC) and the largest node's encoded full update (what one full-sync slot holds while sending). With the computation and informer figures, the basis of the controller's memory limit (manifests/README.md).",
+			[]string{"scenario", "scale", "agents", "sessions' heap", "largest full update"},
+			func(r *Run) []string {
+				return []string{r.Scenario, r.Scale, num(r, "agents"), mibs(r, "sessions-MiB"), num(r, "largest-full-update-KiB") + " KiB"}
+			}},
 		{SectionFanout,
 			"pkg/controller on a real kube-apiserver, the distribution server (gRPC over TLS, static tokens) and datapath-less agents (pkg/agent/nodatapath), all in one process. Initial: from the agents' start until each has exactly the policies spanning its node. Change: an AdminNetworkPolicy selecting every namespace created through the API, until every agent has it (median / maximum). Memory is the whole process (controller plus the agents' states).",
 			[]string{"scale", "agents", "pods", "initial convergence", "policy change p50", "policy change max", "changes", "heap in use", "peak RSS"},
