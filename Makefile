@@ -117,14 +117,17 @@ LOG_LEVEL ?= info
 CONTROLLER_METRICS_PORT ?= 10350
 AGENT_METRICS_PORT ?= 10351
 POD_MTU ?= 0
+CONTROLLER_MEMORY_REQUEST ?= 2Gi
+CONTROLLER_MEMORY_LIMIT ?= 3Gi
 MANIFESTS_OUT ?= manifests/tierflow.yaml
 DOCKER ?= docker
 .PHONY: manifests images image-controller image-agent container-engine
-manifests: ## render manifests/tierflow.yaml (CONTROLLER_IMAGE, AGENT_IMAGE, DATAPATH_TYPE, LOG_LEVEL, *_METRICS_PORT, POD_MTU; see manifests/README.md)
+manifests: ## render manifests/tierflow.yaml (CONTROLLER_IMAGE, AGENT_IMAGE, DATAPATH_TYPE, LOG_LEVEL, *_METRICS_PORT, POD_MTU, CONTROLLER_MEMORY_*; see manifests/README.md)
 	$(GO) run ./build/manifestgen -o $(MANIFESTS_OUT) \
 		--controller-image='$(CONTROLLER_IMAGE)' --agent-image='$(AGENT_IMAGE)' \
 		--image-pull-policy='$(IMAGE_PULL_POLICY)' --datapath-type='$(DATAPATH_TYPE)' --log-level='$(LOG_LEVEL)' \
-		--controller-metrics-port='$(CONTROLLER_METRICS_PORT)' --agent-metrics-port='$(AGENT_METRICS_PORT)' --pod-mtu='$(POD_MTU)'
+		--controller-metrics-port='$(CONTROLLER_METRICS_PORT)' --agent-metrics-port='$(AGENT_METRICS_PORT)' --pod-mtu='$(POD_MTU)' \
+		--controller-memory-request='$(CONTROLLER_MEMORY_REQUEST)' --controller-memory-limit='$(CONTROLLER_MEMORY_LIMIT)'
 
 images: image-controller image-agent ## build both container images with $(DOCKER) (see build/README.md)
 
