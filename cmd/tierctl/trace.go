@@ -20,7 +20,8 @@ import (
 const traceLong = `Trace a new connection's first packet through the OVS pipeline with
 ovs-appctl ofproto/trace (conntrack answered as a new connection) on the
 source pod's node and, when the packet leaves that node for the
-destination pod's node, on the destination node from its uplink. Every
+destination pod's node, on the destination node from the port it arrives
+by (the uplink; in noEncap mode the gateway). Every
 flow the packet hits is printed with its table name and the rule its
 cookie names; the verdict is Allow when every trace ends with the
 connection committed and output, Deny when one drops it after a Deny rule
@@ -130,6 +131,20 @@ type agentView struct {
 	status *agentquery.Status
 	pods   *agentquery.Pods
 	rules  map[uint32]agentquery.Rule
+}
+
+// arrivalPort is the OpenFlow port by which a packet from another node's
+// pod enters this node's bridge: the uplink (nodes joined at L2, as on the
+// test bed) or, in noEncap mode, the gateway (the host routed it there);
+// 0 when the node has neither.
+func (a *agentView) arrivalPort() uint32 {
+	if a.pods.Uplink != 0 {
+		return a.pods.Uplink
+	}
+	if nn := a.status.NodeNetwork; nn != nil {
+		return nn.GatewayPort
+	}
+	return 0
 }
 
 func (o *traceOptions) agents(ctx context.Context, srcName, dstName string) ([]*agentView, error) {
@@ -258,13 +273,14 @@ func (o *traceOptions) run(w io.Writer) error {
 		confineToBridge(first, srcAgent.status.Bridge)
 	}
 	res.Traces = append(res.Traces, *first)
-	// The destination node's ingress: traced from its uplink, once the
-	// packet left the source node.
+	// The destination node's ingress: traced from the port the packet
+	// arrives by, once it left the source node.
 	if dstAgent != nil && dstAgent != srcAgent && first.Verdict == "Allow" {
-		if dstAgent.pods.Uplink == 0 {
-			return fmt.Errorf("node %s has no uplink port: cannot trace the packet's arrival there", dstAgent.node)
+		in := dstAgent.arrivalPort()
+		if in == 0 {
+			return fmt.Errorf("node %s has no uplink or gateway port: cannot trace the packet's arrival there", dstAgent.node)
 		}
-		second, err := o.trace(ctx, dstAgent, dstAgent.pods.Uplink, src.MAC, dstMAC, srcIP, dstIP, port, byBridge)
+		second, err := o.trace(ctx, dstAgent, in, src.MAC, dstMAC, srcIP, dstIP, port, byBridge)
 		if err != nil {
 			return err
 		}

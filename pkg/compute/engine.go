@@ -52,6 +52,7 @@ type Engine struct {
 
 	namespaces map[string]*nsState
 	pods       map[podKey]*podState
+	labelSets  labelSets // the pods' label maps, shared
 	nodes      map[string]*nodeState
 	nodeLabels labelIndex[*nodeState]
 
@@ -69,7 +70,7 @@ type Engine struct {
 
 	policies     map[model.PolicyRef]*policyState // by ref without UID
 	policyByID   map[string]*policyState
-	byPriority   map[prioKey]set[*policyState]
+	byPriority   map[prioKey]*set[*policyState]
 	ignoredConds map[model.PolicyRef][]model.Condition // objects that produce no Policy
 
 	// pendingList collects the changes of the current call; each object
@@ -129,7 +130,7 @@ func New() *Engine {
 		nsLabels:         newLabelIndex[*nsState](),
 		policies:         map[model.PolicyRef]*policyState{},
 		policyByID:       map[string]*policyState{},
-		byPriority:       map[prioKey]set[*policyState]{},
+		byPriority:       map[prioKey]*set[*policyState]{},
 		ignoredConds:     map[model.PolicyRef][]model.Condition{},
 		epoch:            1,
 		pendingDeleted:   map[pendingKey]int{},

@@ -137,8 +137,10 @@ func New(cfg Config) (*Controller, error) {
 	for _, k := range []compute.ObjectKind{compute.KindPolicy, compute.KindAppliedToGroup, compute.KindAddressGroup} {
 		c.computedGauges[k] = m.computedObjects.WithLabelValues(string(k))
 	}
-	// Managed fields are large and never read: drop them from the caches.
-	c.kubeFactory = informers.NewSharedInformerFactoryWithOptions(cfg.Kube, cfg.ResyncPeriod, informers.WithTransform(stripManagedFields))
+	// The core caches keep only what the controller reads (transform.go);
+	// the policy kinds' keep everything but the managed fields (status
+	// writes send the object back).
+	c.kubeFactory = informers.NewSharedInformerFactoryWithOptions(cfg.Kube, cfg.ResyncPeriod, informers.WithTransform(CoreTransform))
 	c.policyFactory = npinformers.NewSharedInformerFactoryWithOptions(cfg.Policy, cfg.ResyncPeriod, npinformers.WithTransform(stripManagedFields))
 	for _, k := range policyKinds(c) {
 		c.kinds[k.kind] = k
@@ -452,7 +454,7 @@ func (c *Controller) resolveChanges(ctx context.Context) {
 		c.changedPolicies = map[string]compute.ChangeType{}
 		c.mu.Unlock()
 		for id, typ := range changed {
-			p, ok := c.engine.Policy(id)
+			p, ok := c.engine.PolicyStatus(id)
 			c.mu.Lock()
 			if typ == compute.Deleted || !ok {
 				// Gone: the engine no longer knows its source; use what

@@ -96,7 +96,7 @@ func (c *Controller) sync(ctx context.Context, ref model.PolicyRef) error {
 // produced a policy, its findings, and whether the engine is current with
 // the object's generation.
 func (c *Controller) engineView(ref model.PolicyRef, uid string, generation int64) (accepted bool, findings []model.Condition, current bool) {
-	if p, ok := c.engine.Policy(uid); ok {
+	if p, ok := c.engine.PolicyStatus(uid); ok {
 		return true, p.Conditions, p.SourceGeneration == generation
 	}
 	// No policy: either the engine ignores the object (and says why) or it
@@ -125,6 +125,16 @@ func (c *Controller) syncNetworkPolicyEvents(ref model.PolicyRef) error {
 	accepted, findings, current := c.engineView(ref, string(np.UID), np.Generation)
 	if !current || !accepted {
 		return nil
+	}
+	if len(findings) == 0 {
+		// Nothing to report, now or (with no recorded findings) before:
+		// the common case, settled without a fingerprint.
+		c.mu.Lock()
+		_, had := c.npFindings[ref]
+		c.mu.Unlock()
+		if !had {
+			return nil
+		}
 	}
 	// The UID is part of the fingerprint: a re-created policy with the
 	// same findings is reported again.

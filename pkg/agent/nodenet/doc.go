@@ -80,10 +80,10 @@
 //
 // # Not done here
 //
-// No encapsulation (Geneve/VXLAN) mode, and no cleanup of routes, gateway
-// and masquerade chain when tierflow is uninstalled (delete the
-// tierflow-gw0 port, `ip route flush proto 0x54`, and the nat chain
-// TIERFLOW-POSTROUTING with its POSTROUTING jump).
+// No encapsulation (Geneve/VXLAN) mode. Uninstalling is not the running
+// agent's job: Cleanup removes the routes and the masquerade chain for
+// pkg/agent/uninstall (`tierflow-agent cleanup`), which also removes the
+// gateway port's device with the bridge's.
 //
 // # Masquerade
 //
