@@ -218,6 +218,7 @@ type Writer interface {
 	DeleteNode(name string)
 	UpsertNetworkPolicy(*networkingv1.NetworkPolicy)
 	DeleteNetworkPolicy(namespace, name string)
+	UpsertCompiled(Compiled)
 	UpsertAdminNetworkPolicy(*v1alpha1.AdminNetworkPolicy)
 	DeleteAdminNetworkPolicy(name string)
 	UpsertBaselineAdminNetworkPolicy(*v1alpha1.BaselineAdminNetworkPolicy)
@@ -255,10 +256,12 @@ func (b *Batch) DeletePod(namespace, name string) {
 func (b *Batch) UpsertNode(node *corev1.Node) { b.run(b.e.upsertNode(node)) }
 func (b *Batch) DeleteNode(name string)       { b.run(b.e.deleteNode(name)) }
 func (b *Batch) UpsertNetworkPolicy(np *networkingv1.NetworkPolicy) {
+	b.UpsertCompiled(CompileNetworkPolicy(np))
+}
+func (b *Batch) UpsertCompiled(c Compiled) {
 	b.run(nil)
-	if np != nil {
-		c := compileNetworkPolicy(np)
-		b.e.setPolicy(refKey(c.ref), c, nil)
+	if c.c != nil {
+		b.e.setPolicy(c.key, c.c, nil)
 	}
 }
 func (b *Batch) DeleteNetworkPolicy(namespace, name string) {

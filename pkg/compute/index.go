@@ -2,64 +2,83 @@ package compute
 
 import "iter"
 
-// smallMax is how many elements a set or counts keeps in a slice before it
+// smallMax is how many entries a set or counts keeps in a slice before it
 // becomes a map. Most of the engine's sets are tiny (a pod is in a few
 // groups, most groups hold a few pods or serve one policy): a Go map costs
-// a few hundred bytes and an allocation even for one element, a slice one
+// a few hundred bytes and an allocation even for one entry, a slice one
 // small allocation; a linear search over sixteen keys is as fast as a
 // hash lookup.
 const smallMax = 16
 
-// set is a set that is a slice while small and a map beyond smallMax (it
-// stays a map). The zero value is an empty set. While all() runs, the
-// element being visited may be removed; nothing else may change.
-type set[T comparable] struct {
-	small []T
-	m     map[T]struct{}
+// smallMap is a map that is a slice of entries while small and a Go map
+// beyond smallMax (it stays one). The zero value is empty. While all()
+// runs, the entry being visited may be deleted; nothing else may change.
+type smallMap[K comparable, V any] struct {
+	small []entry[K, V]
+	m     map[K]V
 }
 
-// add adds v and reports whether it was absent.
-func (s *set[T]) add(v T) bool {
+// entry puts the value first: a zero-size value (a set's) then takes no
+// room (a zero-size last field is padded).
+type entry[K comparable, V any] struct {
+	val V
+	key K
+}
+
+func (s *smallMap[K, V]) get(k K) (V, bool) {
 	if s.m != nil {
-		if _, ok := s.m[v]; ok {
-			return false
-		}
-		s.m[v] = struct{}{}
-		return true
+		v, ok := s.m[k]
+		return v, ok
 	}
-	for _, x := range s.small {
-		if x == v {
+	for _, e := range s.small {
+		if e.key == k {
+			return e.val, true
+		}
+	}
+	var zero V
+	return zero, false
+}
+
+// put sets k's value and reports whether k was absent.
+func (s *smallMap[K, V]) put(k K, v V) bool {
+	if s.m != nil {
+		_, had := s.m[k]
+		s.m[k] = v
+		return !had
+	}
+	for i := range s.small {
+		if s.small[i].key == k {
+			s.small[i].val = v
 			return false
 		}
 	}
 	if len(s.small) < smallMax {
-		s.small = append(s.small, v)
+		s.small = append(s.small, entry[K, V]{v, k})
 		return true
 	}
-	s.m = make(map[T]struct{}, 2*smallMax)
-	for _, x := range s.small {
-		s.m[x] = struct{}{}
+	s.m = make(map[K]V, 2*smallMax)
+	for _, e := range s.small {
+		s.m[e.key] = e.val
 	}
-	s.m[v] = struct{}{}
+	s.m[k] = v
 	s.small = nil
 	return true
 }
 
-// remove removes v and reports whether it was present.
-func (s *set[T]) remove(v T) bool {
+// delete removes k and reports whether it was present.
+func (s *smallMap[K, V]) delete(k K) bool {
 	if s.m != nil {
-		if _, ok := s.m[v]; !ok {
+		if _, ok := s.m[k]; !ok {
 			return false
 		}
-		delete(s.m, v)
+		delete(s.m, k)
 		return true
 	}
-	for i, x := range s.small {
-		if x == v {
+	for i := range s.small {
+		if s.small[i].key == k {
 			last := len(s.small) - 1
 			s.small[i] = s.small[last]
-			var zero T
-			s.small[last] = zero
+			s.small[last] = entry[K, V]{}
 			s.small = s.small[:last]
 			if last == 0 {
 				s.small = nil
@@ -70,34 +89,21 @@ func (s *set[T]) remove(v T) bool {
 	return false
 }
 
-func (s *set[T]) has(v T) bool {
-	if s.m != nil {
-		_, ok := s.m[v]
-		return ok
-	}
-	for _, x := range s.small {
-		if x == v {
-			return true
-		}
-	}
-	return false
-}
-
-func (s *set[T]) len() int {
+func (s *smallMap[K, V]) len() int {
 	if s.m != nil {
 		return len(s.m)
 	}
 	return len(s.small)
 }
 
-// all visits every element. A slice is visited from its end, so removing
-// the visited element (which moves the last, already visited, into its
+// all visits every entry. A slice is visited from its end, so deleting
+// the visited entry (which moves the last, already visited, into its
 // place) skips nothing.
-func (s *set[T]) all() iter.Seq[T] {
-	return func(yield func(T) bool) {
+func (s *smallMap[K, V]) all() iter.Seq2[K, V] {
+	return func(yield func(K, V) bool) {
 		if s.m != nil {
-			for v := range s.m {
-				if !yield(v) {
+			for k, v := range s.m {
+				if !yield(k, v) {
 					return
 				}
 			}
@@ -107,106 +113,58 @@ func (s *set[T]) all() iter.Seq[T] {
 			if i >= len(s.small) {
 				continue
 			}
-			if !yield(s.small[i]) {
+			if e := s.small[i]; !yield(e.key, e.val) {
 				return
 			}
 		}
 	}
 }
 
-// counts is a positive count per key, a slice while small and a map beyond
-// smallMax, as set is. Keys whose count drops to zero are removed.
-type counts[K comparable] struct {
-	small []countOf[K]
-	m     map[K]int
+// keys visits every key, as all does.
+func (s *smallMap[K, V]) keys() iter.Seq[K] {
+	return func(yield func(K) bool) {
+		for k := range s.all() {
+			if !yield(k) {
+				return
+			}
+		}
+	}
 }
 
-type countOf[K comparable] struct {
-	key K
-	n   int
+// set is a smallMap of keys alone.
+type set[T comparable] struct{ smallMap[T, struct{}] }
+
+// add adds v and reports whether it was absent.
+func (s *set[T]) add(v T) bool { return s.put(v, struct{}{}) }
+
+// remove removes v and reports whether it was present.
+func (s *set[T]) remove(v T) bool { return s.delete(v) }
+
+func (s *set[T]) has(v T) bool {
+	_, ok := s.get(v)
+	return ok
 }
+
+// counts is a positive count per key; a key whose count drops to zero is
+// removed.
+type counts[K comparable] struct{ smallMap[K, int] }
 
 // add adds delta to k's count and returns the new count.
 func (c *counts[K]) add(k K, delta int) int {
-	if c.m != nil {
-		n := c.m[k] + delta
-		if n == 0 {
-			delete(c.m, k)
-		} else {
-			c.m[k] = n
-		}
-		return n
+	n, _ := c.get(k)
+	n += delta
+	if n == 0 {
+		c.delete(k)
+	} else {
+		c.put(k, n)
 	}
-	for i := range c.small {
-		if c.small[i].key == k {
-			n := c.small[i].n + delta
-			if n != 0 {
-				c.small[i].n = n
-				return n
-			}
-			last := len(c.small) - 1
-			c.small[i] = c.small[last]
-			c.small[last] = countOf[K]{}
-			c.small = c.small[:last]
-			if last == 0 {
-				c.small = nil
-			}
-			return 0
-		}
-	}
-	if delta == 0 {
-		return 0
-	}
-	if len(c.small) < smallMax {
-		c.small = append(c.small, countOf[K]{k, delta})
-		return delta
-	}
-	c.m = make(map[K]int, 2*smallMax)
-	for _, e := range c.small {
-		c.m[e.key] = e.n
-	}
-	c.m[k] = delta
-	c.small = nil
-	return delta
+	return n
 }
 
-func (c *counts[K]) get(k K) int {
-	if c.m != nil {
-		return c.m[k]
-	}
-	for _, e := range c.small {
-		if e.key == k {
-			return e.n
-		}
-	}
-	return 0
-}
-
-func (c *counts[K]) len() int {
-	if c.m != nil {
-		return len(c.m)
-	}
-	return len(c.small)
-}
-
-// keys visits every key (with a non-zero count); nothing may change
-// meanwhile.
-func (c *counts[K]) keys() iter.Seq[K] {
-	return func(yield func(K) bool) {
-		if c.m != nil {
-			for k := range c.m {
-				if !yield(k) {
-					return
-				}
-			}
-			return
-		}
-		for _, e := range c.small {
-			if !yield(e.key) {
-				return
-			}
-		}
-	}
+// count is k's count (0 when absent).
+func (c *counts[K]) count(k K) int {
+	n, _ := c.get(k)
+	return n
 }
 
 // labelKV is one label, the key of both indexes below.

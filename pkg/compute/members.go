@@ -160,7 +160,7 @@ func (s *spanList) get(counts *counts[string]) []string {
 		var adds []string
 		for n := range s.delta {
 			i, in := slices.BinarySearch(s.base, n)
-			now := counts.get(n) > 0
+			now := counts.count(n) > 0
 			switch {
 			case in && !now:
 				dropIdx = append(dropIdx, i)
@@ -194,7 +194,7 @@ func (g *group) podMembersByNode() map[string][]model.GroupMember {
 	all := make([]model.GroupMember, g.pods.len())
 	off := 0
 	for n := range g.podsPerNode.keys() {
-		c := g.podsPerNode.get(n)
+		c := g.podsPerNode.count(n)
 		byNode[n] = all[off : off : off+c]
 		off += c
 	}

@@ -235,13 +235,38 @@ func (e *Engine) policy(p *policyState) *model.Policy {
 	return p.cache
 }
 
-// UpsertNetworkPolicy adds or updates a NetworkPolicy.
-func (e *Engine) UpsertNetworkPolicy(np *networkingv1.NetworkPolicy) {
+// Compiled is a policy object as the engine reads it: what the Upsert
+// methods translate from the object, outside the engine's lock, before
+// applying it. A cache of API objects can translate each object as it
+// arrives and keep the translation instead of the object
+// (CompileNetworkPolicy, UpsertCompiled). It is immutable and may be
+// applied to any engine, any number of times; the zero value is ignored.
+type Compiled struct {
+	key model.PolicyRef
+	c   *compiledPolicy
+}
+
+// CompileNetworkPolicy translates a NetworkPolicy (nil: the zero Compiled).
+func CompileNetworkPolicy(np *networkingv1.NetworkPolicy) Compiled {
 	if np == nil {
-		return
+		return Compiled{}
 	}
 	c := compileNetworkPolicy(np)
-	e.update(func() { e.setPolicy(refKey(c.ref), c, nil) })
+	return Compiled{key: refKey(c.ref), c: c}
+}
+
+// UpsertCompiled adds or updates the policy object c was compiled from,
+// as its kind's Upsert method does with the object.
+func (e *Engine) UpsertCompiled(c Compiled) {
+	if c.c == nil {
+		return
+	}
+	e.update(func() { e.setPolicy(c.key, c.c, nil) })
+}
+
+// UpsertNetworkPolicy adds or updates a NetworkPolicy.
+func (e *Engine) UpsertNetworkPolicy(np *networkingv1.NetworkPolicy) {
+	e.UpsertCompiled(CompileNetworkPolicy(np))
 }
 
 // DeleteNetworkPolicy removes a NetworkPolicy.

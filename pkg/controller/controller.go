@@ -9,7 +9,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
@@ -358,8 +357,8 @@ func (c *Controller) registerCoreHandlers() error {
 		func(w compute.Writer, m metav1.Object) { w.DeleteNamespace(m.GetName()) }, nil))
 	add(c.kubeFactory.Core().V1().Pods().Informer(), c.handlerFuncs("Pod",
 		func(w compute.Writer, obj interface{}) {
-			if p, ok := obj.(*corev1.Pod); ok {
-				w.UpsertPod(p)
+			if p, ok := obj.(*cachedPod); ok {
+				w.UpsertPod(p.Pod())
 			}
 		},
 		func(w compute.Writer, m metav1.Object) { w.DeletePod(m.GetNamespace(), m.GetName()) }, nil))
@@ -380,8 +379,8 @@ func (c *Controller) registerCoreHandlers() error {
 func (c *Controller) networkPolicyHandler() cache.ResourceEventHandlerFuncs {
 	return c.handlerFuncs(string(model.KindNetworkPolicy),
 		func(w compute.Writer, obj interface{}) {
-			if np, ok := obj.(*networkingv1.NetworkPolicy); ok {
-				w.UpsertNetworkPolicy(np)
+			if np, ok := obj.(*cachedNetworkPolicy); ok {
+				w.UpsertCompiled(np.compiled)
 			}
 		},
 		func(w compute.Writer, m metav1.Object) { w.DeleteNetworkPolicy(m.GetNamespace(), m.GetName()) },

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
@@ -118,7 +117,7 @@ func (c *Controller) syncNetworkPolicyEvents(ref model.PolicyRef) error {
 		c.mu.Unlock()
 		return nil
 	}
-	np, ok := obj.(*networkingv1.NetworkPolicy)
+	np, ok := obj.(*cachedNetworkPolicy)
 	if !ok {
 		return nil
 	}
@@ -153,7 +152,7 @@ func (c *Controller) syncNetworkPolicyEvents(ref model.PolicyRef) error {
 		return nil
 	}
 	for _, f := range findings {
-		c.recorder.Event(np, corev1.EventTypeWarning, eventReason(f.Reason), string(f.Severity)+": "+f.Message)
+		c.recorder.Event(np.object(), corev1.EventTypeWarning, eventReason(f.Reason), string(f.Severity)+": "+f.Message)
 		c.metrics.events.Inc()
 	}
 	return nil

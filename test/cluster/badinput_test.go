@@ -77,7 +77,14 @@ func checkBadInput(ctx context.Context, t *testing.T, running *cluster.Cluster) 
 	}
 }
 
+// lastLine is docker's reason in a failed command's error: the line of
+// the daemon's answer, else the last one.
 func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
+	for _, l := range lines {
+		if strings.Contains(l, "Error response from daemon") {
+			return l
+		}
+	}
 	return lines[len(lines)-1]
 }

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"text/template"
 	"time"
@@ -203,6 +204,7 @@ func Up(ctx context.Context, o Options) (c *Cluster, err error) {
 	if m := Missing(o.BinDir); len(m) > 0 {
 		return nil, fmt.Errorf("cannot bring up a cluster; missing:\n  %s", strings.Join(m, "\n  "))
 	}
+	holdDocker()
 	if old, err := Load(o.Dir); err == nil {
 		return nil, fmt.Errorf("a cluster %q is already recorded in %s; run `make cluster-down` first", old.Name, o.Dir)
 	}
@@ -536,6 +538,18 @@ func (c *Cluster) Down(ctx context.Context, logf func(string, ...any)) error {
 			problems = append(problems, err.Error())
 		}
 	}
+	holdDocker()
+	if !dockerReachable(ctx) && c.DockerdPID == 0 {
+		// The containers, volumes and network are in Docker's store even
+		// while no daemon runs (it was stopped under the cluster): start
+		// one to remove them, and stop it after.
+		logf("starting dockerd to remove the cluster's containers")
+		pid, err := startDockerd(ctx, filepath.Join(os.TempDir(), "tierflow-cluster-dockerd.log"))
+		if err != nil {
+			return fmt.Errorf("cannot remove cluster %s's containers: %w", c.Name, err)
+		}
+		c.DockerdPID = pid
+	}
 	if dockerReachable(ctx) {
 		ids, err := docker(ctx, "ps", "-aq", "--filter", "label="+label+"="+c.Name)
 		note(err)
@@ -565,9 +579,10 @@ func (c *Cluster) Down(ctx context.Context, logf func(string, ...any)) error {
 		}
 	}
 	// The dockerd Up started stops with the cluster, unless it runs
-	// other containers (another cluster's, someone's). Its dangling
-	// images (superseded builds) go first: they only pile up.
-	if others, _ := docker(ctx, "ps", "-aq"); c.DockerdPID > 0 && others == "" && syscall.Kill(c.DockerdPID, 0) == nil {
+	// other containers (another cluster's, someone's) or another process
+	// of ours uses it (building images before it has containers). Its
+	// dangling images (superseded builds) go first: they only pile up.
+	if others, _ := docker(ctx, "ps", "-aq"); c.DockerdPID > 0 && others == "" && !dockerUsedByOthers() && syscall.Kill(c.DockerdPID, 0) == nil {
 		_, _ = docker(ctx, "image", "prune", "--force")
 		logf("stopping the dockerd bring-up started (pid %d)", c.DockerdPID)
 		_ = syscall.Kill(c.DockerdPID, syscall.SIGTERM)
@@ -621,7 +636,7 @@ func removeCgroupTree(root string) error {
 // Lock takes the machine-wide lock of the cluster name, waiting for it:
 // two test processes (make test in two checkouts) never bring up clusters
 // of the same name, whose Docker objects and addresses would collide. The
-// kernel releases it when the process dies.
+// kernel releases it when the process dies; unlock may be called twice.
 func Lock(name string) (unlock func(), err error) {
 	f, err := os.OpenFile("/run/tierflow-cluster-"+name+".lock", os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
@@ -631,9 +646,12 @@ func Lock(name string) (unlock func(), err error) {
 		f.Close()
 		return nil, fmt.Errorf("locking cluster name %s: %w", name, err)
 	}
+	var once sync.Once
 	return func() {
-		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-		f.Close()
+		once.Do(func() {
+			_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+			f.Close()
+		})
 	}, nil
 }
 

@@ -60,5 +60,8 @@
 // dangling images, superseded builds, first); images stay. A failed Up
 // runs Down. Missing says what a machine lacks for Up (tools, binaries,
 // root, cgroup v1, /dev/net/tun, overlayfs, disk space); Lock and
-// RemoveStale keep two test processes from colliding on one cluster name.
+// RemoveStale keep two test processes from colliding on one cluster name,
+// and InstallTierflow holds Lock("images") from building tierflow's
+// images to loading them into the nodes (their tags are the README's, the
+// same in every checkout, in this machine's one Docker).
 package cluster

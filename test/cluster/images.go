@@ -411,6 +411,7 @@ func sortedKeys[V any](m map[string]V) []string {
 // BuildBaseImages builds BaseImage and GoImage (if missing) for `make
 // images` on a machine that cannot pull tierflow's Dockerfile bases.
 func BuildBaseImages(ctx context.Context, scratch string, logf func(string, ...any)) (base, goImage string, err error) {
+	holdDocker()
 	if !dockerReachable(ctx) {
 		return "", "", fmt.Errorf("no Docker daemon reachable (make cluster-up starts one)")
 	}

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"os"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -172,6 +173,19 @@ func nsRelabelled(n *corev1.Namespace, lbls map[string]string) *corev1.Namespace
 	q := n.DeepCopy()
 	q.Labels = lbls
 	return q
+}
+
+// QuickScale says whether the benchmark drivers run the reduced shapes:
+// BENCH_SCALE=quick|full (set by cmd/benchreport for each run), else
+// BENCH_QUICK=1.
+func QuickScale() bool {
+	switch os.Getenv("BENCH_SCALE") {
+	case "quick":
+		return true
+	case "full":
+		return false
+	}
+	return os.Getenv("BENCH_QUICK") == "1"
 }
 
 // pick returns full or quick.
