@@ -26,6 +26,36 @@ import (
 	"sigs.k8s.io/network-policy-api/apis/v1alpha1"
 )
 
+// Engine is what a scenario's objects are fed to: the policy engine
+// (pkg/compute.Engine), named by its methods so shapes stays free of it.
+type Engine interface {
+	UpsertNamespace(*corev1.Namespace)
+	UpsertNode(*corev1.Node)
+	UpsertPod(*corev1.Pod)
+	UpsertNetworkPolicy(*networkingv1.NetworkPolicy)
+	UpsertAdminNetworkPolicy(*v1alpha1.AdminNetworkPolicy)
+}
+
+// FeedTo upserts the scenario's objects into e in the order informers
+// typically deliver them at start: namespaces, nodes, pods, then policies.
+func (c *Cluster) FeedTo(e Engine) {
+	for _, o := range c.Namespaces {
+		e.UpsertNamespace(o)
+	}
+	for _, o := range c.Nodes {
+		e.UpsertNode(o)
+	}
+	for _, o := range c.Pods {
+		e.UpsertPod(o)
+	}
+	for _, o := range c.NPs {
+		e.UpsertNetworkPolicy(o)
+	}
+	for _, o := range c.ANPs {
+		e.UpsertAdminNetworkPolicy(o)
+	}
+}
+
 // Cluster is the set of API objects of one scenario.
 type Cluster struct {
 	Namespaces []*corev1.Namespace
