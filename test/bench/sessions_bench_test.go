@@ -32,7 +32,7 @@ func BenchmarkDistributionSessions(b *testing.B) {
 	eachShape(b, func(b *testing.B, s shapes.Shape) {
 		c := s.Build(quickScale())
 		e := compute.New()
-		feed(e, c)
+		c.FeedTo(e)
 		nodes := make([]string, len(c.Nodes))
 		tokens := server.StaticTokens{}
 		for i, n := range c.Nodes {
