@@ -173,31 +173,7 @@ func retryProbe(probe func() error) error {
 // hostListenTCP runs an echo server on every address of n's host stack.
 func hostListenTCP(t *testing.T, n *simNode, port uint16) {
 	t.Helper()
-	var ln net.Listener
-	if err := inNetNS(n.env.NetnsPath(), func() error {
-		var err error
-		ln, err = net.Listen("tcp", fmt.Sprintf(":%d", port))
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer conn.Close()
-				buf := make([]byte, 256)
-				_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
-				if n, err := conn.Read(buf); err == nil {
-					_, _ = conn.Write(buf[:n])
-				}
-			}()
-		}
-	}()
+	serveEcho(t, n.env.NetnsPath(), fmt.Sprintf(":%d", port), nil)
 }
 
 // sendSpoofed sends a few UDP datagrams from the network namespace netns

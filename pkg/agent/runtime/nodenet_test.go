@@ -734,10 +734,23 @@ func outsideNetwork(t *testing.T, n *simNode) *outsideNet {
 	mustRun(t, "ip", "-n", ns, "link", "set", "eth0", "up")
 	mustRun(t, "ip", "-n", ns, "link", "set", "lo", "up")
 	o := &outsideNet{netns: ns, addr: netip.MustParseAddrPort("192.168.78.2:9090")}
+	serveEcho(t, "/run/netns/"+ns, o.addr.String(), func(from netip.Addr) {
+		o.mu.Lock()
+		o.seen = append(o.seen, from)
+		o.mu.Unlock()
+	})
+	return o
+}
+
+// serveEcho runs a TCP echo server on addr in the network namespace at
+// netnsPath until the test ends (one line per connection); seen, when
+// set, gets every client's address.
+func serveEcho(t *testing.T, netnsPath, addr string, seen func(netip.Addr)) {
+	t.Helper()
 	var ln net.Listener
-	if err := inNetNS("/run/netns/"+ns, func() error {
+	if err := inNetNS(netnsPath, func() error {
 		var err error
-		ln, err = net.Listen("tcp", o.addr.String())
+		ln, err = net.Listen("tcp", addr)
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -749,9 +762,9 @@ func outsideNetwork(t *testing.T, n *simNode) *outsideNet {
 			if err != nil {
 				return
 			}
-			o.mu.Lock()
-			o.seen = append(o.seen, conn.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap())
-			o.mu.Unlock()
+			if seen != nil {
+				seen(conn.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap())
+			}
 			go func() {
 				defer conn.Close()
 				buf := make([]byte, 256)
@@ -762,5 +775,4 @@ func outsideNetwork(t *testing.T, n *simNode) *outsideNet {
 			}()
 		}
 	}()
-	return o
 }
