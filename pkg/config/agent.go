@@ -88,6 +88,12 @@ type NodeNetwork struct {
 	// Masquerade is needed unless the network beyond the nodes routes the
 	// pod CIDRs (replies to a pod address would be lost).
 	Masquerade bool `json:"masquerade" flag:"masquerade" usage:"noEncap: give pods' traffic to destinations outside every Node's pod CIDRs the node's address (iptables MASQUERADE)"`
+	// KubeProxyMasqueradeBit must be kube-proxy's
+	// --iptables-masquerade-bit: the connections kube-proxy would
+	// masquerade into the gateway (NodePort and external traffic to a pod
+	// of this node) get the node's InternalIP as source instead of the
+	// gateway's address, which only the node's own traffic may carry.
+	KubeProxyMasqueradeBit int `json:"kubeProxyMasqueradeBit" flag:"kube-proxy-masquerade-bit" usage:"noEncap: kube-proxy's --iptables-masquerade-bit; the connections it marks that enter the gateway get the node's InternalIP as source, not the gateway's address (trusted as the node itself)"`
 }
 
 // CNI configures how tierflow-cni is installed on the node.
@@ -125,6 +131,8 @@ func DefaultAgent() Agent {
 			Mode:        NodeNetworkUplink,
 			GatewayName: "tierflow-gw0",
 			Masquerade:  true,
+			// kube-proxy's default.
+			KubeProxyMasqueradeBit: 14,
 		},
 	}
 }
@@ -197,6 +205,9 @@ func (a *Agent) Validate() error {
 	}
 	if a.NodeNetwork.GatewayName == a.BridgeName {
 		return &FieldError{Key: "nodeNetwork.gatewayName", Value: a.NodeNetwork.GatewayName, Reason: "must differ from bridgeName (the bridge's own interface)"}
+	}
+	if b := a.NodeNetwork.KubeProxyMasqueradeBit; b < 0 || b > 31 {
+		return &FieldError{Key: "nodeNetwork.kubeProxyMasqueradeBit", Value: b, Reason: "must be in 0..31 (kube-proxy's --iptables-masquerade-bit)"}
 	}
 	return nil
 }

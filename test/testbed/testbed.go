@@ -417,7 +417,7 @@ func (t *Testbed) addNode(i int, ip string, opts Options) (*Node, error) {
 	for _, c := range n.PodCIDRs {
 		ranges = append(ranges, []any{map[string]any{"subnet": c}})
 	}
-	conf, _ := json.MarshalIndent(map[string]any{
+	cniConf := map[string]any{
 		"cniVersion":   "1.0.0",
 		"name":         "tierflow",
 		"type":         "tierflow-cni",
@@ -429,7 +429,11 @@ func (t *Testbed) addNode(i int, ip string, opts Options) (*Node, error) {
 			"dataDir": filepath.Join(n.StateDir, "ipam"),
 			"ranges":  ranges,
 		},
-	}, "", "  ")
+	}
+	if opts.NormalFlows {
+		cniConf["admissionTimeout"] = "0s" // no agent admits the pods
+	}
+	conf, _ := json.MarshalIndent(cniConf, "", "  ")
 	n.CNIConfig = filepath.Join(n.StateDir, "cni.conf")
 	if err := os.WriteFile(n.CNIConfig, conf, 0o644); err != nil {
 		return nil, err

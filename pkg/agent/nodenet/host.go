@@ -231,9 +231,14 @@ func (h *host) routes() ([]Route, error) {
 	for _, r := range have {
 		dst, ok := prefixOf(r.Dst)
 		via, okVia := netip.AddrFromSlice(r.Gw)
-		if ok && okVia {
-			out = append(out, Route{Dst: dst, Via: via.Unmap()})
+		if !ok || !okVia {
+			continue
 		}
+		rt := Route{Dst: dst, Via: via.Unmap()}
+		if link, err := h.h.LinkByIndex(r.LinkIndex); err == nil {
+			rt.Iface = link.Attrs().Name
+		}
+		out = append(out, rt)
 	}
 	return out, nil
 }

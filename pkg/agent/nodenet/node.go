@@ -7,6 +7,8 @@ import (
 	"sort"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/tierflow/tierflow/pkg/model"
 )
 
 // Node is what node networking needs to know about a Node object.
@@ -80,7 +82,7 @@ func ParseNode(n *corev1.Node) (Node, error) {
 func GatewayPrefixes(podCIDRs []netip.Prefix) []netip.Prefix {
 	out := make([]netip.Prefix, 0, len(podCIDRs))
 	for _, p := range podCIDRs {
-		out = append(out, netip.PrefixFrom(p.Addr().Next(), p.Bits()))
+		out = append(out, netip.PrefixFrom(model.NodeGatewayAddress(p), p.Bits()))
 	}
 	return out
 }
@@ -90,6 +92,9 @@ type Route struct {
 	Node string
 	Dst  netip.Prefix
 	Via  netip.Addr
+	// Iface is the interface the route leaves by (set for installed
+	// routes): packets from that node's pods must arrive on it.
+	Iface string
 }
 
 func (r Route) String() string { return fmt.Sprintf("%s via %s (node %s)", r.Dst, r.Via, r.Node) }
