@@ -160,9 +160,10 @@ func TestNoEncapNewPodAdmission(t *testing.T) {
 	// of node 1 gets its IPv4 address, all while the controller is down:
 	// node 2 still holds that address in db's friends, so the new pod
 	// would pass as oldfriend if its port were classified (as it was
-	// before admission, when OVSDB naming the pod was enough: the same
-	// path that opened db2 and evil2 above). Node 1's agent does not list
-	// the new pod: its port stays dark.
+	// before admission, when OVSDB naming the pod was enough: with the
+	// agent admitting ports its state does not list, this test saw the
+	// new pod reach db, and a reach it and be reached). Node 1's agent
+	// does not list the new pod: its port stays dark.
 	if err := c.Kube.Kube.CoreV1().Pods(ovsenv.PodNamespace).Delete(ctx, "oldfriend", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 		t.Fatal(err)
 	}

@@ -137,10 +137,23 @@ func TestNoEncapGatewayTrust(t *testing.T) {
 	sendSpoofed(t, outside.netns, b.IPv4(), a.IPv4(), 5454)
 	// Node 1's host sends from an address of its pod CIDR no pod has.
 	sendSpoofed(t, n1.env.Netns(), netip.MustParseAddr("10.77.1.200"), a.IPv4(), 5454)
+	// The same over IPv6 (the node network has no outside IPv6 network).
+	sendSpoofed(t, n2.env.Netns(), cc.IPv6(), a.IPv6(), 5454)
+	sendSpoofed(t, n1.env.Netns(), netip.MustParseAddr("fd00:77:1::200"), a.IPv6(), 5454)
+	// Controls: node 2's own addresses reach a over the same paths (a
+	// takes anything), so the datagrams above were dropped for their
+	// sources.
+	sendUDP(t, n2.env.Netns(), n2.ip4.Addr(), a.IPv4(), 5454)
+	sendUDP(t, n2.env.Netns(), n2.ip6.Addr(), a.IPv6(), 5454)
 	time.Sleep(time.Second)
-	for _, src := range []netip.Addr{cc.IPv4(), b.IPv4(), netip.MustParseAddr("10.77.1.200")} {
+	for _, src := range []netip.Addr{cc.IPv4(), b.IPv4(), netip.MustParseAddr("10.77.1.200"), cc.IPv6(), netip.MustParseAddr("fd00:77:1::200")} {
 		if slices.Contains(spoofSink.Peers(), src) {
 			t.Errorf("pod a received a spoofed datagram from %s", src)
+		}
+	}
+	for _, src := range []netip.Addr{n2.ip4.Addr(), n2.ip6.Addr()} {
+		if !slices.Contains(spoofSink.Peers(), src) {
+			t.Errorf("pod a received nothing from node nn-2's own address %s (control)", src)
 		}
 	}
 
@@ -184,6 +197,13 @@ func sendSpoofed(t *testing.T, netns string, src, dst netip.Addr, port uint16) {
 	addr := netip.PrefixFrom(src, src.BitLen()).String()
 	mustRun(t, "ip", "-n", netns, "addr", "add", addr, "dev", "lo")
 	defer mustRun(t, "ip", "-n", netns, "addr", "del", addr, "dev", "lo")
+	sendUDP(t, netns, src, dst, port)
+}
+
+// sendUDP sends a few UDP datagrams from src, an address of the network
+// namespace netns, to dst.
+func sendUDP(t *testing.T, netns string, src, dst netip.Addr, port uint16) {
+	t.Helper()
 	if err := inNetNS("/run/netns/"+netns, func() error {
 		conn, err := net.DialUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(src, 0)), net.UDPAddrFromAddrPort(netip.AddrPortFrom(dst, port)))
 		if err != nil {

@@ -19,6 +19,7 @@ const (
 	SectionE2E         = "End-to-end realization latency (test bed)"
 	SectionDatapath    = "Datapath overhead"
 	SectionFanout      = "Controller fan-out"
+	SectionSessions    = "Controller: distribution sessions"
 	SectionServices    = "Service proxy"
 )
 
@@ -159,6 +160,10 @@ func plan(quick bool) []*Run {
 	add(&Run{ID: "datapath-throughput", Section: SectionDatapath, Scenario: "pod → pod", Scale: scale,
 		Description: "TCP throughput between two pods of one node and across two nodes, short TCP connections per second on one node (userspace datapath), no policy vs 1000 rules realized, in one run",
 		Package:     pkg, Bench: "^BenchmarkDatapathThroughput$", Timeout: 20 * time.Minute, NeedsOVS: true})
+	for _, s := range shapes.All() {
+		add(&Run{ID: "sessions-" + s.Name, Section: SectionSessions, Scenario: s.Name, Description: s.Description, Scale: scale,
+			Package: pkg, Bench: fmt.Sprintf("^BenchmarkDistributionSessions$/^%s$", s.Name), Timeout: 30 * time.Minute})
+	}
 	add(&Run{ID: "service-proxy", Section: SectionServices, Scenario: "Services in the pipeline", Scale: scale,
 		Description: "10,000 Services (quick: 1,000) in a real kube-apiserver, watched and realized into a real bridge by the agent's proxy; EndpointSlice changes; connection rate and throughput through a ClusterIP vs to the pod",
 		Package:     pkg, Bench: "^BenchmarkServiceProxy$", Timeout: 40 * time.Minute, NeedsOVS: true})
