@@ -66,6 +66,27 @@ func TestServiceProxyNoEncap(t *testing.T) {
 		}
 		n.cniConf = pluginConf(t, conf, filepath.Join(c.Dir, n.name+"-ipam"))
 	}
+	// Agents first: tierflow-cni ADD waits until the agent admits the pod.
+	ctrl := c.StartController(t)
+	_ = ctrl
+	start := func(n *simNode, zone uint16) *livecluster.Agent {
+		opts := c.AgentOptions(n.env, n.br, n.name, n.tokenDir, zone)
+		opts.Config.NodeNetwork.Mode = config.NodeNetworkNoEncap
+		opts.Config.ServiceProxy.Enabled = true
+		opts.Config.Kubeconfig = kubeconfig
+		opts.NodeNetNS = n.env.NetnsPath()
+		return livecluster.StartAgent(t, n.name, opts)
+	}
+	ag1, ag2 := start(n1, 1), start(n2, 2)
+	ag1.RealizedOn(t)
+	ag2.RealizedOn(t)
+	livecluster.Eventually(t, 60*time.Second, "both gateways and routes", func() error {
+		if err := checkNodeNet(n1, []string{"10.79.1.1/24"}, []string{"10.79.2.0/24 via 192.168.79.2"}); err != nil {
+			return err
+		}
+		return checkNodeNet(n2, []string{"10.79.2.1/24"}, []string{"10.79.1.0/24 via 192.168.79.1"})
+	})
+
 	a := attachPod(t, c, n1, cniBin, "a", map[string]string{"app": "client"})
 	local := attachPod(t, c, n1, cniBin, "local", map[string]string{"app": "web", "where": "local"})
 	remote := attachPod(t, c, n2, cniBin, "remote", map[string]string{"app": "web", "where": "remote"})
@@ -105,26 +126,6 @@ func TestServiceProxyNoEncap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-
-	ctrl := c.StartController(t)
-	_ = ctrl
-	start := func(n *simNode, zone uint16) *livecluster.Agent {
-		opts := c.AgentOptions(n.env, n.br, n.name, n.tokenDir, zone)
-		opts.Config.NodeNetwork.Mode = config.NodeNetworkNoEncap
-		opts.Config.ServiceProxy.Enabled = true
-		opts.Config.Kubeconfig = kubeconfig
-		opts.NodeNetNS = n.env.NetnsPath()
-		return livecluster.StartAgent(t, n.name, opts)
-	}
-	ag1, ag2 := start(n1, 1), start(n2, 2)
-	ag1.RealizedOn(t)
-	ag2.RealizedOn(t)
-	livecluster.Eventually(t, 60*time.Second, "both gateways and routes", func() error {
-		if err := checkNodeNet(n1, []string{"10.79.1.1/24"}, []string{"10.79.2.0/24 via 192.168.79.2"}); err != nil {
-			return err
-		}
-		return checkNodeNet(n2, []string{"10.79.2.1/24"}, []string{"10.79.1.0/24 via 192.168.79.1"})
-	})
 
 	clusterIP := netip.MustParseAddrPort(web.Spec.ClusterIP + ":80")
 	nodePort := netip.AddrPortFrom(n2.ip4.Addr(), uint16(web.Spec.Ports[0].NodePort))
