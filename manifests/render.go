@@ -11,6 +11,7 @@ import (
 	"strings"
 	"text/template"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
@@ -37,6 +38,21 @@ type Values struct {
 	QueryPort             int // tierctl's queries: the controller's query API (and the Service's port)
 	// PodMTU is the agent's cni.mtu: 0 keeps the kernel default.
 	PodMTU int
+	// ControllerMemoryRequest and ControllerMemoryLimit are the
+	// controller container's memory request and limit (quantities such as
+	// "2Gi"); the defaults are sized from the benchmarks at the 100k-pod
+	// reference shapes (manifests/README.md, "Sizing the controller").
+	ControllerMemoryRequest string
+	ControllerMemoryLimit   string
+}
+
+// ControllerGoMemLimit is GOMEMLIMIT for the controller: 90% of its memory
+// limit, so that the Go runtime collects harder before the kernel's limit
+// is reached (the rest is room for what is not Go heap). Valid only for
+// validated Values.
+func (v Values) ControllerGoMemLimit() string {
+	limit := resource.MustParse(v.ControllerMemoryLimit)
+	return fmt.Sprintf("%dMiB", limit.Value()*9/10>>20)
 }
 
 // DefaultValues are the values tierflow.yaml is committed with.
@@ -51,6 +67,9 @@ func DefaultValues() Values {
 		ControllerMetricsPort: config.DefaultControllerMetricsPort,
 		AgentMetricsPort:      config.DefaultAgentMetricsPort,
 		QueryPort:             config.DefaultQueryPort,
+		// See manifests/README.md, "Sizing the controller".
+		ControllerMemoryRequest: "2Gi",
+		ControllerMemoryLimit:   "3Gi",
 	}
 }
 
@@ -95,6 +114,17 @@ func (v Values) Validate() error {
 	}
 	if v.PodMTU != 0 && (v.PodMTU < 68 || v.PodMTU > 65535) {
 		return fmt.Errorf("manifests: pod MTU %d must be 0 (kernel default) or in 68..65535", v.PodMTU)
+	}
+	req, err := resource.ParseQuantity(v.ControllerMemoryRequest)
+	if err != nil {
+		return fmt.Errorf("manifests: controller memory request %q: %w", v.ControllerMemoryRequest, err)
+	}
+	limit, err := resource.ParseQuantity(v.ControllerMemoryLimit)
+	if err != nil {
+		return fmt.Errorf("manifests: controller memory limit %q: %w", v.ControllerMemoryLimit, err)
+	}
+	if limit.Cmp(resource.MustParse("256Mi")) < 0 || req.Cmp(limit) > 0 || req.Sign() <= 0 {
+		return fmt.Errorf("manifests: controller memory request %s and limit %s: want 0 < request <= limit, limit at least 256Mi", v.ControllerMemoryRequest, v.ControllerMemoryLimit)
 	}
 	return nil
 }

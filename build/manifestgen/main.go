@@ -27,6 +27,8 @@ func main() {
 	flag.IntVar(&v.AgentMetricsPort, "agent-metrics-port", v.AgentMetricsPort, "agent /metrics, /healthz, /readyz port (host network)")
 	flag.IntVar(&v.QueryPort, "query-port", v.QueryPort, "controller's query API port for tierctl (host network, every address; in the Service too)")
 	flag.IntVar(&v.PodMTU, "pod-mtu", v.PodMTU, "MTU of pod interfaces; 0 keeps the kernel default")
+	flag.StringVar(&v.ControllerMemoryRequest, "controller-memory-request", v.ControllerMemoryRequest, "controller container's memory request")
+	flag.StringVar(&v.ControllerMemoryLimit, "controller-memory-limit", v.ControllerMemoryLimit, "controller container's memory limit (GOMEMLIMIT is 90% of it)")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fail(fmt.Errorf("unexpected arguments %v", flag.Args()))

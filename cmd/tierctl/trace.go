@@ -295,7 +295,7 @@ func (o *traceOptions) run(w io.Writer) error {
 			res.Verdict = t.Verdict
 		}
 		for _, s := range t.Steps {
-			if s.Role == pipeline.RoleAction.String() || s.Role == pipeline.RoleIsolation.String() {
+			if s.Role == pipeline.RoleAction.String() || s.Role == pipeline.RoleIsolation.String() || s.Role == pipeline.RoleOverflow.String() {
 				res.Decisions = append(res.Decisions, TraceDecision{Node: s.Node, Table: s.Table, Rule: s.Rule, Action: s.Action})
 			}
 		}
@@ -430,8 +430,11 @@ func readTrace(out string, byBridge map[string]*agentView) *NodeTrace {
 					s.Action = string(r.Action)
 				}
 			}
-			if role == pipeline.RoleIsolation {
+			switch role {
+			case pipeline.RoleIsolation:
 				s.Action = "Deny (isolation)"
+			case pipeline.RoleOverflow:
+				s.Action = "Deny (a policy of this pod did not fit in the table: fail closed)"
 			}
 		}
 		t.Steps = append(t.Steps, s)
@@ -462,7 +465,7 @@ func readTrace(out string, byBridge map[string]*agentView) *NodeTrace {
 // denied reports whether the packet hit a Deny rule or an isolation drop.
 func denied(steps []TraceStep) bool {
 	for _, st := range steps {
-		if st.Role == pipeline.RoleIsolation.String() || (st.Role == pipeline.RoleAction.String() && st.Action == string(model.ActionDeny)) {
+		if st.Role == pipeline.RoleIsolation.String() || st.Role == pipeline.RoleOverflow.String() || (st.Role == pipeline.RoleAction.String() && st.Action == string(model.ActionDeny)) {
 			return true
 		}
 	}

@@ -131,6 +131,11 @@ const (
 	RoleIsolation Role = 5
 	// RoleDefault flows are a table's fall-through.
 	RoleDefault Role = 6
+	// RoleOverflow flows deny, at OverflowPriority in an Admin or
+	// Baseline table, what reaches them from the applied-to pods of the
+	// policies left out of that table because its rule priorities ran
+	// out (fail closed; see policyflows).
+	RoleOverflow Role = 7
 )
 
 func (r Role) String() string {
@@ -149,6 +154,8 @@ func (r Role) String() string {
 		return "isolation"
 	case RoleDefault:
 		return "default"
+	case RoleOverflow:
+		return "overflow"
 	}
 	return fmt.Sprintf("role%d", uint8(r))
 }
@@ -172,9 +179,15 @@ const (
 	PriorityLow     uint16 = 100
 	PriorityDefault uint16 = 0
 	// RulePriorityMin and RulePriorityMax bound the rule flows of the Admin
-	// and Baseline tables: 63001 distinct priorities.
+	// and Baseline tables: 63001 distinct priorities, so at most
+	// RuleCapacity rules per table on one node.
 	RulePriorityMin uint16 = 1000
 	RulePriorityMax uint16 = 64000
+	RuleCapacity           = int(RulePriorityMax-RulePriorityMin) + 1
+	// OverflowPriority is below every rule of an Admin or Baseline table:
+	// the RoleOverflow denies of policies left out of a full table sit
+	// under the rules of every policy that precedes them.
+	OverflowPriority uint16 = RulePriorityMin - 1
 	// NetworkPolicyRulePriority is shared by every NetworkPolicy rule: they
 	// are all allows, so their order does not matter, and sharing one
 	// priority lets rules share clause flows.

@@ -3,6 +3,7 @@ package realizer
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync"
 
 	"github.com/tierflow/tierflow/pkg/agent/flowsync"
@@ -29,6 +30,7 @@ type Realizer struct {
 	keys     []string
 	rules    map[uint32]agentquery.RuleInfo
 	warnings []string
+	leftOut  map[string]string
 }
 
 // New returns a realizer for the bridge behind inst.
@@ -103,8 +105,16 @@ func (r *Realizer) Update(ctx context.Context, in policyflows.Input) (flowsync.B
 		return b, err
 	}
 	r.adopting, r.synced = false, true
-	r.desired, r.keys, r.rules, r.warnings = desired, keys, res.Rules, res.Warnings
+	r.desired, r.keys, r.rules, r.warnings, r.leftOut = desired, keys, res.Rules, res.Warnings, res.LeftOut
 	return b, nil
+}
+
+// LeftOut maps the policies the last update left out of a full table to
+// why (policyflows.Result.LeftOut): their pods are isolated instead.
+func (r *Realizer) LeftOut() map[string]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.leftOut)
 }
 
 // Warnings are the last compilation's warnings.

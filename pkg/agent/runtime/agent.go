@@ -315,7 +315,7 @@ func (r receiver) Apply(d *wire.Delta, st *wire.NodeState) error {
 	a.mu.Unlock()
 	if a.none != nil {
 		err := a.none.Apply(d, st)
-		a.record(st, nil, err)
+		a.record(st, nil, nil, err)
 		return err
 	}
 	// Bounded, so a wedged switch cannot stall the stream forever (the
@@ -406,7 +406,7 @@ func (a *Agent) realize(ctx context.Context, trigger string) error {
 	}
 	st := a.current()
 	start := time.Now()
-	warnings, err := d.realize(ctx, st)
+	warnings, leftOut, err := d.realize(ctx, st)
 	a.m.realizeTime.WithLabelValues(trigger).Observe(time.Since(start).Seconds())
 	if err != nil {
 		a.m.realizeErrs.WithLabelValues(trigger).Inc()
@@ -414,7 +414,16 @@ func (a *Agent) realize(ctx context.Context, trigger string) error {
 	} else {
 		a.log.Debug("realized", "trigger", trigger, "policies", len(st.Policies), "took", time.Since(start))
 	}
-	a.record(st, warnings, err)
+	a.record(st, warnings, leftOut, err)
+	if err == nil && len(leftOut) > 0 {
+		// Realized as intended, degraded: the update's report carries
+		// these policies' errors (nothing to retry).
+		errs := client.PolicyErrors{}
+		for id, why := range leftOut {
+			errs[id] = errors.New(why)
+		}
+		return errs
+	}
 	return err
 }
 
@@ -424,14 +433,18 @@ func (a *Agent) realize(ctx context.Context, trigger string) error {
 // policy's status must not wait for the next update to show it.
 // Realizations are serialized (realizeMu), so the pushed outcomes arrive
 // in the order they happened.
-func (a *Agent) record(st *wire.NodeState, warnings []string, err error) {
-	changed := a.recordLocked(st, warnings, err)
+//
+// leftOut are the policies a successful realization left out of a full
+// table (their pods isolated instead): they are reported failed with why,
+// but the realization is not retried — it is what the agent intends.
+func (a *Agent) record(st *wire.NodeState, warnings []string, leftOut map[string]string, err error) {
+	changed := a.recordLocked(st, warnings, leftOut, err)
 	if len(changed) > 0 && a.client != nil {
 		a.client.Report(changed)
 	}
 }
 
-func (a *Agent) recordLocked(st *wire.NodeState, warnings []string, err error) []wire.PolicyResult {
+func (a *Agent) recordLocked(st *wire.NodeState, warnings []string, leftOut map[string]string, err error) []wire.PolicyResult {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	before := a.resultsLocked(st)
@@ -450,6 +463,11 @@ func (a *Agent) recordLocked(st *wire.NodeState, warnings []string, err error) [
 			}
 		}
 		a.warnings = warnings
+		for id, why := range leftOut {
+			if a.errs[id] != why {
+				a.log.Warn("policy left out of a full table; its pods are isolated instead", "policy", st.Policies[id].Source.String(), "why", why)
+			}
+		}
 	}
 	for id := range a.realized {
 		if st.Policies[id] == nil {
@@ -463,6 +481,8 @@ func (a *Agent) recordLocked(st *wire.NodeState, warnings []string, err error) [
 			a.errs[id] = perPolicy[id].Error()
 		case perPolicy == nil && err != nil:
 			a.errs[id] = err.Error()
+		case leftOut[id] != "":
+			a.errs[id] = leftOut[id]
 		default:
 			delete(a.errs, id)
 			a.realized[id] = p.Generation

@@ -201,19 +201,21 @@ func (d *ovsDatapath) check(ctx context.Context) {
 	}
 }
 
-// realize makes the bridge enforce st with the current ports.
-func (d *ovsDatapath) realize(ctx context.Context, st *wire.NodeState) ([]string, error) {
+// realize makes the bridge enforce st with the current ports. It returns
+// the compiler's warnings and the policies left out of a full table
+// (their pods isolated instead) with why.
+func (d *ovsDatapath) realize(ctx context.Context, st *wire.NodeState) ([]string, map[string]string, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	ports, uplink, err := d.ports()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if uplink != d.uplink || !d.gateway.Equal(d.wantGateway) || d.r == nil {
 		d.log.Info("uplink or gateway port changed; restarting the realizer", "oldUplink", d.uplink, "uplink", uplink,
 			"oldGateway", d.gateway.Port, "gateway", d.wantGateway.Port)
 		if err := d.startRealizer(ctx, uplink, d.wantGateway); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	local, pods := classifyPorts(ports, namedPorts(st), st.Pods)
@@ -223,9 +225,9 @@ func (d *ovsDatapath) realize(ctx context.Context, st *wire.NodeState) ([]string
 	_, err = d.r.Update(ctx, in)
 	d.writeAdmission(ctx, pods, err == nil)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return d.r.Warnings(), nil
+	return d.r.Warnings(), d.r.LeftOut(), nil
 }
 
 // pendAll records every pod port as not admitted, for why: before the

@@ -19,6 +19,7 @@ const (
 	SectionE2E         = "End-to-end realization latency (test bed)"
 	SectionDatapath    = "Datapath overhead"
 	SectionFanout      = "Controller fan-out"
+	SectionSessions    = "Controller: distribution sessions"
 )
 
 // Reference is a figure from ../shared/BENCH-REFERENCES.md, relative to the
@@ -158,6 +159,10 @@ func plan(quick bool) []*Run {
 	add(&Run{ID: "datapath-throughput", Section: SectionDatapath, Scenario: "pod → pod", Scale: scale,
 		Description: "TCP throughput between two pods of one node and across two nodes, short TCP connections per second on one node (userspace datapath), no policy vs 1000 rules realized, in one run",
 		Package:     pkg, Bench: "^BenchmarkDatapathThroughput$", Timeout: 20 * time.Minute, NeedsOVS: true})
+	for _, s := range shapes.All() {
+		add(&Run{ID: "sessions-" + s.Name, Section: SectionSessions, Scenario: s.Name, Description: s.Description, Scale: scale,
+			Package: pkg, Bench: fmt.Sprintf("^BenchmarkDistributionSessions$/^%s$", s.Name), Timeout: 30 * time.Minute})
+	}
 	add(&Run{ID: "fanout", Section: SectionFanout, Scenario: "datapath-less agents", Scale: scale,
 		Description: "1,000 datapath-less agents (pkg/agent/nodatapath, quick: 100) on the real distribution server; controller on a real kube-apiserver holding 100,000 pods in 1,000 namespaces with a NetworkPolicy each (quick: 400 in 20)",
 		Package:     pkg, Bench: "^BenchmarkFanout$", Timeout: 60 * time.Minute})

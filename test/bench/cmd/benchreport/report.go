@@ -342,6 +342,12 @@ func (rep *Report) Markdown() string {
 					num(r, "no-policy-conn/s"), num(r, "rules-conn/s"), ratio(r, "conn-rules/no-policy"),
 					num(r, "no-policy-flows") + " / " + num(r, "rules-flows"), "iperf3 " + secs(r, "iperf-s") + ", connections " + secs(r, "conn-s") + " × " + num(r, "rounds")}
 			}},
+		{SectionSessions,
+			"The distribution server (pkg/distribution/server) over the fully computed engine, with one in-process stream per node of the shape (no gRPC), each until its full update was sent: the heap the sessions add (after a full GC) and the largest node's encoded full update (what one full-sync slot holds while sending). With the computation and informer figures, the basis of the controller's memory limit (manifests/README.md).",
+			[]string{"scenario", "scale", "agents", "sessions' heap", "largest full update"},
+			func(r *Run) []string {
+				return []string{r.Scenario, r.Scale, num(r, "agents"), mibs(r, "sessions-MiB"), num(r, "largest-full-update-KiB") + " KiB"}
+			}},
 		{SectionFanout,
 			"pkg/controller on a real kube-apiserver and the distribution server (gRPC over TLS, static tokens) in the benchmark's process; datapath-less agents (pkg/agent/nodatapath), one gRPC stream each, in a process of their own, so the memory figures are the controller's (its informer caches, engine and distribution state, and the updates queued to the agents; peak RSS measured from the controller's start). Initial: from the agents' start until each has exactly the policies spanning its node. Change: an AdminNetworkPolicy selecting every namespace, its peers one team's namespaces (a tenth of the pods), created through the API, until every agent's state holds it. The first such policy brings every agent that new address group (in full mode 10,000 members, about 1 MB of JSON per agent, all decoded by the agents' process on the same two cores); the later ones reuse it (median / maximum).",
 			[]string{"scale", "agents", "pods", "policies", "initial convergence", "first change (new address group)", "later changes p50", "later changes max", "changes", "controller heap in use", "controller peak RSS", "agents' process peak RSS"},
