@@ -126,20 +126,33 @@ func (a *assembly) refoldShared() {
 }
 
 // fold merges the slot's rule flows in evaluation order, as a builder
-// adding them in that order would.
+// adding them in that order would (see builder.addKeyed), appending to one
+// action list: a flow that carries the clauses of thousands of rules is
+// merged in their number of steps.
 func (s *slot) fold() {
 	slices.SortFunc(s.contribs, contrib.before)
 	s.merged = nil
 	first := s.contribs[0]
-	f, kind := first.e.flows[first.i], first.e.kinds[first.i]
-	if len(s.contribs) == 1 || kind == kindAction {
+	f := first.e.flows[first.i]
+	if len(s.contribs) == 1 || first.e.kinds[first.i] == kindAction {
 		return
 	}
+	var acts []openflow.Action
 	for _, c := range s.contribs[1:] {
-		if kind == kindAction {
+		g := c.e.flows[c.i]
+		if c.e.kinds[c.i] == kindAction {
+			// The first action flow replaces the clauses before it and
+			// keeps the flow.
+			f, acts = g, nil
 			break
 		}
-		merge(&f, &kind, c.e.flows[c.i], c.e.kinds[c.i])
+		if acts == nil {
+			acts = append(make([]openflow.Action, 0, len(f.Actions)*len(s.contribs)), f.Actions...)
+		}
+		acts = append(acts, g.Actions...)
+	}
+	if acts != nil {
+		f.Actions = acts
 	}
 	s.merged = &f
 }

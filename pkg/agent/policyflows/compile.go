@@ -890,21 +890,16 @@ func (b *builder) addKeyed(f openflow.Flow, key string, k flowKind) {
 		b.kinds = append(b.kinds, k)
 		return
 	}
-	merge(&b.out[i], &b.kinds[i], f, k)
-}
-
-// merge adds src (of kind sk) to dst (of kind dk), a flow with the same
-// key added before it: see builder.
-func merge(dst *openflow.Flow, dk *flowKind, src openflow.Flow, sk flowKind) {
 	switch {
-	case *dk == kindAction:
+	case b.kinds[i] == kindAction:
 		// keep the first action flow
-	case sk == kindAction:
-		*dst, *dk = src, sk
+	case k == kindAction:
+		b.out[i] = f
+		b.kinds[i] = k
 	default:
 		// A fresh slice: the flow may be shared with the compiler's cache.
-		acts := make([]openflow.Action, 0, len(dst.Actions)+len(src.Actions))
-		dst.Actions = append(append(acts, dst.Actions...), src.Actions...)
+		acts := make([]openflow.Action, 0, len(b.out[i].Actions)+len(f.Actions))
+		b.out[i].Actions = append(append(acts, b.out[i].Actions...), f.Actions...)
 	}
 }
 
