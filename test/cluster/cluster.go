@@ -281,7 +281,7 @@ func Up(ctx context.Context, o Options) (c *Cluster, err error) {
 		return c, err
 	}
 	logf("loading images into the nodes")
-	if err = c.LoadImages(ctx, append([]string{PauseImage, CoreDNSImage, CyclonusWorkerImage}, AgnhostImages...)...); err != nil {
+	if err = c.LoadImages(ctx, append([]string{PauseImage, CoreDNSImage}, AgnhostImages...)...); err != nil {
 		return c, err
 	}
 	if err = c.installCoreDNS(ctx); err != nil {

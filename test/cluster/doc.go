@@ -44,8 +44,9 @@
 // (agnhost with test/cyclonus/cmd/cyclonus-worker as /worker, for
 // cyclonus's batch prober), CoreDNS (build/coredns) and the offline
 // stand-ins for the bases of tierflow's own Dockerfiles (BaseImage,
-// GoImage). Up loads pause, agnhost, the worker and CoreDNS into every node's
-// containerd (LoadImages, as `kind load docker-image` does); tierflow's
+// GoImage). Up loads pause, agnhost and CoreDNS into every node's
+// containerd (LoadImages, as `kind load docker-image` does; the cyclonus
+// suite loads the worker when it runs); tierflow's
 // images are loaded the same way by `make cluster-load-images`. The
 // kubelets never collect images (the disk is shared; nothing could be
 // pulled again).

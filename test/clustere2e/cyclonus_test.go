@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tierflow/tierflow/test/cluster"
 	"github.com/tierflow/tierflow/test/cyclonus"
 )
 
@@ -44,6 +45,10 @@ const cyclonusSubset = "action,conflict,peer-ipblock,namespaces-by-default-label
 func testCyclonus(t *testing.T) {
 	bin, err := cyclonus.BuildBatch(env.root)
 	if err != nil {
+		t.Fatal(err)
+	}
+	// Up builds the worker's image; only this suite needs it on the nodes.
+	if err := env.c.LoadImages(context.Background(), cluster.CyclonusWorkerImage); err != nil {
 		t.Fatal(err)
 	}
 	run := func(t *testing.T, r cyclonus.Run) *cyclonus.Result {
