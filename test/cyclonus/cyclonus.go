@@ -88,15 +88,16 @@ func (r Run) Generate(ctx context.Context, bin string) (*Result, error) {
 		return nil, err
 	}
 	defer logf.Close()
-	args := []string{"generate",
+	args := []string{
 		"--server-protocol=tcp,udp", "--destination-type=" + r.Destination,
 		"--exclude=multi-peer,upstream-e2e,example",
 		"--ignore-loopback", "--cleanup-namespaces",
 		"--perturbation-wait-seconds=3", "--retries=1",
 		"--junit-results-file=" + junit}
 	if !r.Batch {
-		// agnhost connect's timeout; the worker's is one second.
-		args = append(args, "--job-timeout-seconds=2")
+		// cyclonus's own command; agnhost connect's timeout (the batch
+		// prober's is one second).
+		args = append([]string{"generate"}, append(args, "--job-timeout-seconds=2")...)
 	}
 	if len(r.Include) > 0 {
 		args = append(args, "--include="+strings.Join(r.Include, ","))

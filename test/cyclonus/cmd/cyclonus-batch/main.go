@@ -56,6 +56,9 @@ func run() error {
 		qps          = flag.Float64("kube-api-qps", 50, "client rate limit (client-go's default of 5 makes each case's reset wait)")
 	)
 	flag.Parse()
+	if flag.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q (flags only)", flag.Args())
+	}
 	logrus.SetLevel(logrus.InfoLevel)
 
 	tags := func(s string) []string {
