@@ -54,6 +54,10 @@ func allFeatureFlows() []openflow.Flow {
 			Actions: []openflow.Action{openflow.Output{Port: 1}}},
 		{Table: 0, Priority: 108, Cookie: 0xf, Match: openflow.Match{InPort: 4},
 			Actions: []openflow.Action{openflow.SetEthDst{MAC: mac("0a:00:00:00:00:05")}, openflow.Output{Port: 1}}},
+		{Table: 0, Priority: 109, Cookie: 0x10, Match: openflow.Match{InPort: 5, EthType: 0x0800, TunSrc: netip.MustParseAddr("192.168.1.2")},
+			Actions: []openflow.Action{openflow.SetEthSrc{MAC: mac("0a:00:00:00:00:06")}, openflow.SetTunDst{IP: netip.MustParseAddr("192.168.1.3")}, openflow.Output{Port: 1}}},
+		{Table: 0, Priority: 110, Cookie: 0x11, Match: openflow.Match{TunSrc: netip.MustParseAddr("fd00::2")},
+			Actions: []openflow.Action{openflow.SetTunDst{IP: netip.MustParseAddr("fd00::3")}, openflow.Output{Port: 1}}},
 		{Table: 0, Priority: 104, Cookie: 0x5, Match: openflow.Match{
 			EthType: 0x86dd, IPProto: 58, ICMPType: u8(135), ICMPCode: u8(0),
 			NDTarget: netip.MustParsePrefix("fd00::1/128"), NDSll: mac("0a:00:00:00:00:03")}},
@@ -107,6 +111,8 @@ var goldenDump = []string{
 	`cookie=0xd, table=30, priority=5,ct_state=est|trk,ipv6 actions=load:0xdeadbeef->NXM_NX_REG15[],ct(commit,zone=65000,exec(load:0x1->NXM_NX_CT_MARK[0..3],load:0x1->NXM_NX_CT_MARK[8..11],load:0x5->NXM_NX_CT_LABEL[0..63]))`,
 	`cookie=0xe, table=0, priority=107,in_port=LOCAL actions=output:1`,
 	`cookie=0xf, table=0, priority=108,in_port=4 actions=set_field:0a:00:00:00:00:05->eth_dst,output:1`,
+	`cookie=0x10, table=0, priority=109,ip,tun_src=192.168.1.2,in_port=5 actions=set_field:0a:00:00:00:00:06->eth_src,set_field:192.168.1.3->tun_dst,output:1`,
+	`cookie=0x11, table=0, priority=110,tun_ipv6_src=fd00::2 actions=set_field:fd00::3->tun_ipv6_dst,output:1`,
 }
 
 func dialBridge(t *testing.T, br *ovsenv.Bridge, opts openflow.Options) *openflow.Client {

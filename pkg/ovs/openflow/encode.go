@@ -346,6 +346,16 @@ func (f *Flow) encodeMatch() ([]of13.MatchField, error) {
 		v, mask := masked32(*m.CtMark)
 		out = append(out, nxm1(of13.NXM_NX_CT_MARK, v, mask))
 	}
+	if m.TunSrc.IsValid() {
+		switch {
+		case m.TunSrc.Is4():
+			out = append(out, nxm1(of13.NXM_NX_TUN_IPV4_SRC, m.TunSrc.AsSlice(), nil))
+		case m.TunSrc.Is4In6() || m.TunSrc.Zone() != "":
+			return nil, fmt.Errorf("TunSrc %s: use the plain IPv4 or IPv6 form", m.TunSrc)
+		default:
+			out = append(out, nxm1(of13.NXM_NX_TUN_IPV6_SRC, m.TunSrc.AsSlice(), nil))
+		}
+	}
 	for reg := 0; reg < 16; reg++ {
 		r, ok := m.Regs[reg]
 		if !ok {
@@ -403,6 +413,20 @@ func (f *Flow) encodeInstructions() ([]of13.Instruction, error) {
 				return nil, fmt.Errorf("SetEthDst: invalid MAC %v", a.MAC)
 			}
 			_ = apply.AddAction(of13.NewActionSetField(*of13.NewEthDstField(a.MAC, nil)), false)
+		case SetEthSrc:
+			if len(a.MAC) != 6 {
+				return nil, fmt.Errorf("SetEthSrc: invalid MAC %v", a.MAC)
+			}
+			_ = apply.AddAction(of13.NewActionSetField(*of13.NewEthSrcField(a.MAC, nil)), false)
+		case SetTunDst:
+			switch {
+			case !a.IP.IsValid() || a.IP.Is4In6() || a.IP.Zone() != "" || a.IP.IsUnspecified():
+				return nil, fmt.Errorf("SetTunDst: invalid address %v", a.IP)
+			case a.IP.Is4():
+				_ = apply.AddAction(of13.NewActionSetField(*of13.NewTunnelIpv4DstField(a.IP.AsSlice(), nil)), false)
+			default:
+				_ = apply.AddAction(of13.NewActionSetField(*of13.NewTunnelIpv6DstField(a.IP.AsSlice(), nil)), false)
+			}
 		case GotoTable:
 			if a.Table <= f.Table {
 				return nil, fmt.Errorf("GotoTable %d from table %d: the pipeline only moves forward", a.Table, f.Table)

@@ -56,6 +56,10 @@ type Match struct {
 	CtState *Masked // bits as in ovs-fields(7): new=0x01 est=0x02 rel=0x04 rpl=0x08 inv=0x10 trk=0x20
 	CtMark  *Masked
 	CtZone  *uint16
+	// TunSrc matches the tunnel's outer source address of a packet that
+	// arrived through a tunnel port (tun_src, or tun_ipv6_src for an IPv6
+	// address); invalid: any.
+	TunSrc netip.Addr
 	// Regs matches NXM registers reg0..reg15.
 	Regs map[int]Masked
 	// ConjID matches conj_id (the packet matched every clause of that conjunction).
@@ -123,6 +127,14 @@ type Normal struct{}
 // set_field eth_dst), e.g. to hand a packet to a router port.
 type SetEthDst struct{ MAC net.HardwareAddr }
 
+// SetEthSrc rewrites the source MAC address (set_field eth_src).
+type SetEthSrc struct{ MAC net.HardwareAddr }
+
+// SetTunDst sets the outer destination address a tunnel port with
+// options:remote_ip=flow encapsulates the packet to (set_field tun_dst, or
+// tun_ipv6_dst for an IPv6 address).
+type SetTunDst struct{ IP netip.Addr }
+
 func (Output) isAction()      {}
 func (GotoTable) isAction()   {}
 func (Resubmit) isAction()    {}
@@ -131,3 +143,5 @@ func (LoadReg) isAction()     {}
 func (CT) isAction()          {}
 func (Normal) isAction()      {}
 func (SetEthDst) isAction()   {}
+func (SetEthSrc) isAction()   {}
+func (SetTunDst) isAction()   {}

@@ -192,6 +192,14 @@ func (m Match) AppendText(b []byte) []byte {
 		field("ct_mark")
 		b = appendMasked32(b, *m.CtMark)
 	}
+	if m.TunSrc.IsValid() {
+		if m.TunSrc.Is4() {
+			field("tun_src")
+		} else {
+			field("tun_ipv6_src")
+		}
+		b = m.TunSrc.AppendTo(b)
+	}
 	if len(m.Regs) > 0 {
 		// Ascending register order, as encodeMatch. Registers outside
 		// reg0-reg15 (which Validate rejects) are rendered too, so that
@@ -346,6 +354,17 @@ func appendAction(b []byte, a Action) []byte {
 		b = append(b, "set_field:"...)
 		b = append(b, a.MAC.String()...)
 		return append(b, "->eth_dst"...)
+	case SetEthSrc:
+		b = append(b, "set_field:"...)
+		b = append(b, a.MAC.String()...)
+		return append(b, "->eth_src"...)
+	case SetTunDst:
+		b = append(b, "set_field:"...)
+		b = a.IP.AppendTo(b)
+		if a.IP.Is4() {
+			return append(b, "->tun_dst"...)
+		}
+		return append(b, "->tun_ipv6_dst"...)
 	case GotoTable:
 		b = append(b, "goto_table:"...)
 		return strconv.AppendUint(b, uint64(a.Table), 10)
