@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/tierflow/tierflow/pkg/agent/nodenet"
 	"github.com/tierflow/tierflow/pkg/config"
 	"github.com/tierflow/tierflow/pkg/config/cniinstall"
 )
@@ -73,11 +74,24 @@ func newCommand() *cobra.Command {
 		if err != nil {
 			return err
 		}
+		// In encap mode the pods' MTU leaves room for the tunnel: derived
+		// from the interface holding the node's InternalIP (this init
+		// container shares the node's network namespace), or checked
+		// against it; the agent derives the same for the gateway.
+		if agent.NodeNetwork.Mode == config.NodeNetworkEncap {
+			node, err := nodenet.GetNode(ctx, client, agent.NodeName)
+			if err != nil {
+				return err
+			}
+			if agent.CNI.MTU, err = nodenet.PodMTU(agent, node, ""); err != nil {
+				return err
+			}
+		}
 		if err := cniinstall.Install(agent, cidrs, sourceDir); err != nil {
 			return err
 		}
-		fmt.Fprintf(cmd.OutOrStdout(), "installed %s in %s and %s in %s for pod CIDRs %s\n",
-			cniinstall.PluginName, agent.CNI.BinDir, cniinstall.ConflistName, agent.CNI.ConfDir, strings.Join(cidrs, ","))
+		fmt.Fprintf(cmd.OutOrStdout(), "installed %s in %s and %s in %s for pod CIDRs %s (pod MTU %d)\n",
+			cniinstall.PluginName, agent.CNI.BinDir, cniinstall.ConflistName, agent.CNI.ConfDir, strings.Join(cidrs, ","), agent.CNI.MTU)
 		return nil
 	}
 	return cmd

@@ -1,7 +1,9 @@
 // Package nodenet is the agent's node networking for real clusters
-// (config nodeNetwork.mode noEncap): how a node's pods reach everything
-// that is not a pod of the same node, and how the rest of the cluster
-// reaches them, without encapsulation.
+// (config nodeNetwork.mode noEncap or encap): how a node's pods reach
+// everything that is not a pod of the same node, and how the rest of the
+// cluster reaches them, without encapsulation (noEncap) or through a
+// Geneve or VXLAN tunnel between the nodes' InternalIPs (encap, see
+// "Encap" below).
 //
 // # What it sets up
 //
@@ -78,12 +80,74 @@
 // differs. Stopping the agent leaves gateway and routes in place, as it
 // leaves flows in place, so a rolling update does not cut the node off.
 //
+// # Encap
+//
+// With Options.Encap the gateway and the masquerade chain are as above,
+// and instead of routes via InternalIPs:
+//
+//   - Tunnel: an OVS port (EncapOptions.TunnelName, default
+//     tierflow-tun0) of type geneve or vxlan with options:remote_ip=flow:
+//     the pipeline sets each packet's outer destination (tun_dst) from its
+//     destination's pod CIDR, and accepts a packet from the tunnel only
+//     from a known node's endpoint for that node's pod CIDRs (see the
+//     pipeline's DESIGN.md, "Encap mode"). The peers (Node name,
+//     InternalIP, pod CIDRs) go to the pipeline through
+//     EncapOptions.OnTunnel on every change: a node joining is reachable,
+//     and a node leaving forgotten, without restarting any agent.
+//   - Endpoint: each node tunnels from its IPv4 InternalIP, else its IPv6
+//     one (TunnelEndpoint); a peer without an InternalIP of that family,
+//     or sharing its InternalIP with another node, gets no tunnel (logged
+//     as "node not routed").
+//   - Host routes: for every peer's pod CIDR "CIDR via GW dev
+//     tierflow-gw0 onlink" (GW: that CIDR's first address, the peer's
+//     gateway) and a permanent neighbour entry GW → RemoteGatewayMAC on
+//     the gateway, so the node itself (kubelet, hostNetwork pods, kube-proxy
+//     forwarding a Service to another node's pod) reaches other nodes'
+//     pods through the tunnel; its packets carry the gateway's address as
+//     source, and policy on the destination node sees that address.
+//   - MTU: PodMTU, used by the agent for the gateway and by
+//     tierflow-install-cni for the pods: cni.mtu, or by default the MTU of
+//     the interface holding the node's InternalIP minus EncapOverhead (50
+//     bytes over IPv4, 70 over IPv6, Geneve and VXLAN alike). A configured
+//     value that does not fit, or a result below the pods' families'
+//     minimum, stops both at start with the reason, before anything is
+//     created. Encapsulated packets carry DF (OVS's default), so the pod
+//     MTU is what keeps them whole.
+//
+// With the kernel datapath the host's stack routes the encapsulated
+// packets. OVS's userspace datapath (datapathType netdev) tunnels only
+// through an OVS bridge whose own interface holds the node's address
+// (it routes with its copy of the kernel's routes, `ovs-appctl
+// ovs/route/show`, resolves next hops itself, `tnl/neigh/show`, and takes
+// tunnel packets in when a bridge delivers them to its own interface).
+// EncapOptions.UnderlayBridge (config nodeNetwork.underlayBridge, default
+// tierflow-phy0) is that bridge: if the InternalIP is not already on a
+// netdev bridge's own interface, the agent creates the bridge (standalone,
+// a learning switch, with the interface's MAC address and MTU), gives its
+// interface the addresses and routes of the interface holding the
+// InternalIP, removes them there, guards that interface against the host's
+// stack (package pkg/cni/hostguard: ovs-vswitchd reads it with a packet
+// socket) and makes it a port of the bridge. What was moved is recorded
+// in the bridge's external_ids (UnderlayKey), from which every sync
+// restores it: ovs-vswitchd re-creates the bridge's interface without
+// addresses when it restarts (the agent resyncs at once when it sees its
+// flows lost). The node's traffic is dropped for a few milliseconds while
+// the addresses move, and while ovs-vswitchd is down. A DHCP client or
+// network manager that owns the interface must be told to manage the
+// bridge's interface instead. Frames reaching the interface must carry
+// full checksums (the userspace datapath does not complete a peer's
+// partial checksums): a veth link needs TX checksum offload off on the
+// far end.
+//
 // # Not done here
 //
-// No encapsulation (Geneve/VXLAN) mode, and no cleanup of routes, gateway
-// and masquerade chain when tierflow is uninstalled (delete the
-// tierflow-gw0 port, `ip route flush proto 0x54`, and the nat chain
-// TIERFLOW-POSTROUTING with its POSTROUTING jump).
+// No cleanup of routes, gateway, tunnel, underlay bridge and masquerade
+// chain when tierflow is uninstalled (delete the tierflow-gw0 and
+// tierflow-tun0 ports, `ip route flush proto 0x54`, the nat chain
+// TIERFLOW-POSTROUTING with its POSTROUTING jump; on a netdev node move
+// the addresses and routes recorded in the underlay bridge's
+// tierflow.io/underlay back to the interface, remove its hostguard chain
+// and delete the bridge).
 //
 // # Masquerade
 //

@@ -41,10 +41,10 @@ type Options struct {
 	// VswitchdCtl is ovs-vswitchd's control socket, for traces; empty:
 	// found through its pidfile in the OVSDB socket's directory.
 	VswitchdCtl string
-	// NodeNetNS is the node's network namespace for the noEncap node
-	// network (gateway interface, routes, forwarding); empty: the agent's
-	// own, as in a DaemonSet with hostNetwork. Tests run several nodes in
-	// one process with it.
+	// NodeNetNS is the node's network namespace for the noEncap and encap
+	// node networks (gateway interface, routes, forwarding, the underlay);
+	// empty: the agent's own, as in a DaemonSet with hostNetwork. Tests
+	// run several nodes in one process with it.
 	NodeNetNS string
 	// RetryInterval between attempts after a failed realization (default
 	// 2s); CheckInterval between checks that the bridge still holds the
@@ -61,7 +61,8 @@ type Agent struct {
 	m    *agentMetrics
 
 	ovs     *ovsDatapath      // nil with datapath none
-	nodenet *nodenet.Manager  // noEncap node network only
+	nodenet *nodenet.Manager  // noEncap and encap node networks only
+	podMTU  int               // of the pods and the gateway (nodenet.PodMTU)
 	none    *nodatapath.Agent // set with datapath none
 	client  *client.Client
 
@@ -162,6 +163,17 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	defer servers.close()
 	if a.opts.Datapath == agentquery.DatapathOVS {
+		var kube kubernetes.Interface
+		if a.cfg.NodeNetwork.Mode != config.NodeNetworkUplink {
+			if kube, err = a.kubeClient(); err != nil {
+				return err
+			}
+			// Before anything is created: an encap node whose pod MTU
+			// cannot work does not start at all.
+			if a.podMTU, err = a.startMTU(ctx, kube); err != nil || ctx.Err() != nil {
+				return err
+			}
+		}
 		d, err := a.openOVSRetrying(ctx)
 		if err != nil || d == nil {
 			return err
@@ -171,11 +183,12 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.ovs = d
 		a.mu.Unlock()
 		a.m.reg.MustRegister(metrics.NewCollector(realizerSource{d}))
-		if a.cfg.NodeNetwork.Mode == config.NodeNetworkNoEncap {
-			nm, err := a.nodeNetwork(d)
+		if kube != nil {
+			nm, err := a.nodeNetwork(d, kube)
 			if err != nil {
 				return err
 			}
+			d.setOnFlowsLost(nm.Trigger)
 			a.mu.Lock()
 			a.nodenet = nm
 			a.mu.Unlock()
@@ -206,10 +219,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	return err
 }
 
-// nodeNetwork sets up the noEncap node network: pkg/agent/nodenet keeps
-// the gateway port and the routes to other nodes, and hands the gateway to
-// the datapath, which rebuilds its pipeline with it.
-func (a *Agent) nodeNetwork(d *ovsDatapath) (*nodenet.Manager, error) {
+// kubeClient is the agent's client for watching Nodes (noEncap and
+// encap node networks).
+func (a *Agent) kubeClient() (kubernetes.Interface, error) {
 	var rc *rest.Config
 	var err error
 	if a.cfg.Kubeconfig != "" {
@@ -221,20 +233,70 @@ func (a *Agent) nodeNetwork(d *ovsDatapath) (*nodenet.Manager, error) {
 		return nil, fmt.Errorf("node network %s: Kubernetes client configuration: %w", a.cfg.NodeNetwork.Mode, err)
 	}
 	rc.UserAgent = "tierflow-agent"
-	kube, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return nil, err
+	return kubernetes.NewForConfig(rc)
+}
+
+// startMTU works out the pods' MTU (nodenet.PodMTU) from the local Node,
+// waiting (and retrying) until the Node has pod CIDRs and an InternalIP.
+// A configuration that cannot work (the MTU does not fit the underlay or
+// is below the pods' families' minimum) is an error: the agent stops
+// before creating anything, and tierflow-install-cni refuses the same.
+// Outside encap mode it is cni.mtu as configured.
+func (a *Agent) startMTU(ctx context.Context, kube kubernetes.Interface) (int, error) {
+	if a.cfg.NodeNetwork.Mode != config.NodeNetworkEncap {
+		return a.cfg.CNI.MTU, nil
 	}
-	return nodenet.New(nodenet.Options{
+	backoff := a.opts.RetryInterval
+	for {
+		local, err := nodenet.GetNode(ctx, kube, a.cfg.NodeName)
+		if err == nil {
+			// The kubelet reports the addresses: wait for them too.
+			_, err = nodenet.TunnelEndpoint(local)
+		}
+		if err == nil {
+			mtu, err := nodenet.PodMTU(a.cfg, local, a.opts.NodeNetNS)
+			if err != nil {
+				return 0, err
+			}
+			a.log.Info("pod MTU", "mtu", mtu, "tunnelType", a.cfg.NodeNetwork.TunnelType)
+			return mtu, nil
+		}
+		a.log.Warn("waiting for the local Node's pod CIDRs and InternalIP", "err", err, "in", backoff)
+		select {
+		case <-ctx.Done():
+			return 0, nil
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 10*time.Second)
+	}
+}
+
+// nodeNetwork sets up the noEncap or encap node network: pkg/agent/nodenet
+// keeps the gateway port, the routes to other nodes and (encap) the tunnel
+// and its peers, and hands gateway and tunnel to the datapath, which
+// rebuilds its pipeline with them.
+func (a *Agent) nodeNetwork(d *ovsDatapath, kube kubernetes.Interface) (*nodenet.Manager, error) {
+	o := nodenet.Options{
 		Kube: kube, NodeName: a.cfg.NodeName, OVSDB: d.db, Bridge: a.cfg.BridgeName,
-		GatewayName: a.cfg.NodeNetwork.GatewayName, MTU: a.cfg.CNI.MTU, NetNS: a.opts.NodeNetNS,
+		GatewayName: a.cfg.NodeNetwork.GatewayName, MTU: a.podMTU, NetNS: a.opts.NodeNetNS,
 		Masquerade:    a.cfg.NodeNetwork.Masquerade,
 		RetryInterval: a.opts.RetryInterval, Logger: a.log,
 		OnGateway: func(gw pipeline.Gateway) {
 			d.setGateway(gw)
 			a.requestRealize()
 		},
-	})
+	}
+	if a.cfg.NodeNetwork.Mode == config.NodeNetworkEncap {
+		o.Encap = &nodenet.EncapOptions{TunnelType: a.cfg.NodeNetwork.TunnelType,
+			OnTunnel: func(t pipeline.Tunnel) {
+				d.setTunnel(t)
+				a.requestRealize()
+			}}
+		if a.cfg.DatapathType == config.DatapathNetdev {
+			o.Encap.UnderlayBridge = a.cfg.NodeNetwork.UnderlayBridge
+		}
+	}
+	return nodenet.New(o)
 }
 
 // openOVS connects to OVS, retrying with backoff until it succeeds or ctx

@@ -37,8 +37,9 @@ type ovsDatapath struct {
 	of      *openflow.Client
 	inst    *recordingInstaller
 
-	// routed: noEncap node network, where the bridge has a gateway and no
-	// uplink (an interface marked as uplink is ignored).
+	// routed: noEncap or encap node network, where the bridge has a
+	// gateway (and in encap a tunnel) and no uplink (an interface marked
+	// as uplink is ignored).
 	routed bool
 
 	mu sync.Mutex
@@ -50,8 +51,22 @@ type ovsDatapath struct {
 	gateway pipeline.Gateway
 	// wantGateway is the gateway pkg/agent/nodenet has ready (routed mode).
 	wantGateway pipeline.Gateway
+	// tunnel and wantTunnel: the tunnel r was built for (its port; peers
+	// change without a new realizer) and the one nodenet has ready
+	// (encap).
+	tunnel, wantTunnel pipeline.Tunnel
 	// pods is the port classification of the last realization.
 	pods []agentquery.Pod
+	// onFlowsLost is called when ovs-vswitchd lost the bridge's flows
+	// (it restarted): the node network resyncs (netdev internal ports
+	// come back without addresses).
+	onFlowsLost func()
+}
+
+func (d *ovsDatapath) setOnFlowsLost(f func()) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.onFlowsLost = f
 }
 
 // openOVS ensures the bridge, starts watching its ports (onPorts is called
@@ -59,7 +74,7 @@ type ovsDatapath struct {
 func openOVS(ctx context.Context, o *Options, log *slog.Logger, m *agentMetrics, onPorts func()) (*ovsDatapath, error) {
 	cfg := o.Config
 	d := &ovsDatapath{node: cfg.NodeName, bridge: cfg.BridgeName, zone: o.CtZone, log: log, m: m,
-		routed: cfg.NodeNetwork.Mode == config.NodeNetworkNoEncap}
+		routed: cfg.NodeNetwork.Mode != config.NodeNetworkUplink}
 	db, err := ovsdb.Connect(ctx, "unix:"+cfg.OVSDBSocketPath(), ovsdb.Options{})
 	if err != nil {
 		return nil, err
@@ -86,6 +101,12 @@ func openOVS(ctx context.Context, o *Options, log *slog.Logger, m *agentMetrics,
 				// Asynchronous: Replay takes the realizer's lock, which an
 				// Update blocked on this very connection may hold.
 				go d.replay()
+				d.mu.Lock()
+				lost := d.onFlowsLost
+				d.mu.Unlock()
+				if lost != nil {
+					lost()
+				}
 			}
 			return nil
 		},
@@ -104,17 +125,17 @@ func openOVS(ctx context.Context, o *Options, log *slog.Logger, m *agentMetrics,
 	}
 	// In routed mode the first realizer has no gateway yet (pods reach
 	// only local pods: nothing is opened before the gateway is ready).
-	if err := d.startRealizer(ctx, uplink, pipeline.Gateway{}); err != nil {
+	if err := d.startRealizer(ctx, uplink, pipeline.Gateway{}, pipeline.Tunnel{}); err != nil {
 		d.close()
 		return nil, err
 	}
 	return d, nil
 }
 
-// startRealizer replaces the realizer by one for uplink port uplink and
-// gateway gw. Called with d.mu held or before d is shared.
-func (d *ovsDatapath) startRealizer(ctx context.Context, uplink uint32, gw pipeline.Gateway) error {
-	pc := pipeline.Config{UplinkPort: uplink, CtZone: d.zone, Gateway: gw}
+// startRealizer replaces the realizer by one for uplink port uplink,
+// gateway gw and tunnel t. Called with d.mu held or before d is shared.
+func (d *ovsDatapath) startRealizer(ctx context.Context, uplink uint32, gw pipeline.Gateway, t pipeline.Tunnel) error {
+	pc := pipeline.Config{UplinkPort: uplink, CtZone: d.zone, Gateway: gw, Tunnel: t}
 	if err := pc.Validate(); err != nil {
 		return err
 	}
@@ -123,9 +144,17 @@ func (d *ovsDatapath) startRealizer(ctx context.Context, uplink uint32, gw pipel
 		d.m.ofErrors.WithLabelValues("start").Inc()
 		return fmt.Errorf("starting the realizer on %s: %w", d.bridge, err)
 	}
-	d.r, d.uplink, d.gateway = r, uplink, gw
-	d.log.Info("realizer started", "round", r.Round(), "uplinkPort", uplink, "gatewayPort", gw.Port, "gatewayIPs", gw.IPs)
+	d.r, d.uplink, d.gateway, d.tunnel = r, uplink, gw, t
+	d.log.Info("realizer started", "round", r.Round(), "uplinkPort", uplink, "gatewayPort", gw.Port, "gatewayIPs", gw.IPs, "tunnelPort", t.Port)
 	return nil
+}
+
+// setTunnel records the tunnel nodenet made ready; the next realization
+// installs it.
+func (d *ovsDatapath) setTunnel(t pipeline.Tunnel) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.wantTunnel = t
 }
 
 // setGateway records the gateway nodenet made ready; the next
@@ -177,12 +206,23 @@ func (d *ovsDatapath) realize(ctx context.Context, st *wire.NodeState) ([]string
 	if err != nil {
 		return nil, err
 	}
-	if uplink != d.uplink || !sameGateway(d.gateway, d.wantGateway) || d.r == nil {
-		d.log.Info("uplink or gateway port changed; restarting the realizer", "oldUplink", d.uplink, "uplink", uplink,
-			"oldGateway", d.gateway.Port, "gateway", d.wantGateway.Port)
-		if err := d.startRealizer(ctx, uplink, d.wantGateway); err != nil {
+	// A tunnel needs the gateway: until both are ready the pipeline has
+	// neither the tunnel nor its peers.
+	tunnel := d.wantTunnel
+	if d.wantGateway.Port == 0 {
+		tunnel = pipeline.Tunnel{}
+	}
+	if uplink != d.uplink || !sameGateway(d.gateway, d.wantGateway) || tunnel.Port != d.tunnel.Port || d.r == nil {
+		d.log.Info("uplink, gateway or tunnel port changed; restarting the realizer", "oldUplink", d.uplink, "uplink", uplink,
+			"oldGateway", d.gateway.Port, "gateway", d.wantGateway.Port, "oldTunnel", d.tunnel.Port, "tunnel", tunnel.Port)
+		if err := d.startRealizer(ctx, uplink, d.wantGateway, tunnel); err != nil {
 			return nil, err
 		}
+	} else if !slices.EqualFunc(d.tunnel.Peers, tunnel.Peers, samePeer) {
+		if err := d.r.SetTunnelPeers(tunnel.Peers); err != nil {
+			return nil, err
+		}
+		d.tunnel = tunnel
 	}
 	local, pods := classifyPorts(ports, namedPorts(st))
 	d.pods = pods
@@ -216,6 +256,10 @@ func (d *ovsDatapath) ports() ([]ovsdb.PortInfo, uint32, error) {
 		out = append(out, p)
 	}
 	return out, uplink, nil
+}
+
+func samePeer(a, b pipeline.TunnelPeer) bool {
+	return a.Node == b.Node && a.IP == b.IP && slices.Equal(a.PodCIDRs, b.PodCIDRs)
 }
 
 func sameGateway(a, b pipeline.Gateway) bool {

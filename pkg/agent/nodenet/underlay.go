@@ -1,0 +1,298 @@
+package nodenet
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/tierflow/tierflow/pkg/cni/hostguard"
+	"github.com/tierflow/tierflow/pkg/ovs/ovsdb"
+)
+
+// OVS's userspace datapath tunnels only through an OVS bridge: it routes
+// an encapsulated packet with its copy of the kernel's routes (ovs-appctl
+// ovs/route/show) and sends it out of the bridge the route's device names,
+// resolving the next hop itself (tnl/neigh/show); it takes a tunnel packet
+// in when one of its bridges delivers it to its own interface holding the
+// destination address. So the node's address must be on a netdev bridge's
+// own interface, with the network interface a port of that bridge (OVS's
+// "br-phy" setup). ensureUnderlay does that for the interface holding the
+// node's tunnel endpoint.
+
+// UnderlayKey is the external_ids key of the underlay bridge recording
+// what the agent moved onto it (JSON, underlayRecord): the agent restores
+// it whenever the bridge's interface lacks it (ovs-vswitchd re-creates the
+// interface without addresses when it restarts), and an operator can undo
+// the move with it.
+const UnderlayKey = "tierflow.io/underlay"
+
+// underlayRecord is what was moved from the network interface to the
+// bridge.
+type underlayRecord struct {
+	// Interface is the network interface, now a port of the bridge.
+	Interface string `json:"interface"`
+	MAC       string `json:"mac"`
+	MTU       int    `json:"mtu"`
+	// Addresses are its global addresses (address/prefix length).
+	Addresses []string `json:"addresses"`
+	// Routes are its routes in the main table other than the ones the
+	// kernel derives from the addresses.
+	Routes []underlayRoute `json:"routes"`
+}
+
+type underlayRoute struct {
+	Dst    string `json:"dst"`
+	Via    string `json:"via,omitempty"`
+	Metric int    `json:"metric,omitempty"`
+	Src    string `json:"src,omitempty"`
+}
+
+// ensureUnderlay makes the interface holding endpoint a port of the
+// underlay bridge, the bridge's own interface holding its addresses and
+// routes. An address already on a netdev bridge's own interface (an
+// operator's br-phy, or ours) is used as it is; ours is completed from
+// its record (the move is restartable at every step).
+func (m *Manager) ensureUnderlay(ctx context.Context, endpoint netip.Addr) error {
+	name := m.o.Encap.UnderlayBridge
+	link, err := m.host.linkWithAddr(endpoint)
+	if err != nil {
+		return err
+	}
+	if link == nil {
+		// Nowhere: our bridge's interface lost it (ovs-vswitchd
+		// restarted), or the node has no such address.
+		rec, err := m.underlayRecord(name)
+		if err != nil {
+			return err
+		}
+		if rec == nil {
+			return fmt.Errorf("underlay: the node's InternalIP %s is on no interface of this host", endpoint)
+		}
+		return m.completeUnderlay(ctx, name, rec)
+	}
+	dev := link.Attrs().Name
+	if dev != name {
+		if br, err := m.o.OVSDB.Bridge(dev); err == nil && br.DatapathType == "netdev" {
+			return nil // the operator's underlay bridge
+		}
+		if _, err := m.o.OVSDB.Interface(dev); err == nil {
+			return fmt.Errorf("underlay: the node's InternalIP %s is on %s, an OVS interface that is no netdev bridge's own", endpoint, dev)
+		}
+		return m.moveUnderlay(ctx, name, link)
+	}
+	rec, err := m.underlayRecord(name)
+	if err != nil || rec == nil {
+		return err // a netdev bridge of that name the operator made: used as it is
+	}
+	return m.completeUnderlay(ctx, name, rec)
+}
+
+// underlayRecord reads the bridge's record (nil: no bridge, or not ours).
+func (m *Manager) underlayRecord(bridge string) (*underlayRecord, error) {
+	br, err := m.o.OVSDB.Bridge(bridge)
+	if errors.Is(err, ovsdb.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	raw, ok := br.ExternalIDs[UnderlayKey]
+	if !ok {
+		return nil, nil
+	}
+	var rec underlayRecord
+	if err := json.Unmarshal([]byte(raw), &rec); err != nil || rec.Interface == "" {
+		return nil, fmt.Errorf("underlay bridge %s: record %s=%q does not parse: %v", bridge, UnderlayKey, raw, err)
+	}
+	return &rec, nil
+}
+
+// moveUnderlay records nic's configuration in a new underlay bridge and
+// moves it there.
+func (m *Manager) moveUnderlay(ctx context.Context, bridge string, nic netlink.Link) error {
+	rec, err := m.host.snapshot(nic)
+	if err != nil {
+		return err
+	}
+	raw, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	m.log.Info("moving the node's interface onto the underlay bridge (userspace tunnelling)", "interface", rec.Interface, "bridge", bridge, "addresses", rec.Addresses)
+	if _, err := m.o.OVSDB.EnsureBridge(ctx, ovsdb.BridgeConfig{Name: bridge, DatapathType: "netdev", Standalone: true,
+		// The bridge's interface takes over the node's MAC address too:
+		// neighbours' ARP and ND caches stay right.
+		OtherConfig: map[string]string{"hwaddr": rec.MAC},
+		ExternalIDs: map[string]string{"tierflow.io/managed-by": "tierflow-agent", UnderlayKey: string(raw)}}); err != nil {
+		return fmt.Errorf("underlay bridge %s: %w", bridge, err)
+	}
+	return m.completeUnderlay(ctx, bridge, rec)
+}
+
+// completeUnderlay brings the underlay to what rec says, idempotently:
+// the bridge's interface up with the MTU, addresses and routes of the
+// network interface, which holds none of them any more, receives nothing
+// into the host's stack (package hostguard: ovs-vswitchd reads it with a
+// packet socket, which would leave the stack a copy) and is a port of the
+// bridge. Between the addresses appearing on the bridge and the interface
+// joining it (a few milliseconds) the node's traffic is dropped.
+func (m *Manager) completeUnderlay(ctx context.Context, bridge string, rec *underlayRecord) error {
+	if err := m.o.OVSDB.AddPort(ctx, bridge, ovsdb.PortConfig{Name: bridge, Type: ovsdb.PortInternal, MTURequest: rec.MTU}); err != nil {
+		return fmt.Errorf("underlay bridge %s: %w", bridge, err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := m.o.OVSDB.WaitOFPort(wctx, bridge); err != nil {
+		return fmt.Errorf("underlay bridge %s: %w", bridge, err)
+	}
+	if err := m.host.takeOver(bridge, rec); err != nil {
+		return err
+	}
+	if err := hostguard.Install(m.host.nsPath, rec.Interface); err != nil {
+		return fmt.Errorf("underlay: %w", err)
+	}
+	if err := m.o.OVSDB.AddPort(ctx, bridge, ovsdb.PortConfig{Name: rec.Interface}); err != nil {
+		return fmt.Errorf("underlay: attaching %s to %s: %w", rec.Interface, bridge, err)
+	}
+	if _, err := m.o.OVSDB.WaitOFPort(wctx, rec.Interface); err != nil {
+		return fmt.Errorf("underlay: %w", err)
+	}
+	return nil
+}
+
+// snapshot reads what the underlay bridge takes over from nic.
+func (h *host) snapshot(nic netlink.Link) (*underlayRecord, error) {
+	a := nic.Attrs()
+	rec := &underlayRecord{Interface: a.Name, MAC: a.HardwareAddr.String(), MTU: a.MTU}
+	addrs, err := h.h.AddrList(nic, netlink.FAMILY_ALL)
+	if err != nil {
+		return nil, fmt.Errorf("underlay: addresses of %s: %w", a.Name, err)
+	}
+	for _, ad := range addrs {
+		if p, ok := prefixOf(ad.IPNet); ok && !p.Addr().IsLinkLocalUnicast() {
+			rec.Addresses = append(rec.Addresses, p.String())
+		}
+	}
+	routes, err := h.h.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{LinkIndex: a.Index, Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_OIF|netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return nil, fmt.Errorf("underlay: routes of %s: %w", a.Name, err)
+	}
+	for _, r := range routes {
+		if r.Protocol == unix.RTPROT_KERNEL || r.Type != unix.RTN_UNICAST || len(r.MultiPath) > 0 {
+			continue // derived from an address, or not a plain route
+		}
+		ur := underlayRoute{Dst: "default", Metric: r.Priority}
+		if dst, ok := prefixOf(r.Dst); ok {
+			if dst.Addr().IsLinkLocalUnicast() || dst.Addr().IsMulticast() {
+				continue
+			}
+			ur.Dst = dst.String()
+		} else if r.Family == netlink.FAMILY_V6 {
+			ur.Dst = "default6"
+		}
+		if gw, ok := netip.AddrFromSlice(r.Gw); ok {
+			ur.Via = gw.Unmap().String()
+		}
+		if src, ok := netip.AddrFromSlice(r.Src); ok {
+			ur.Src = src.Unmap().String()
+		}
+		rec.Routes = append(rec.Routes, ur)
+	}
+	return rec, nil
+}
+
+// takeOver gives bridge's interface rec's addresses and routes, brings it
+// up, and removes them from rec's interface.
+func (h *host) takeOver(bridge string, rec *underlayRecord) error {
+	br, err := h.h.LinkByName(bridge)
+	if err != nil {
+		return fmt.Errorf("underlay bridge interface %s: %w", bridge, err)
+	}
+	if br.Attrs().Flags&net.FlagUp == 0 {
+		if err := h.h.LinkSetUp(br); err != nil {
+			return fmt.Errorf("underlay bridge %s: link up: %w", bridge, err)
+		}
+	}
+	var prefixes []netip.Prefix
+	for _, s := range rec.Addresses {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return fmt.Errorf("underlay record: address %q: %w", s, err)
+		}
+		prefixes = append(prefixes, p)
+		addr := &netlink.Addr{IPNet: ipNet(p)}
+		if p.Addr().Is6() {
+			addr.Flags = unix.IFA_F_NODAD
+		}
+		if err := h.h.AddrAdd(br, addr); err != nil && !errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("underlay bridge %s: adding %s: %w", bridge, p, err)
+		}
+	}
+	var errs []error
+	for _, r := range rec.Routes {
+		nr, err := r.netlink(br.Attrs().Index)
+		if err != nil {
+			return err
+		}
+		if err := h.h.RouteReplace(nr); err != nil {
+			errs = append(errs, fmt.Errorf("underlay bridge %s: route %s via %s: %w", bridge, r.Dst, r.Via, err))
+		}
+	}
+	if nic, err := h.h.LinkByName(rec.Interface); err == nil {
+		for _, p := range prefixes {
+			if err := h.h.AddrDel(nic, &netlink.Addr{IPNet: ipNet(p)}); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
+				errs = append(errs, fmt.Errorf("underlay: removing %s from %s: %w", p, rec.Interface, err))
+			}
+		}
+		// Routes through the interface that outlived its addresses.
+		left, _ := h.h.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{LinkIndex: nic.Attrs().Index, Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_OIF|netlink.RT_FILTER_TABLE)
+		for _, r := range left {
+			if r.Protocol != unix.RTPROT_KERNEL && r.Type == unix.RTN_UNICAST {
+				_ = h.h.RouteDel(&r)
+			}
+		}
+	} else {
+		errs = append(errs, fmt.Errorf("underlay: interface %s: %w", rec.Interface, err))
+	}
+	return errors.Join(errs...)
+}
+
+func (r underlayRoute) netlink(link int) (*netlink.Route, error) {
+	nr := &netlink.Route{LinkIndex: link, Priority: r.Metric, Table: unix.RT_TABLE_MAIN}
+	switch r.Dst {
+	case "default":
+		nr.Family = netlink.FAMILY_V4
+		nr.Dst = ipNet(netip.MustParsePrefix("0.0.0.0/0"))
+	case "default6":
+		nr.Family = netlink.FAMILY_V6
+		nr.Dst = ipNet(netip.MustParsePrefix("::/0"))
+	default:
+		p, err := netip.ParsePrefix(r.Dst)
+		if err != nil {
+			return nil, fmt.Errorf("underlay record: route %q: %w", r.Dst, err)
+		}
+		nr.Dst = ipNet(p)
+	}
+	if r.Via != "" {
+		gw, err := netip.ParseAddr(r.Via)
+		if err != nil {
+			return nil, fmt.Errorf("underlay record: next hop %q: %w", r.Via, err)
+		}
+		nr.Gw = net.IP(gw.AsSlice())
+	}
+	if r.Src != "" {
+		src, err := netip.ParseAddr(r.Src)
+		if err != nil {
+			return nil, fmt.Errorf("underlay record: source %q: %w", r.Src, err)
+		}
+		nr.Src = net.IP(src.AsSlice())
+	}
+	return nr, nil
+}
