@@ -20,7 +20,9 @@ import (
 const traceLong = `Trace a new connection's first packet through the OVS pipeline with
 ovs-appctl ofproto/trace (conntrack answered as a new connection) on the
 source pod's node and, when the packet leaves that node for the
-destination pod's node, on the destination node from its uplink. Every
+destination pod's node, on the destination node from its uplink, or in
+encap mode from its tunnel port with the outer source and destination
+(tun_src, tun_dst) the packet arrives with. Every
 flow the packet hits is printed with its table name and the rule its
 cookie names; the verdict is Allow when every trace ends with the
 connection committed and output, Deny when one drops it after a Deny rule
@@ -250,7 +252,7 @@ func (o *traceOptions) run(w io.Writer) error {
 	for _, a := range agents {
 		byBridge[a.status.Bridge] = a
 	}
-	first, err := o.trace(ctx, srcAgent, src.OFPort, src.MAC, dstMAC, srcIP, dstIP, port, byBridge)
+	first, err := o.trace(ctx, srcAgent, src.OFPort, "", src.MAC, dstMAC, srcIP, dstIP, port, byBridge)
 	if err != nil {
 		return err
 	}
@@ -258,13 +260,15 @@ func (o *traceOptions) run(w io.Writer) error {
 		confineToBridge(first, srcAgent.status.Bridge)
 	}
 	res.Traces = append(res.Traces, *first)
-	// The destination node's ingress: traced from its uplink, once the
+	// The destination node's ingress: traced from its uplink, or its
+	// tunnel with the tunnel metadata the packet carries there, once the
 	// packet left the source node.
 	if dstAgent != nil && dstAgent != srcAgent && first.Verdict == "Allow" {
-		if dstAgent.pods.Uplink == 0 {
-			return fmt.Errorf("node %s has no uplink port: cannot trace the packet's arrival there", dstAgent.node)
+		inPort, tunnel, err := arrival(srcAgent, dstAgent)
+		if err != nil {
+			return err
 		}
-		second, err := o.trace(ctx, dstAgent, dstAgent.pods.Uplink, src.MAC, dstMAC, srcIP, dstIP, port, byBridge)
+		second, err := o.trace(ctx, dstAgent, inPort, tunnel, src.MAC, dstMAC, srcIP, dstIP, port, byBridge)
 		if err != nil {
 			return err
 		}
@@ -288,6 +292,25 @@ func (o *traceOptions) run(w io.Writer) error {
 		return writeTrace(w, res)
 	}
 	return write(w, o.output, res)
+}
+
+// arrival is where a packet from src's node enters dst's bridge: the
+// uplink, or (encap) the tunnel port with the outer addresses it carries,
+// from src's endpoint to dst's.
+func arrival(src, dst *agentView) (inPort uint32, tunnel string, err error) {
+	if dst.pods.Uplink != 0 {
+		return dst.pods.Uplink, "", nil
+	}
+	sn, dn := src.status.NodeNetwork, dst.status.NodeNetwork
+	if sn == nil || dn == nil || dn.TunnelPort == 0 {
+		return 0, "", fmt.Errorf("node %s has neither an uplink nor a tunnel port: cannot trace the packet's arrival there", dst.node)
+	}
+	from, err1 := netip.ParseAddr(sn.TunnelEndpoint)
+	to, err2 := netip.ParseAddr(dn.TunnelEndpoint)
+	if err1 != nil || err2 != nil {
+		return 0, "", fmt.Errorf("tunnel endpoints of nodes %s (%q) and %s (%q) unknown: cannot trace the packet's arrival", src.node, sn.TunnelEndpoint, dst.node, dn.TunnelEndpoint)
+	}
+	return dn.TunnelPort, ovsctl.TunnelFields(from, to), nil
 }
 
 func nodeList(agents []*agentView) string {
@@ -362,7 +385,7 @@ func confineToBridge(t *NodeTrace, bridge string) {
 
 var protoNumber = map[model.Protocol]int{model.ProtocolTCP: 6, model.ProtocolUDP: 17, model.ProtocolSCTP: 132}
 
-func (o *traceOptions) trace(ctx context.Context, a *agentView, inPort uint32, srcMAC, dstMAC string, srcIP, dstIP netip.Addr,
+func (o *traceOptions) trace(ctx context.Context, a *agentView, inPort uint32, tunnel, srcMAC, dstMAC string, srcIP, dstIP netip.Addr,
 	port explain.PortSpec, byBridge map[string]*agentView) (*NodeTrace, error) {
 	l3, addr := "ip", fmt.Sprintf("nw_src=%s,nw_dst=%s", srcIP, dstIP)
 	if srcIP.Is6() {
@@ -373,6 +396,9 @@ func (o *traceOptions) trace(ctx context.Context, a *agentView, inPort uint32, s
 	}
 	spec := fmt.Sprintf("in_port=%d,%s,dl_src=%s,dl_dst=%s,%s,nw_proto=%d,%s_dst=%d", inPort, l3, srcMAC, dstMAC, addr,
 		protoNumber[port.Protocol], strings.ToLower(string(port.Protocol)), port.Port)
+	if tunnel != "" {
+		spec = tunnel + "," + spec
+	}
 	var out string
 	if o.live.viaController() {
 		// The same trace, run by the agent on its node.
