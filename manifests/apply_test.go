@@ -316,7 +316,9 @@ func testRBAC(t *testing.T, ctx context.Context, c *kubeapi.Cluster, checked *Ch
 			{"patch", "", "nodes", "", "", "node-a", false},
 			{"list", "", "pods", "", "", "", false},
 			{"get", "", "secrets", "", Namespace, TLSSecretName, false},
-			{"create", "authentication.k8s.io", "tokenreviews", "", "", "", false},
+			// /metrics answers only authorized scrapers.
+			{"create", "authentication.k8s.io", "tokenreviews", "", "", "", true},
+			{"create", "authorization.k8s.io", "subjectaccessreviews", "", "", "", true},
 			{"list", "policy.networking.k8s.io", "adminnetworkpolicies", "", "", "", false},
 		},
 	} {
@@ -387,6 +389,50 @@ func testRBAC(t *testing.T, ctx context.Context, c *kubeapi.Cluster, checked *Ch
 		}
 		if got != ch.want {
 			t.Errorf("tierflow-query: %s %s.%s %q allowed=%v, want %v", ch.verb, ch.resource, ch.group, ch.name, got, ch.want)
+		}
+	}
+
+	// tierflow-metrics-reader, bound to a scraper, grants get /metrics
+	// (what the agents' metrics port asks) and nothing else.
+	scraper := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "test-tierflow-metrics-reader"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "tierflow-metrics-reader"},
+		Subjects:   []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: "scraper"}},
+	}
+	if _, err := c.Kube.RbacV1().ClusterRoleBindings().Create(ctx, scraper, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = c.Kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), scraper.Name, metav1.DeleteOptions{})
+	})
+	nonResource := func(user, verb, path string) (bool, error) {
+		res, err := c.Kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: user, Groups: []string{"system:authenticated"},
+			NonResourceAttributes: &authorizationv1.NonResourceAttributes{Verb: verb, Path: path},
+		}}, metav1.CreateOptions{})
+		if err != nil {
+			return false, err
+		}
+		return res.Status.Allowed, nil
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return nonResource("scraper", "get", "/metrics")
+	}); err != nil {
+		t.Fatalf("tierflow-metrics-reader does not grant get /metrics: %v", err)
+	}
+	for _, ch := range []struct {
+		user, verb, path string
+		want             bool
+	}{
+		{"scraper", "post", "/metrics", false},
+		{"someone-else", "get", "/metrics", false},
+	} {
+		got, err := nonResource(ch.user, ch.verb, ch.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != ch.want {
+			t.Errorf("tierflow-metrics-reader: %s %s %s allowed=%v, want %v", ch.user, ch.verb, ch.path, got, ch.want)
 		}
 	}
 }

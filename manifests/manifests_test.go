@@ -67,9 +67,9 @@ func TestRenderedConfigurationIsAccepted(t *testing.T) {
 		t.Errorf("agent configuration %+v", agent)
 	}
 	// CRDs, RBAC (with the tierflow-query ClusterRole, bound to the
-	// controller only), ConfigMap, controller Service and Deployment, agent
-	// DaemonSet.
-	if len(checked.Objects) != 3+12+1+2+1 {
+	// controller only, and the unbound tierflow-metrics-reader),
+	// ConfigMap, controller Service and Deployment, agent DaemonSet.
+	if len(checked.Objects) != 3+13+1+2+1 {
 		t.Errorf("%d objects", len(checked.Objects))
 	}
 

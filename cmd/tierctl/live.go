@@ -46,15 +46,55 @@ func (o *liveOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "path to the kubeconfig file (as kubectl; default $KUBECONFIG or ~/.kube/config)")
 	f.StringVar(&o.context, "context", "", "the kubeconfig context to use")
 	f.StringVarP(&o.namespace, "namespace", "n", "", "namespace: filters get; the namespace of pod names given without one (default: the context's, or default)")
-	f.StringVar(&o.controller, "controller", os.Getenv("TIERCTL_CONTROLLER"), "the controller's query API, HOST:PORT or https://HOST:PORT (default $TIERCTL_CONTROLLER)")
-	f.StringVar(&o.token, "token", os.Getenv("TIERCTL_TOKEN"), "bearer token for the controller (default $TIERCTL_TOKEN, else the kubeconfig user's token)")
-	f.StringVar(&o.caFile, "controller-ca-file", os.Getenv("TIERCTL_CONTROLLER_CA_FILE"), "CA certificate that signed the controller's serving certificate (default $TIERCTL_CONTROLLER_CA_FILE, else system roots)")
-	f.StringVar(&o.serverName, "controller-server-name", os.Getenv("TIERCTL_CONTROLLER_SERVER_NAME"), "name to verify the controller's certificate against (default $TIERCTL_CONTROLLER_SERVER_NAME, else the host of --controller)")
+	// Flags defaulting to an environment variable are registered with an
+	// empty default and filled from the environment after parsing
+	// (fromEnv): --help prints defaults, and $TIERCTL_TOKEN is a secret.
+	f.StringVar(&o.controller, "controller", "", "the controller's query API, HOST:PORT or https://HOST:PORT (default $TIERCTL_CONTROLLER)")
+	f.StringVar(&o.token, "token", "", "bearer token for the controller (default $TIERCTL_TOKEN, else the kubeconfig user's token)")
+	f.StringVar(&o.caFile, "controller-ca-file", "", "CA certificate that signed the controller's serving certificate (default $TIERCTL_CONTROLLER_CA_FILE, else system roots)")
+	f.StringVar(&o.serverName, "controller-server-name", "", "name to verify the controller's certificate against (default $TIERCTL_CONTROLLER_SERVER_NAME, else the host of --controller)")
 	f.BoolVar(&o.insecure, "insecure-skip-tls-verify", false, "do not verify the controller's certificate (insecure)")
-	f.StringArrayVar(&o.agentSockets, "agent-socket", envList("TIERCTL_AGENT_SOCKETS"), "an agent's query socket, PATH or NODE=PATH; repeatable (default $TIERCTL_AGENT_SOCKETS, comma-separated; else "+agentquery.DefaultSocket+", or through --controller when given)")
+	f.StringArrayVar(&o.agentSockets, "agent-socket", nil, "an agent's query socket, PATH or NODE=PATH; repeatable (default $TIERCTL_AGENT_SOCKETS, comma-separated; else "+agentquery.DefaultSocket+", or through --controller when given)")
 	f.StringVar(&o.ovsRundir, "ovs-rundir", "", "OVS run directory for ovs-ofctl and ovs-appctl (sets OVS_RUNDIR; default: theirs)")
-	f.StringVar(&o.vswitchdCtl, "vswitchd-ctl", os.Getenv("TIERCTL_VSWITCHD_CTL"), "ovs-vswitchd control socket for ovs-appctl -t (default $TIERCTL_VSWITCHD_CTL, else ovs-appctl's)")
+	f.StringVar(&o.vswitchdCtl, "vswitchd-ctl", "", "ovs-vswitchd control socket for ovs-appctl -t (default $TIERCTL_VSWITCHD_CTL, else ovs-appctl's)")
 	f.DurationVar(&o.timeout, "request-timeout", 30*time.Second, "time limit of each request")
+}
+
+// envDefaults maps the flags whose default comes from the environment to
+// their variable.
+var envDefaults = []struct{ flag, env string }{
+	{"controller", "TIERCTL_CONTROLLER"},
+	{"token", "TIERCTL_TOKEN"},
+	{"controller-ca-file", "TIERCTL_CONTROLLER_CA_FILE"},
+	{"controller-server-name", "TIERCTL_CONTROLLER_SERVER_NAME"},
+	{"agent-socket", "TIERCTL_AGENT_SOCKETS"},
+	{"vswitchd-ctl", "TIERCTL_VSWITCHD_CTL"},
+}
+
+// fromEnv gives every flag of envDefaults not set on the command line the
+// value of its environment variable. Run it after parsing, before the
+// flags are read.
+func fromEnv(f *pflag.FlagSet) error {
+	for _, d := range envDefaults {
+		fl := f.Lookup(d.flag)
+		if fl == nil || fl.Changed {
+			continue
+		}
+		vals := []string{os.Getenv(d.env)}
+		if fl.Value.Type() == "stringArray" {
+			vals = envList(d.env)
+		}
+		for _, v := range vals {
+			if v == "" {
+				continue
+			}
+			if err := f.Set(d.flag, v); err != nil {
+				// The value is not shown: it may be the token.
+				return fmt.Errorf("$%s: invalid value for --%s", d.env, d.flag)
+			}
+		}
+	}
+	return nil
 }
 
 // envList reads a comma-separated list from the environment (nil if unset).

@@ -15,6 +15,11 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 		// main prints the error once, on one line; usage is for --help.
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// Environment defaults are read after parsing, never shown by
+		// --help (see fromEnv). No subcommand has a hook of its own.
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			return fromEnv(cmd.Flags())
+		},
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)

@@ -73,6 +73,7 @@ import (
 	"github.com/tierflow/tierflow/pkg/controller/leaderendpoints"
 	"github.com/tierflow/tierflow/pkg/distribution/server"
 	"github.com/tierflow/tierflow/pkg/distribution/statusbridge"
+	"github.com/tierflow/tierflow/pkg/kubeauth"
 	"github.com/tierflow/tierflow/pkg/queryapi"
 )
 
@@ -185,10 +186,12 @@ func run(ctx context.Context, c *config.Controller, log *slog.Logger) error {
 	// notifies the controller of changes: the notifier ties the two.
 	notifier := &statusbridge.Notifier{}
 	srv := server.New(engine, authn, server.Options{
-		OnSummary:  notifier.Sink,
-		Ready:      serving,
-		Registerer: registry,
-		Logger:     log.With("component", "distribution"),
+		OnSummary:              notifier.Sink,
+		Ready:                  serving,
+		ReauthInterval:         c.AgentReauthInterval,
+		MaxConcurrentFullSyncs: c.AgentMaxConcurrentFullSyncs,
+		Registerer:             registry,
+		Logger:                 log.With("component", "distribution"),
 	})
 	ctl, err = controller.New(controller.Config{
 		Kube: kube, Policy: policy, Engine: engine, Identity: c.Identity,
@@ -243,7 +246,7 @@ func run(ctx context.Context, c *config.Controller, log *slog.Logger) error {
 			Ready:          serving,
 			AgentQuery:     srv.AgentQuery,
 			ConnectedNodes: srv.ConnectedNodes,
-		}, queryapi.NewAuthorizer(kube, 10*time.Second), log.With("component", "query"))
+		}, kubeauth.New(kube, 10*time.Second), log.With("component", "query"))
 		if elector != nil {
 			if h, err = withForwarding(h, c, kube, elector, &leading, log); err != nil {
 				return err

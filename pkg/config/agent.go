@@ -45,15 +45,19 @@ type Agent struct {
 	TokenFile string `json:"tokenFile" flag:"token-file" usage:"service account token the agent authenticates to the controller with"`
 	StateDir  string `json:"stateDir" flag:"state-dir" usage:"directory keeping the last policy state received, enforced at start when the controller is unreachable"`
 
-	MetricsAddress string `json:"metricsAddress" flag:"metrics-address" usage:"host:port serving /metrics, /healthz and /readyz; empty disables"`
+	// MetricsAddress is on the host network: unless it is a loopback
+	// address, /metrics requires a token allowed to get it (see
+	// pkg/agent/runtime), checked through the Kubernetes API.
+	MetricsAddress string `json:"metricsAddress" flag:"metrics-address" usage:"host:port serving /metrics, /healthz and /readyz; empty disables. Unless the host is a loopback address, /metrics needs a bearer token whose user may get the non-resource URL /metrics (TokenReview and SubjectAccessReview through the Kubernetes API)"`
 	LogLevel       string `json:"logLevel" flag:"log-level" usage:"log level: debug, info, warn or error"`
 
 	CNI CNI `json:"cni"`
 
 	// Kubeconfig is empty in a pod: the in-cluster configuration (the
 	// agent's service account) is used. Only the noEncap and encap node
-	// networks talk to the API server (they watch Nodes).
-	Kubeconfig string `json:"kubeconfig" flag:"kubeconfig" usage:"kubeconfig file for watching Nodes (nodeNetwork.mode noEncap or encap); empty uses the in-cluster service account"`
+	// networks (they watch Nodes) and the metrics port's authorization
+	// talk to the API server.
+	Kubeconfig string `json:"kubeconfig" flag:"kubeconfig" usage:"kubeconfig file for watching Nodes (nodeNetwork.mode noEncap or encap) and authorizing /metrics on a non-loopback metricsAddress; empty uses the in-cluster service account"`
 
 	NodeNetwork NodeNetwork `json:"nodeNetwork"`
 }

@@ -39,6 +39,16 @@ type Controller struct {
 	// token of any other service account is refused even when bound to a
 	// node.
 	AgentServiceAccount string `json:"agentServiceAccount" flag:"agent-service-account" usage:"NAMESPACE/NAME of the agents' service account"`
+	// AgentReauthInterval bounds how long an agent's open stream goes
+	// without its token being reviewed again: a stream ends within it
+	// once its agent pod is deleted (the token is bound to the pod), and
+	// at the token's expiry in any case.
+	// AgentMaxConcurrentFullSyncs bounds the agents' full updates built
+	// and sent at once (each holds a node's whole encoded state in
+	// memory), e.g. after a controller restart, when every agent needs
+	// one; the others wait their turn connected.
+	AgentMaxConcurrentFullSyncs int           `json:"agentMaxConcurrentFullSyncs" flag:"agent-max-concurrent-full-syncs" usage:"how many agents' full state updates are built and sent at once; the others wait their turn"`
+	AgentReauthInterval         time.Duration `json:"agentReauthInterval" flag:"agent-reauth-interval" usage:"how long an agent's open stream may go before its token is reviewed again (it ends when the token is no longer accepted, e.g. its pod was deleted; also at the token's expiry)"`
 
 	MetricsAddress string `json:"metricsAddress" flag:"metrics-address" usage:"host:port serving /metrics, /healthz and /readyz; empty disables"`
 	// QueryAddress serves tierctl's queries (pkg/queryapi: HTTPS, every
@@ -104,9 +114,14 @@ func DefaultController() Controller {
 		TLSKeyFile:          "/etc/tierflow/tls/tls.key",
 		AgentTokenAudience:  "tierflow",
 		AgentServiceAccount: "kube-system/tierflow-agent",
-		MetricsAddress:      ":10350",
-		QueryAddress:        "127.0.0.1:10352",
-		LogLevel:            "info",
+		AgentReauthInterval: time.Minute,
+		// Each full update holds a node's encoded state (tens of MB when
+		// a policy's peers are most of 100k pods): 8 bounds that memory
+		// and still keeps two cores busy encoding.
+		AgentMaxConcurrentFullSyncs: 8,
+		MetricsAddress:              ":10350",
+		QueryAddress:                "127.0.0.1:10352",
+		LogLevel:                    "info",
 	}
 }
 
@@ -171,6 +186,12 @@ func (c *Controller) Validate() error {
 	if ns, name, ok := strings.Cut(c.AgentServiceAccount, "/"); !ok ||
 		len(validation.IsDNS1123Label(ns)) > 0 || len(validation.IsDNS1123Subdomain(name)) > 0 {
 		return &FieldError{Key: "agentServiceAccount", Value: c.AgentServiceAccount, Reason: "must be NAMESPACE/NAME of a service account, e.g. kube-system/tierflow-agent"}
+	}
+	if c.AgentMaxConcurrentFullSyncs < 1 || c.AgentMaxConcurrentFullSyncs > 1024 {
+		return &FieldError{Key: "agentMaxConcurrentFullSyncs", Value: c.AgentMaxConcurrentFullSyncs, Reason: "must be in 1..1024"}
+	}
+	if c.AgentReauthInterval < time.Second {
+		return &FieldError{Key: "agentReauthInterval", Value: c.AgentReauthInterval, Reason: "must be at least 1s"}
 	}
 	if err := checkListenAddress("metricsAddress", c.MetricsAddress, true); err != nil {
 		return err

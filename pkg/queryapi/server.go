@@ -16,6 +16,7 @@ import (
 
 	"github.com/tierflow/tierflow/pkg/explain"
 	"github.com/tierflow/tierflow/pkg/explain/load"
+	"github.com/tierflow/tierflow/pkg/kubeauth"
 	"github.com/tierflow/tierflow/pkg/model"
 )
 
@@ -45,7 +46,7 @@ type Source struct {
 
 // NewHandler serves the query API. auth may be nil only in tests of the
 // handler itself; the controller always passes one.
-func NewHandler(src Source, auth *Authorizer, log *slog.Logger) http.Handler {
+func NewHandler(src Source, auth *kubeauth.Authorizer, log *slog.Logger) http.Handler {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -69,7 +70,7 @@ func NewHandler(src Source, auth *Authorizer, log *slog.Logger) http.Handler {
 
 type handler struct {
 	src  Source
-	auth *Authorizer
+	auth *kubeauth.Authorizer
 	log  *slog.Logger
 }
 
@@ -79,16 +80,13 @@ type handler struct {
 func (h *handler) guard(endpoint string, fn func(http.ResponseWriter, *http.Request)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if h.auth != nil {
-			user, err := h.auth.Authorize(r, endpoint)
-			switch {
-			case errors.Is(err, errUnauthenticated):
-				writeError(w, http.StatusUnauthorized, err.Error())
-				return
-			case errors.Is(err, errForbidden):
-				writeError(w, http.StatusForbidden, err.Error())
-				return
-			case err != nil:
-				writeError(w, http.StatusServiceUnavailable, "cannot check the request's token: "+err.Error())
+			user, err := h.auth.Authorize(r, queryAction(endpoint))
+			if err != nil {
+				msg := err.Error()
+				if kubeauth.Status(err) == http.StatusServiceUnavailable {
+					msg = "cannot check the request's token: " + msg
+				}
+				writeError(w, kubeauth.Status(err), msg)
 				return
 			}
 			h.log.Debug("query", "user", user, "path", r.URL.Path)

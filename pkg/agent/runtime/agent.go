@@ -68,6 +68,10 @@ type Agent struct {
 
 	kick chan struct{} // asks the loop to realize again (ports changed)
 
+	kubeOnce   sync.Once
+	kubeClient kubernetes.Interface
+	kubeErr    error
+
 	// realizeMu serializes realizations; mu guards the fields below.
 	realizeMu sync.Mutex
 	mu        sync.Mutex
@@ -165,8 +169,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.opts.Datapath == agentquery.DatapathOVS {
 		var kube kubernetes.Interface
 		if a.cfg.NodeNetwork.Mode != config.NodeNetworkUplink {
-			if kube, err = a.kubeClient(); err != nil {
-				return err
+			if kube, err = a.kube(); err != nil {
+				return fmt.Errorf("node network %s: %w", a.cfg.NodeNetwork.Mode, err)
 			}
 			// Before anything is created: an encap node whose pod MTU
 			// cannot work does not start at all.
@@ -217,23 +221,6 @@ func (a *Agent) Run(ctx context.Context) error {
 	wg.Wait()
 	a.log.Info("agent stopped; flows stay installed")
 	return err
-}
-
-// kubeClient is the agent's client for watching Nodes (noEncap and
-// encap node networks).
-func (a *Agent) kubeClient() (kubernetes.Interface, error) {
-	var rc *rest.Config
-	var err error
-	if a.cfg.Kubeconfig != "" {
-		rc, err = clientcmd.BuildConfigFromFlags("", a.cfg.Kubeconfig)
-	} else {
-		rc, err = rest.InClusterConfig()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("node network %s: Kubernetes client configuration: %w", a.cfg.NodeNetwork.Mode, err)
-	}
-	rc.UserAgent = "tierflow-agent"
-	return kubernetes.NewForConfig(rc)
 }
 
 // startMTU works out the pods' MTU (nodenet.PodMTU) from the local Node,
@@ -297,6 +284,28 @@ func (a *Agent) nodeNetwork(d *ovsDatapath, kube kubernetes.Interface) (*nodenet
 		}
 	}
 	return nodenet.New(o)
+}
+
+// kube returns the agent's Kubernetes client (built once): the kubeconfig
+// of the configuration, else the in-cluster service account. Only the
+// noEncap and encap node networks (Nodes) and the metrics port's
+// authorization (TokenReview, SubjectAccessReview) use it.
+func (a *Agent) kube() (kubernetes.Interface, error) {
+	a.kubeOnce.Do(func() {
+		var rc *rest.Config
+		if a.cfg.Kubeconfig != "" {
+			rc, a.kubeErr = clientcmd.BuildConfigFromFlags("", a.cfg.Kubeconfig)
+		} else {
+			rc, a.kubeErr = rest.InClusterConfig()
+		}
+		if a.kubeErr != nil {
+			a.kubeErr = fmt.Errorf("Kubernetes client configuration: %w", a.kubeErr)
+			return
+		}
+		rc.UserAgent = "tierflow-agent"
+		a.kubeClient, a.kubeErr = kubernetes.NewForConfig(rc)
+	})
+	return a.kubeClient, a.kubeErr
 }
 
 // openOVS connects to OVS, retrying with backoff until it succeeds or ctx

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tierflow/tierflow/pkg/config"
+	"github.com/tierflow/tierflow/pkg/kubeauth"
 	"github.com/tierflow/tierflow/pkg/queryapi/agentquery"
 )
 
@@ -43,8 +44,15 @@ func (a *Agent) serve() (*servers, error) {
 		if err != nil {
 			return nil, fmt.Errorf("metrics address: %w", err)
 		}
+		metricsHandler, err := a.metricsHandler()
+		if err != nil {
+			ln.Close()
+			return nil, err
+		}
 		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(a.m.reg, promhttp.HandlerOpts{}))
+		mux.Handle("/metrics", metricsHandler)
+		// Health carries no token (the kubelet's probes) and tells nothing
+		// but ok or not ready.
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 		// Ready once the datapath enforces a complete state (restored or
 		// from the controller): a rolling update waits for that before
@@ -73,6 +81,46 @@ func (a *Agent) serve() (*servers, error) {
 	return s, nil
 }
 
+// metricsHandler serves /metrics. Its rule and policy names and counters
+// are for the node's operator only: the address is on the host network,
+// which every pod of the node can reach. On a loopback metricsAddress
+// (only the node's own processes reach it) it answers anyone; on any other
+// address a request needs a Kubernetes bearer token whose user may get
+// the non-resource URL /metrics (TokenReview and SubjectAccessReview, as
+// kube-rbac-proxy; decisions cached metricsAuthCacheTTL), and the agent
+// refuses to start without API server access to check them.
+func (a *Agent) metricsHandler() (http.Handler, error) {
+	h := promhttp.HandlerFor(a.m.reg, promhttp.HandlerOpts{})
+	if loopbackAddress(a.cfg.MetricsAddress) {
+		return h, nil
+	}
+	kube, err := a.kube()
+	if err != nil {
+		return nil, fmt.Errorf("metricsAddress %s is not a loopback address, so /metrics needs authorization, "+
+			"checked with the Kubernetes API: %w", a.cfg.MetricsAddress, err)
+	}
+	return kubeauth.New(kube, metricsAuthCacheTTL).Require(kubeauth.NonResourceAction("get", "/metrics"), h), nil
+}
+
+// metricsAuthCacheTTL is how long a scraper's token decision is reused:
+// a scrape interval or two, so that a revoked permission ends soon.
+const metricsAuthCacheTTL = 30 * time.Second
+
+// loopbackAddress reports whether a host:port listen address is on a
+// loopback address only ("localhost", 127.0.0.0/8, ::1); an empty host
+// (every address) is not.
+func loopbackAddress(hostport string) bool {
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
+}
+
 func (s *servers) start(ln net.Listener, h http.Handler, a *Agent) {
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	s.http = append(s.http, srv)
@@ -84,25 +132,38 @@ func (s *servers) start(ln net.Listener, h http.Handler, a *Agent) {
 }
 
 // listenUnix listens on path, replacing a stale socket of an earlier run
-// (never another kind of file), readable by root only: the API has no
-// authentication of its own.
+// (never another kind of file), usable by root only: the API has no
+// authentication of its own. The socket never exists under path with a
+// wider mode: it is created in a private directory (0700) next to path,
+// given mode 0600 there, and renamed into place, which replaces a stale
+// socket atomically. (Changing the process's umask instead would race
+// with every other goroutine creating files.)
 func listenUnix(path string) (net.Listener, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("query socket: %w", err)
 	}
-	if fi, err := os.Lstat(path); err == nil {
-		if fi.Mode()&fs.ModeSocket == 0 {
-			return nil, fmt.Errorf("query socket: %s exists and is not a socket", path)
-		}
-		if err := os.Remove(path); err != nil {
-			return nil, fmt.Errorf("query socket: %w", err)
-		}
+	if fi, err := os.Lstat(path); err == nil && fi.Mode()&fs.ModeSocket == 0 {
+		return nil, fmt.Errorf("query socket: %s exists and is not a socket", path)
 	}
-	ln, err := net.Listen("unix", path)
+	private, err := os.MkdirTemp(dir, "."+filepath.Base(path)+".")
 	if err != nil {
 		return nil, fmt.Errorf("query socket: %w", err)
 	}
-	if err := os.Chmod(path, 0o600); err != nil {
+	defer os.RemoveAll(private)
+	staged := filepath.Join(private, "sock")
+	ln, err := net.Listen("unix", staged)
+	if err != nil {
+		return nil, fmt.Errorf("query socket: %w", err)
+	}
+	// The listener would unlink the staged name on Close; servers.close
+	// removes path instead.
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	if err := os.Chmod(staged, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("query socket: %w", err)
+	}
+	if err := os.Rename(staged, path); err != nil {
 		ln.Close()
 		return nil, fmt.Errorf("query socket: %w", err)
 	}

@@ -50,7 +50,11 @@ func (e PolicyErrors) Error() string {
 	return "policies not realized: " + strings.Join(parts, "; ")
 }
 
-// MaxMessageSize bounds one update from the controller (1 GiB).
+// MaxMessageSize bounds one update from the controller (1 GiB): its
+// message, or the chunks it comes in put together. The controller chunks
+// updates for agents that say they reassemble them (this one does), so
+// its messages are far smaller; the limit stays for controllers that do
+// not chunk.
 const MaxMessageSize = 1 << 30
 
 // Config configures a Client.
@@ -312,7 +316,7 @@ func (c *Client) session(ctx context.Context, conn *grpc.ClientConn) (progressed
 		return false, err
 	}
 	c.mu.Lock()
-	hello := &wire.Hello{Epoch: c.epoch, Version: c.version}
+	hello := &wire.Hello{Epoch: c.epoch, Version: c.version, Chunks: true}
 	c.mu.Unlock()
 	if err := stream.Send(&wire.ClientMessage{Hello: hello}); err != nil {
 		return false, err
@@ -356,6 +360,9 @@ func (c *Client) session(ctx context.Context, conn *grpc.ClientConn) (progressed
 	answers := make(chan *wire.AgentAnswer, maxConcurrentQueries)
 	querySlots := make(chan struct{}, maxConcurrentQueries)
 
+	// Chunked updates are put together here; the pieces of an update the
+	// stream did not finish are dropped with it: nothing of it is applied.
+	asm := wire.Assembler{MaxSize: MaxMessageSize}
 	first := true
 	for {
 		var r received
@@ -396,10 +403,21 @@ func (c *Client) session(ctx context.Context, conn *grpc.ClientConn) (progressed
 		if m.Query != nil {
 			c.serveQuery(sctx, m.Query, querySlots, answers)
 		}
-		if m.Update == nil {
+		u := m.Update
+		switch {
+		case m.Chunk != nil && u != nil:
+			return progressed, errors.New("a message with both an update and a chunk")
+		case m.Chunk != nil:
+			if u, err = asm.Add(m.Chunk); err != nil {
+				return progressed, err
+			}
+		case u != nil && asm.Pending():
+			return progressed, fmt.Errorf("update %d arrived before the chunked update was complete", u.Version)
+		}
+		if u == nil {
 			continue
 		}
-		rep, err := c.apply(m.Update, first)
+		rep, err := c.apply(u, first)
 		if err != nil {
 			// The update does not fit what we hold: forget our position so
 			// the next stream starts with a full update.

@@ -3,8 +3,11 @@ package server
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"time"
@@ -13,6 +16,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	authnv1 "k8s.io/api/authentication/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 )
@@ -26,6 +30,20 @@ type Authenticator interface {
 
 // ErrNotBound is returned for a valid token that names no node.
 var ErrNotBound = errors.New("token is not bound to a node or a pod on a node")
+
+// ErrReviewUnavailable is wrapped by an Authenticator's errors that are no
+// verdict on the token: the API server could not be asked. The server
+// refuses a new stream on any error, but keeps an open stream through
+// such failures (it re-authenticates it at the next interval).
+var ErrReviewUnavailable = errors.New("token review unavailable")
+
+// Rechecker is implemented by Authenticators that cache their verdicts:
+// Recheck checks a token again, never answering from the cache. The
+// server re-authenticates open streams with it (with Authenticate when an
+// Authenticator does not implement it).
+type Rechecker interface {
+	Recheck(ctx context.Context, token string) (node string, err error)
+}
 
 // Extra keys the kube-apiserver puts in a TokenReview's user info for
 // bound service account tokens (KEP-4193).
@@ -91,9 +109,19 @@ func NewTokenReviewAuthenticator(client kubernetes.Interface, cfg TokenReviewCon
 
 // Authenticate implements Authenticator.
 func (a *TokenReviewAuthenticator) Authenticate(ctx context.Context, token string) (string, error) {
+	return a.authenticate(ctx, token, true)
+}
+
+// Recheck implements Rechecker: a review that ignores the cache (and
+// refreshes it).
+func (a *TokenReviewAuthenticator) Recheck(ctx context.Context, token string) (string, error) {
+	return a.authenticate(ctx, token, false)
+}
+
+func (a *TokenReviewAuthenticator) authenticate(ctx context.Context, token string, useCache bool) (string, error) {
 	key := sha256.Sum256([]byte(token))
 	now := time.Now()
-	if a.cfg.CacheTTL > 0 {
+	if a.cfg.CacheTTL > 0 && useCache {
 		a.mu.Lock()
 		c, ok := a.cache[key]
 		a.mu.Unlock()
@@ -101,11 +129,40 @@ func (a *TokenReviewAuthenticator) Authenticate(ctx context.Context, token strin
 			return c.node, nil
 		}
 	}
+	node, err := a.review(ctx, token)
+	if err != nil {
+		if !errors.Is(err, ErrReviewUnavailable) {
+			// A refused token must not stay good in the cache (a
+			// Recheck that failed, then a reconnection).
+			a.mu.Lock()
+			delete(a.cache, key)
+			a.mu.Unlock()
+		}
+		return "", err
+	}
+	if a.cfg.CacheTTL > 0 {
+		a.mu.Lock()
+		if len(a.cache) > 10000 { // bound memory; entries are cheap to redo
+			clear(a.cache)
+		}
+		expires := now.Add(a.cfg.CacheTTL)
+		if exp, ok := TokenExpiry(token); ok && exp.Before(expires) {
+			// Never vouch for a token past its own expiry.
+			expires = exp
+		}
+		a.cache[key] = cachedReview{node: node, expires: expires}
+		a.mu.Unlock()
+	}
+	return node, nil
+}
+
+// review asks the API server about token and returns its node.
+func (a *TokenReviewAuthenticator) review(ctx context.Context, token string) (string, error) {
 	tr, err := a.client.AuthenticationV1().TokenReviews().Create(ctx, &authnv1.TokenReview{
 		Spec: authnv1.TokenReviewSpec{Token: token, Audiences: a.cfg.Audiences},
 	}, metav1.CreateOptions{})
 	if err != nil {
-		return "", fmt.Errorf("token review: %w", err)
+		return "", fmt.Errorf("%w: %w", ErrReviewUnavailable, err)
 	}
 	st := tr.Status
 	if !st.Authenticated {
@@ -117,22 +174,10 @@ func (a *TokenReviewAuthenticator) Authenticate(ctx context.Context, token strin
 	if !a.accept[st.User.Username] {
 		return "", fmt.Errorf("%s is not an agent service account", st.User.Username)
 	}
-	node := first(st.User.Extra[extraNodeName])
-	if node == "" {
-		node, err = a.nodeOfPod(ctx, st.User)
-		if err != nil {
-			return "", err
-		}
+	if node := first(st.User.Extra[extraNodeName]); node != "" {
+		return node, nil
 	}
-	if a.cfg.CacheTTL > 0 {
-		a.mu.Lock()
-		if len(a.cache) > 10000 { // bound memory; entries are cheap to redo
-			clear(a.cache)
-		}
-		a.cache[key] = cachedReview{node: node, expires: now.Add(a.cfg.CacheTTL)}
-		a.mu.Unlock()
-	}
-	return node, nil
+	return a.nodeOfPod(ctx, st.User)
 }
 
 func (a *TokenReviewAuthenticator) nodeOfPod(ctx context.Context, u authnv1.UserInfo) (string, error) {
@@ -144,8 +189,11 @@ func (a *TokenReviewAuthenticator) nodeOfPod(ctx context.Context, u authnv1.User
 	parts := strings.Split(u.Username, ":")
 	ns := parts[2]
 	pod, err := a.client.CoreV1().Pods(ns).Get(ctx, podName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return "", fmt.Errorf("bound pod %s/%s is gone", ns, podName)
+	}
 	if err != nil {
-		return "", fmt.Errorf("bound pod %s/%s: %w", ns, podName, err)
+		return "", fmt.Errorf("%w: bound pod %s/%s: %w", ErrReviewUnavailable, ns, podName, err)
 	}
 	if string(pod.UID) != podUID {
 		return "", fmt.Errorf("bound pod %s/%s was replaced", ns, podName)
@@ -163,6 +211,32 @@ func first(v authnv1.ExtraValue) string {
 	return v[0]
 }
 
+// TokenExpiry reads the expiry (the "exp" claim) of a JWT, such as a
+// service account token, without verifying it: callers use it only for a
+// token an Authenticator accepted, whose claims the API server verified.
+// False when the token is no JWT or has no expiry.
+func TokenExpiry(token string) (time.Time, bool) {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return time.Time{}, false
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(parts[1], "="))
+	if err != nil {
+		return time.Time{}, false
+	}
+	var claims struct {
+		Exp *json.Number `json:"exp"`
+	}
+	if err := json.Unmarshal(payload, &claims); err != nil || claims.Exp == nil {
+		return time.Time{}, false
+	}
+	secs, err := claims.Exp.Float64()
+	if err != nil || secs <= 0 {
+		return time.Time{}, false
+	}
+	return time.Unix(int64(secs), 0), true
+}
+
 // StaticTokens authenticates fixed tokens, each naming its node: for
 // development setups and for tests that exercise the stream rather than
 // authentication.
@@ -177,31 +251,79 @@ func (t StaticTokens) Authenticate(_ context.Context, token string) (string, err
 }
 
 // authenticate finds the calling agent's node from the call's bearer
-// token.
-func (s *Server) authenticate(ctx context.Context) (string, error) {
+// token, and returns the token for re-authentication.
+func (s *Server) authenticate(ctx context.Context) (node, token string, err error) {
 	md, _ := metadata.FromIncomingContext(ctx)
-	var token string
 	for _, v := range md.Get("authorization") {
 		if t, ok := strings.CutPrefix(v, "Bearer "); ok {
 			token = strings.TrimSpace(t)
 		}
 	}
 	if token == "" {
-		return "", status.Error(codes.Unauthenticated, "no bearer token")
+		return "", "", status.Error(codes.Unauthenticated, "no bearer token")
 	}
 	if s.auth == nil {
 		// Fail closed: a server built without an authenticator serves no one.
-		return "", status.Error(codes.Unauthenticated, "no authenticator configured")
+		return "", "", status.Error(codes.Unauthenticated, "no authenticator configured")
 	}
-	node, err := s.auth.Authenticate(ctx, token)
-	if errors.Is(err, ErrNotBound) {
-		return "", status.Error(codes.PermissionDenied, err.Error())
-	}
+	node, err = s.auth.Authenticate(ctx, token)
 	if err != nil {
-		return "", status.Error(codes.Unauthenticated, err.Error())
+		return "", "", authStatus(err)
 	}
 	if node == "" {
-		return "", status.Error(codes.PermissionDenied, ErrNotBound.Error())
+		return "", "", status.Error(codes.PermissionDenied, ErrNotBound.Error())
 	}
-	return node, nil
+	return node, token, nil
+}
+
+func authStatus(err error) error {
+	if errors.Is(err, ErrNotBound) {
+		return status.Error(codes.PermissionDenied, err.Error())
+	}
+	return status.Error(codes.Unauthenticated, err.Error())
+}
+
+// keepAuthenticated re-authenticates an open stream's token every
+// ReauthInterval (with jitter, so a controller's streams do not review at
+// once) and at the token's expiry, and returns why the stream must end:
+// the token expired, is no longer accepted (a bound token's pod was
+// deleted, its service account removed), or names another node. A review
+// the API server could not answer keeps the stream (until the token's
+// expiry, which needs no review). It returns nil when ctx ends.
+func (s *Server) keepAuthenticated(ctx context.Context, node, token string) error {
+	exp, hasExp := TokenExpiry(token)
+	for {
+		wait := s.opts.ReauthInterval/2 + rand.N(s.opts.ReauthInterval/2+1)
+		if hasExp {
+			wait = min(wait, time.Until(exp))
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+		if hasExp && !time.Now().Before(exp) {
+			return status.Error(codes.Unauthenticated, "the stream's token expired: reconnect with a fresh one")
+		}
+		got, err := s.recheck(ctx, token)
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case errors.Is(err, ErrReviewUnavailable):
+			s.log.Warn("cannot re-authenticate an agent's stream; keeping it", "node", node, "err", err)
+		case err != nil:
+			return authStatus(fmt.Errorf("re-authentication: %w", err))
+		case got != node:
+			return status.Errorf(codes.PermissionDenied, "re-authentication: the token now names node %q, not %q", got, node)
+		}
+	}
+}
+
+func (s *Server) recheck(ctx context.Context, token string) (string, error) {
+	if r, ok := s.auth.(Rechecker); ok {
+		return r.Recheck(ctx, token)
+	}
+	return s.auth.Authenticate(ctx, token)
 }

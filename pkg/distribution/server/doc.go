@@ -31,6 +31,14 @@
 // process, an older version, a lost queue — gets a Full update built from
 // the current state.
 //
+// # Chunks and full-sync slots
+//
+// To agents that reassemble them (wire.Hello.Chunks), updates larger than
+// ChunkSize go as wire.Chunks. A full update is built and sent only while
+// holding one of MaxConcurrentFullSyncs slots: after a controller restart
+// the agents wait their turn, connected, instead of every node's encoded
+// state being in memory at once. A slot is held at most FullSyncTimeout.
+//
 // # Slow agents
 //
 // Updates are queued per session without blocking; one goroutine per
@@ -44,7 +52,10 @@
 // TokenReviewAuthenticator reviews it and takes the node from the token's
 // binding (see its doc): a token is only ever good for the node its pod
 // runs on, so node A's token cannot receive node B's objects. The node is
-// never taken from anything the agent says.
+// never taken from anything the agent says. An open stream's token is
+// reviewed again every ReauthInterval (bypassing the authenticator's
+// cache, see Rechecker) and at its expiry; the stream ends when the token
+// is refused (its pod deleted) or names another node.
 //
 // # Realization
 //

@@ -45,6 +45,8 @@ type env struct {
 	stopRun    context.CancelFunc
 	runDone    chan struct{}
 	reg        *prometheus.Registry
+	// grpcOpts are added to the gRPC server's options (interceptors).
+	grpcOpts []grpc.ServerOption
 
 	sumMu     sync.Mutex
 	summaries map[string]server.Summary
@@ -93,8 +95,9 @@ func (e *env) startServer() {
 		e.t.Fatalf("listen: %v", err)
 	}
 	e.addr = lis.Addr().String()
-	e.grpcServer = e.srv.GRPCServer(e.serverTLS)
-	go func() { _ = e.grpcServer.Serve(lis) }()
+	g := e.srv.GRPCServer(e.serverTLS, e.grpcOpts...)
+	e.grpcServer = g
+	go func() { _ = g.Serve(lis) }()
 }
 
 func (e *env) stopServer() {

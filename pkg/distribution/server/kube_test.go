@@ -209,3 +209,81 @@ func nodeUID(t *testing.T, ctx context.Context, c *kubeapi.Cluster, name string)
 	}
 	return n.UID
 }
+
+// TestStreamEndsWhenAgentPodDeleted: a stream is authenticated when it
+// opens and again while it stays open (Options.ReauthInterval). Against a
+// real kube-apiserver, an agent with a token bound to its pod keeps its
+// stream through several re-authentications; once its pod is deleted the
+// token is no longer accepted and the stream is cut within the interval
+// (and reconnecting is refused), even though the authenticator's cache
+// still held the token as good.
+func TestStreamEndsWhenAgentPodDeleted(t *testing.T) {
+	c := kubeapi.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	kube := c.Kube
+	c.CreateNamespace(t, agentNS, nil)
+	if _, err := kube.CoreV1().ServiceAccounts(agentNS).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "tierflow-agent"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := kube.CoreV1().Pods(agentNS).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "agent-n1"},
+		Spec: corev1.PodSpec{NodeName: "n1", ServiceAccountName: "tierflow-agent",
+			Containers: []corev1.Container{{Name: "agent", Image: "tierflow-agent"}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp := int64(3600)
+	tr, err := kube.CoreV1().ServiceAccounts(agentNS).CreateToken(ctx, "tierflow-agent", &authnv1.TokenRequest{
+		Spec: authnv1.TokenRequestSpec{Audiences: []string{"tierflow"}, ExpirationSeconds: &exp,
+			BoundObjectRef: &authnv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: p.Name, UID: p.UID}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := server.TokenExpiry(tr.Status.Token); !ok || got.Sub(tr.Status.ExpirationTimestamp.Time).Abs() > time.Second {
+		t.Fatalf("token expiry read as %v (%v), want %v", got, ok, tr.Status.ExpirationTimestamp)
+	}
+	// The default cache (1m): re-authentication must not answer from it.
+	authn, err := server.NewTokenReviewAuthenticator(kube, server.TokenReviewConfig{
+		Audiences: []string{"tierflow"}, ServiceAccounts: []string{agentNS + "/tierflow-agent"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const interval = 2 * time.Second
+	e := newEnv(t, authn, server.Options{ReauthInterval: interval})
+	populate(e)
+	a := e.startAgent(e.agentConfig("n1", tr.Status.Token, e.addr, ""))
+	e.waitConverged(a)
+
+	// Valid token: re-authenticated several times, never cut.
+	time.Sleep(3 * interval)
+	if st := a.Client.Stats(); st.Connections != 1 || !a.Client.Connected() {
+		t.Fatalf("a valid stream was cut by re-authentication: %+v, connected %v", st, a.Client.Connected())
+	}
+
+	if err := kube.CoreV1().Pods(agentNS).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	deleted := time.Now()
+	for strings.Join(e.srv.ConnectedNodes(), ",") != "" {
+		if time.Since(deleted) > interval+10*time.Second {
+			t.Fatalf("the deleted pod's stream is still open after %v", time.Since(deleted))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("stream cut %v after the pod's deletion", time.Since(deleted).Round(10*time.Millisecond))
+	// It stays refused: the agent keeps trying, and is never let in again.
+	time.Sleep(interval)
+	if got := e.srv.ConnectedNodes(); len(got) != 0 {
+		t.Fatalf("connected after the pod's deletion: %v", got)
+	}
+	if n := e.metric("tierflow_distribution_auth_failures_total", ""); n < 2 {
+		t.Errorf("auth failures %v, want the cut and the refused reconnections", n)
+	}
+}

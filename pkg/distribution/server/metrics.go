@@ -11,9 +11,11 @@ type metrics struct {
 	updatesSent      *prometheus.CounterVec
 	authFailures     prometheus.Counter
 	dispatchDuration prometheus.Histogram
+	fullSyncsWaiting prometheus.Gauge
+	chunksSent       prometheus.Counter
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+func newMetrics(reg prometheus.Registerer, fullSyncs chan struct{}) *metrics {
 	m := &metrics{
 		connected: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "tierflow_distribution_connected_agents",
@@ -49,9 +51,22 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Time to turn one round of model changes into every agent's update.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
 		}),
+		fullSyncsWaiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tierflow_distribution_full_syncs_waiting",
+			Help: "Connected agents waiting for a full-sync slot (MaxConcurrentFullSyncs).",
+		}),
+		chunksSent: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tierflow_distribution_update_chunks_sent_total",
+			Help: "Chunks sent of updates larger than the chunk size.",
+		}),
 	}
+	inProgress := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "tierflow_distribution_full_syncs_in_progress",
+		Help: "Full updates being built and sent (at most MaxConcurrentFullSyncs).",
+	}, func() float64 { return float64(len(fullSyncs)) })
 	if reg != nil {
-		reg.MustRegister(m.connected, m.syncDuration, m.agentLag, m.resyncs, m.resumes, m.updatesSent, m.authFailures, m.dispatchDuration)
+		reg.MustRegister(m.connected, m.syncDuration, m.agentLag, m.resyncs, m.resumes, m.updatesSent, m.authFailures, m.dispatchDuration,
+			m.fullSyncsWaiting, m.chunksSent, inProgress)
 	}
 	return m
 }

@@ -53,6 +53,28 @@ type Options struct {
 	ReplayWindow int
 	// HelloTimeout bounds the wait for an agent's Hello. Default 10s.
 	HelloTimeout time.Duration
+	// ReauthInterval bounds how long an open stream's token goes
+	// unchecked: it is reviewed again at random between half and all of
+	// it after the last review (so a controller's streams spread their
+	// reviews), and at its expiry. A stream whose token is no longer
+	// accepted ends. Default 1m.
+	ReauthInterval time.Duration
+	// ChunkSize bounds the messages sent to agents that reassemble
+	// chunks (wire.Hello.Chunks): an update whose JSON encoding is
+	// longer goes as wire.Chunks of at most this many bytes (each
+	// message a third larger: base64). Default 4 MiB, gRPC's default
+	// receive limit.
+	ChunkSize int
+	// MaxConcurrentFullSyncs bounds the full updates being built and sent
+	// at once (each holds its node's whole encoded state in memory):
+	// after a controller restart every agent needs one. The others wait
+	// their turn, with their connection open. Default 8.
+	MaxConcurrentFullSyncs int
+	// FullSyncTimeout bounds how long one agent may hold a full-sync
+	// slot: an agent that does not read its full update within it loses
+	// its stream (and queues again when it reconnects), so a stuck agent
+	// cannot block the others. Default 2m.
+	FullSyncTimeout time.Duration
 	// OnReport and OnSummary receive realization results; called without
 	// the server's locks held, one at a time. They must return quickly
 	// (queue the work): OnSummary runs on the dispatch path.
@@ -99,6 +121,10 @@ type Server struct {
 	querySeq       uint64
 	pendingQueries map[uint64]*pendingQuery
 
+	// fullSyncs holds a token per full update being built and sent
+	// (Options.MaxConcurrentFullSyncs).
+	fullSyncs chan struct{}
+
 	// sinkMu serializes sink calls so they arrive in order.
 	sinkMu sync.Mutex
 
@@ -123,6 +149,18 @@ func New(src Source, auth Authenticator, opts Options) *Server {
 	if opts.HelloTimeout <= 0 {
 		opts.HelloTimeout = 10 * time.Second
 	}
+	if opts.ReauthInterval <= 0 {
+		opts.ReauthInterval = time.Minute
+	}
+	if opts.ChunkSize <= 0 {
+		opts.ChunkSize = 4 << 20
+	}
+	if opts.MaxConcurrentFullSyncs <= 0 {
+		opts.MaxConcurrentFullSyncs = 8
+	}
+	if opts.FullSyncTimeout <= 0 {
+		opts.FullSyncTimeout = 2 * time.Minute
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -134,7 +172,6 @@ func New(src Source, auth Authenticator, opts Options) *Server {
 		opts:     opts,
 		log:      opts.Logger.With("component", "distribution-server"),
 		epoch:    hex.EncodeToString(b[:]),
-		m:        newMetrics(opts.Registerer),
 		dirty:    map[objKey]struct{}{},
 		wake:     make(chan struct{}, 1),
 		policies: map[string]*model.Policy{},
@@ -144,8 +181,11 @@ func New(src Source, auth Authenticator, opts Options) *Server {
 		sessions: map[string]*session{},
 		real:     newRealization(),
 
+		fullSyncs: make(chan struct{}, opts.MaxConcurrentFullSyncs),
+
 		pendingQueries: map[uint64]*pendingQuery{},
 	}
+	s.m = newMetrics(opts.Registerer, s.fullSyncs)
 	// Subscribe before the first read, so nothing changed in between is
 	// missed; the first round reads the whole snapshot.
 	s.unsubscribe = src.Subscribe(s.onChanges)

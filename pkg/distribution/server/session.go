@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"slices"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -121,7 +122,7 @@ func (s *Server) markFull(ss *session, reason string) {
 // Sync serves one agent's stream (wire.SyncServer).
 func (s *Server) Sync(stream wire.ServerStream) error {
 	ctx := stream.Context()
-	node, err := s.authenticate(ctx)
+	node, token, err := s.authenticate(ctx)
 	if err != nil {
 		s.m.authFailures.Inc()
 		s.log.Info("agent refused", "err", err)
@@ -184,7 +185,33 @@ func (s *Server) Sync(stream wire.ServerStream) error {
 	}()
 
 	go s.receiveReports(connCtx, cancel, stream, ss, myConn)
-	return s.sendUpdates(connCtx, stream, ss, myConn)
+	// The stream ends early, whatever its sender is doing (it may be
+	// blocked sending to an agent that does not read: only the handler's
+	// return unblocks it), when the token is no longer accepted or the
+	// agent holds a full-sync slot too long.
+	abort := make(chan error, 2)
+	go func() {
+		// A stream must not outlive its token, nor the agent pod the
+		// token is bound to.
+		if err := s.keepAuthenticated(connCtx, node, token); err != nil {
+			s.m.authFailures.Inc()
+			s.log.Info("agent stream ends: no longer authenticated", "node", node, "err", err)
+			abort <- err
+		}
+	}()
+	sent := make(chan error, 1)
+	go func() { sent <- s.sendUpdates(connCtx, abort, stream, ss, myConn, hello.Chunks) }()
+	select {
+	case err := <-abort:
+		return err
+	case err := <-sent:
+		select {
+		case why := <-abort:
+			return why
+		default:
+			return err
+		}
+	}
 }
 
 func (s *Server) recvHello(stream wire.ServerStream) (*wire.Hello, error) {
@@ -215,13 +242,25 @@ func (s *Server) recvHello(stream wire.ServerStream) (*wire.Hello, error) {
 
 // sendUpdates sends the session's queued updates in order until the
 // connection ends. Sending happens without locks, so a stuck agent only
-// stalls its own goroutine.
-func (s *Server) sendUpdates(ctx context.Context, stream wire.ServerStream, ss *session, myConn uint64) error {
+// stalls its own goroutine. A full update is built and sent only while
+// holding one of the server's full-sync slots (waiting for one as long as
+// it takes), and to an agent that reassembles chunks, an update larger
+// than ChunkSize goes as Chunks.
+func (s *Server) sendUpdates(ctx context.Context, abort chan<- error, stream wire.ServerStream, ss *session, myConn uint64, chunks bool) error {
+	var slot fullSyncSlot
+	defer slot.release()
 	for {
 		s.mu.Lock()
 		if ss.conn != myConn {
 			s.mu.Unlock()
 			return status.Error(codes.Aborted, "replaced by a newer connection of the same node")
+		}
+		if ss.needFull && !slot.held() {
+			s.mu.Unlock()
+			if err := s.waitFullSyncSlot(ctx, stream, ss, &slot, abort); err != nil || ctx.Err() != nil {
+				return err
+			}
+			continue
 		}
 		if ss.needFull {
 			u := s.buildFull(ss)
@@ -246,6 +285,8 @@ func (s *Server) sendUpdates(ctx context.Context, stream wire.ServerStream, ss *
 		s.mu.Unlock()
 
 		if len(batch) == 0 {
+			// Whatever full update this slot was for has been sent.
+			slot.release()
 			select {
 			case <-ctx.Done():
 				return nil
@@ -260,7 +301,7 @@ func (s *Server) sendUpdates(ctx context.Context, stream wire.ServerStream, ss *
 			}
 		}
 		for _, e := range batch {
-			if err := stream.Send(&wire.ServerMessage{Update: e.u}); err != nil {
+			if err := s.sendUpdate(stream, e.u, chunks); err != nil {
 				return err
 			}
 			kind := "delta"
@@ -274,6 +315,97 @@ func (s *Server) sendUpdates(ctx context.Context, stream wire.ServerStream, ss *
 				ss.sent = e.u.Version
 			}
 			s.mu.Unlock()
+		}
+	}
+}
+
+// sendUpdate sends one update: in one message, or as Chunks when the
+// agent reassembles them and its encoding exceeds ChunkSize.
+func (s *Server) sendUpdate(stream wire.ServerStream, u *wire.Update, chunks bool) error {
+	if !chunks {
+		return stream.Send(&wire.ServerMessage{Update: u})
+	}
+	data, chunked, err := wire.EncodeUpdate(u, s.opts.ChunkSize)
+	if err != nil {
+		return status.Error(codes.Internal, err.Error())
+	}
+	if !chunked {
+		return stream.Send(&wire.ServerMessage{Update: u})
+	}
+	for _, c := range wire.Chunks(u.Version, data, s.opts.ChunkSize) {
+		if err := stream.Send(&wire.ServerMessage{Chunk: c}); err != nil {
+			return err
+		}
+		s.m.chunksSent.Inc()
+	}
+	return nil
+}
+
+// fullSyncSlot is one of Options.MaxConcurrentFullSyncs: a full update is
+// built, encoded and sent only while holding one, for at most
+// Options.FullSyncTimeout.
+type fullSyncSlot struct {
+	mu    sync.Mutex
+	sem   chan struct{}
+	timer *time.Timer
+}
+
+func (f *fullSyncSlot) held() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.sem != nil
+}
+
+// take records the slot taken from sem; onTimeout runs if it is still
+// held after timeout.
+func (f *fullSyncSlot) take(sem chan struct{}, timeout time.Duration, onTimeout func()) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.sem = sem
+	f.timer = time.AfterFunc(timeout, func() {
+		if f.held() {
+			onTimeout()
+		}
+	})
+}
+
+func (f *fullSyncSlot) release() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.sem == nil {
+		return
+	}
+	f.timer.Stop()
+	<-f.sem
+	f.sem, f.timer = nil, nil
+}
+
+// waitFullSyncSlot waits for a full-sync slot, serving the agent's
+// queries meanwhile. The agent keeps enforcing what it holds while it
+// waits; however long the queue, it is served in turn, never refused.
+func (s *Server) waitFullSyncSlot(ctx context.Context, stream wire.ServerStream, ss *session, slot *fullSyncSlot, abort chan<- error) error {
+	s.m.fullSyncsWaiting.Inc()
+	defer s.m.fullSyncsWaiting.Dec()
+	for {
+		select {
+		case s.fullSyncs <- struct{}{}:
+			// An agent that does not take its full update in time loses
+			// its stream (and queues again when it reconnects): a stuck
+			// agent must not keep the others waiting.
+			slot.take(s.fullSyncs, s.opts.FullSyncTimeout, func() {
+				s.log.Info("agent stream ends: full update not taken in time", "node", ss.node, "timeout", s.opts.FullSyncTimeout)
+				select {
+				case abort <- status.Errorf(codes.DeadlineExceeded, "the full update was not taken within %v", s.opts.FullSyncTimeout):
+				default:
+				}
+			})
+			return nil
+		case <-ctx.Done():
+			return nil
+		case q := <-ss.queries:
+			if err := stream.Send(&wire.ServerMessage{Query: q}); err != nil {
+				return err
+			}
 		}
 	}
 }

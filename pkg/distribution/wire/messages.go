@@ -19,6 +19,10 @@ type ClientMessage struct {
 type Hello struct {
 	Epoch   string `json:"epoch,omitempty"`
 	Version uint64 `json:"version,omitempty"`
+	// Chunks: the agent reassembles Updates sent as Chunks. An agent
+	// that does not say so gets every Update in one message, however
+	// large (agents older than chunking).
+	Chunks bool `json:"chunks,omitempty"`
 }
 
 // Report tells the controller what the agent realized.
@@ -46,6 +50,8 @@ type PolicyResult struct {
 // ServerMessage is what the controller sends on the Sync stream.
 type ServerMessage struct {
 	Update *Update `json:"update,omitempty"`
+	// Chunk is a piece of an Update too large for one message.
+	Chunk *Chunk `json:"chunk,omitempty"`
 	// Query forwards a tierctl query to the agent (see AgentQuery). Agents
 	// that do not know the field ignore the message; the controller's
 	// wait then times out.

@@ -1,0 +1,96 @@
+package wire
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// Chunk is one piece of an Update too large for one message: the
+// Update's JSON encoding cut into consecutive pieces of at most the
+// server's chunk size. The pieces of one Update are sent back to back,
+// Index 0, 1, ..., the last with Last set; the agent decodes and applies
+// the Update only when it has them all, so it never applies part of a
+// state. Only agents whose Hello set Chunks receive them.
+type Chunk struct {
+	// Version is the Update's version, the same in every piece.
+	Version uint64 `json:"version"`
+	Index   int    `json:"index"`
+	Last    bool   `json:"last,omitempty"`
+	Data    []byte `json:"data"`
+}
+
+// EncodeUpdate returns u's JSON encoding and whether it must travel in
+// chunks: when it is longer than chunkSize.
+func EncodeUpdate(u *Update, chunkSize int) (data []byte, chunked bool, err error) {
+	data, err = json.Marshal(u)
+	if err != nil {
+		return nil, false, fmt.Errorf("encoding update %d: %w", u.Version, err)
+	}
+	return data, len(data) > chunkSize, nil
+}
+
+// Chunks cuts an encoded Update into pieces of at most chunkSize bytes
+// (sharing data's memory).
+func Chunks(version uint64, data []byte, chunkSize int) []*Chunk {
+	var out []*Chunk
+	for i := 0; len(data) > 0 || i == 0; i++ {
+		n := min(chunkSize, len(data))
+		out = append(out, &Chunk{Version: version, Index: i, Data: data[:n:n]})
+		data = data[n:]
+	}
+	out[len(out)-1].Last = true
+	return out
+}
+
+// Assembler puts an Update back together from its Chunks. The zero value
+// is ready; it holds at most one Update's pieces at a time.
+type Assembler struct {
+	// MaxSize bounds an assembled Update's encoding (0: no bound).
+	MaxSize int
+
+	buf     []byte
+	version uint64
+	next    int
+}
+
+// Add takes the next piece. It returns the Update when c was its last
+// piece, nil while pieces are missing, and an error (and forgets what it
+// held) when c does not continue the pieces before it or the Update
+// grows past MaxSize.
+func (a *Assembler) Add(c *Chunk) (*Update, error) {
+	if c.Index != a.next || (c.Index > 0 && c.Version != a.version) {
+		want := fmt.Sprintf("piece 0 of a new update or piece %d of update %d", a.next, a.version)
+		if a.next == 0 {
+			want = "piece 0 of a new update"
+		}
+		a.Reset()
+		return nil, fmt.Errorf("update chunk %d of version %d out of order: want %s", c.Index, c.Version, want)
+	}
+	if a.MaxSize > 0 && len(a.buf)+len(c.Data) > a.MaxSize {
+		a.Reset()
+		return nil, fmt.Errorf("update %d exceeds %d bytes", c.Version, a.MaxSize)
+	}
+	a.buf = append(a.buf, c.Data...)
+	a.version, a.next = c.Version, c.Index+1
+	if !c.Last {
+		return nil, nil
+	}
+	u := new(Update)
+	err := json.Unmarshal(a.buf, u)
+	a.Reset()
+	if err != nil {
+		return nil, fmt.Errorf("decoding chunked update %d: %w", c.Version, err)
+	}
+	if u.Version != c.Version {
+		return nil, fmt.Errorf("chunked update says version %d, its chunks %d", u.Version, c.Version)
+	}
+	return u, nil
+}
+
+// Reset drops any pieces held (a stream ended mid-update).
+func (a *Assembler) Reset() {
+	a.buf, a.version, a.next = nil, 0, 0
+}
+
+// Pending reports whether pieces of an unfinished Update are held.
+func (a *Assembler) Pending() bool { return a.next > 0 }
