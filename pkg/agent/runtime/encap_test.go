@@ -129,11 +129,9 @@ func cniConfig(t *testing.T, c *livecluster.Cluster, n *simNode) int {
 	if cfg.CNI.MTU, err = nodenet.PodMTU(&cfg, local, n.env.NetnsPath()); err != nil {
 		t.Fatal(err)
 	}
-	conf, err := cniinstall.Conflist(&cfg, n.podCIDRs)
-	if err != nil {
+	if n.cniConf, err = cniinstall.PluginConf(&cfg, n.podCIDRs, filepath.Join(c.Dir, n.name+"-ipam")); err != nil {
 		t.Fatal(err)
 	}
-	n.cniConf = pluginConf(t, conf, filepath.Join(c.Dir, n.name+"-ipam"))
 	return cfg.CNI.MTU
 }
 
@@ -172,7 +170,7 @@ func (b *routedBed) routerCounter(what string) int {
 // leaves no flow, route or neighbour behind.
 func TestEncapTwoNodes(t *testing.T) {
 	c := livecluster.New(t)
-	kubeconfig := agentKubeconfig(t, c)
+	kubeconfig := livecluster.AgentKubeconfig(t, c.Kube, c.Dir)
 	cniBin := buildCNI(t)
 	tierctl := buildTierctl(t)
 	// Created early: RBAC takes a moment to see new bindings.
@@ -492,7 +490,7 @@ func TestEncapTwoNodes(t *testing.T) {
 // was.
 func TestEncapRefusesBadConfiguration(t *testing.T) {
 	c := livecluster.New(t)
-	kubeconfig := agentKubeconfig(t, c)
+	kubeconfig := livecluster.AgentKubeconfig(t, c.Kube, c.Dir)
 	bed := newRoutedBed(t)
 	// A link of MTU 1320: 1270 left under Geneve over IPv4, below the
 	// 1280 an IPv6 pod CIDR needs.

@@ -22,11 +22,7 @@ import (
 	vnetns "github.com/vishvananda/netns"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	"sigs.k8s.io/yaml"
 
 	"github.com/tierflow/tierflow/pkg/agent/nodenet"
 	"github.com/tierflow/tierflow/pkg/config"
@@ -62,7 +58,7 @@ type simNode struct {
 // route goes).
 func TestNoEncapTwoNodes(t *testing.T) {
 	c := livecluster.New(t)
-	kubeconfig := agentKubeconfig(t, c)
+	kubeconfig := livecluster.AgentKubeconfig(t, c.Kube, c.Dir)
 	cniBin := buildCNI(t)
 	ctx := context.Background()
 
@@ -95,11 +91,11 @@ func TestNoEncapTwoNodes(t *testing.T) {
 		agentCfg := config.DefaultAgent()
 		agentCfg.BridgeName = n.br.Name
 		agentCfg.OVSDBSocket = n.env.DBSocketPath()
-		conf, err := cniinstall.Conflist(&agentCfg, n.podCIDRs)
+		conf, err := cniinstall.PluginConf(&agentCfg, n.podCIDRs, filepath.Join(c.Dir, n.name+"-ipam"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		n.cniConf = pluginConf(t, conf, filepath.Join(c.Dir, n.name+"-ipam"))
+		n.cniConf = conf
 	}
 	// A node that has no pod CIDRs yet: the agents route nothing to it.
 	if _, err := c.Kube.Kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "nn-unallocated"}}, metav1.CreateOptions{}); err != nil {
@@ -473,65 +469,6 @@ func setNode(t *testing.T, c *livecluster.Cluster, name string, podCIDRs []strin
 	}
 }
 
-// agentKubeconfig applies the agent's RBAC from manifests/tierflow.yaml
-// and returns a kubeconfig authenticating as the agent's service account
-// (a client certificate with its user name), so the agents run with
-// exactly the permissions a cluster gives them.
-func agentKubeconfig(t *testing.T, c *livecluster.Cluster) string {
-	t.Helper()
-	ctx := context.Background()
-	raw, err := os.ReadFile("../../../manifests/tierflow.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var found int
-	for _, doc := range strings.Split(string(raw), "\n---\n") {
-		var meta struct {
-			Kind     string `json:"kind"`
-			Metadata struct {
-				Name string `json:"name"`
-			} `json:"metadata"`
-		}
-		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil || meta.Metadata.Name != "tierflow-agent" {
-			continue
-		}
-		switch meta.Kind {
-		case "ClusterRole":
-			var role rbacv1.ClusterRole
-			if err := yaml.Unmarshal([]byte(doc), &role); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := c.Kube.Kube.RbacV1().ClusterRoles().Create(ctx, &role, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			found++
-		case "ClusterRoleBinding":
-			var b rbacv1.ClusterRoleBinding
-			if err := yaml.Unmarshal([]byte(doc), &b); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := c.Kube.Kube.RbacV1().ClusterRoleBindings().Create(ctx, &b, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			found++
-		}
-	}
-	if found != 2 {
-		t.Fatalf("manifests/tierflow.yaml: found %d of the agent's ClusterRole and ClusterRoleBinding", found)
-	}
-	rc := c.Kube.ConfigFor(t, "system:serviceaccount:"+livecluster.AgentNamespace+":"+livecluster.AgentSA, "system:serviceaccounts", "system:serviceaccounts:"+livecluster.AgentNamespace)
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["c"] = &clientcmdapi.Cluster{Server: rc.Host, CertificateAuthorityData: rc.CAData}
-	kc.AuthInfos["agent"] = &clientcmdapi.AuthInfo{ClientCertificateData: rc.CertData, ClientKeyData: rc.KeyData}
-	kc.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "agent"}
-	kc.CurrentContext = "c"
-	path := filepath.Join(c.Dir, "agent.kubeconfig")
-	if err := clientcmd.WriteToFile(*kc, path); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
 // buildCNI builds tierflow-cni and host-local.
 func buildCNI(t *testing.T) string {
 	t.Helper()
@@ -542,29 +479,6 @@ func buildCNI(t *testing.T) string {
 		t.Fatalf("building tierflow-cni and host-local: %v\n%s", err, out)
 	}
 	return dir
-}
-
-// pluginConf turns the conflist tierflow-install-cni writes into the
-// single plugin configuration a runtime passes to tierflow-cni, with the
-// IPAM state in dataDir (one per simulated node).
-func pluginConf(t *testing.T, conflist []byte, dataDir string) []byte {
-	t.Helper()
-	var list struct {
-		CNIVersion string           `json:"cniVersion"`
-		Name       string           `json:"name"`
-		Plugins    []map[string]any `json:"plugins"`
-	}
-	if err := json.Unmarshal(conflist, &list); err != nil || len(list.Plugins) != 1 {
-		t.Fatalf("conflist %s: %v", conflist, err)
-	}
-	p := list.Plugins[0]
-	p["cniVersion"], p["name"] = list.CNIVersion, list.Name
-	p["ipam"].(map[string]any)["dataDir"] = dataDir
-	out, err := json.Marshal(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
 }
 
 // attachPod creates a pod namespace, runs tierflow-cni ADD in the node's
