@@ -186,4 +186,3 @@ func (n *Node) NodeExec(args ...string) (string, error) {
 	out, err := exec.Command("ip", append([]string{"netns", "exec", n.OVS.Netns()}, args...)...).CombinedOutput()
 	return string(out), err
 }
-

@@ -103,7 +103,7 @@ type Testbed struct {
 	Router string
 	// Encap: the bed is brought up for the encap node network.
 	Encap bool
-	Nodes  []*Node
+	Nodes []*Node
 	// Dir is the test bed's directory; BinDir holds tierflow-cni,
 	// host-local and tierflow-podrunner.
 	Dir, BinDir string

@@ -99,7 +99,7 @@ func (b *routedBed) addNode(c *livecluster.Cluster, i, mtu int) *simNode {
 	mustRun(t, "ip", "-n", ns, "route", "add", "default", "via", fmt.Sprintf("192.168.9%d.1", i))
 	mustRun(t, "ip", "-n", ns, "-6", "route", "add", "default", "via", fmt.Sprintf("fd00:9%d::1", i))
 	n.tokenDir = c.AddNode(t, n.name)
-	setNode(t, c, n.name, n.podCIDRs, n.ip4.Addr(), n.ip6.Addr())
+	c.SetNode(t, n.name, n.podCIDRs, n.ip4.Addr(), n.ip6.Addr())
 	b.nodes = append(b.nodes, n)
 	return n
 }

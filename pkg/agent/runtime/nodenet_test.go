@@ -87,7 +87,7 @@ func TestNoEncapTwoNodes(t *testing.T) {
 	// Node objects as kube-controller-manager and the kubelet leave them.
 	for _, n := range nodes {
 		n.tokenDir = c.AddNode(t, n.name)
-		setNode(t, c, n.name, n.podCIDRs, n.ip4.Addr(), n.ip6.Addr())
+		c.SetNode(t, n.name, n.podCIDRs, n.ip4.Addr(), n.ip6.Addr())
 		agentCfg := config.DefaultAgent()
 		agentCfg.BridgeName = n.br.Name
 		agentCfg.OVSDBSocket = n.env.DBSocketPath()
@@ -444,28 +444,6 @@ func mustRun(t *testing.T, args ...string) {
 	t.Helper()
 	if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
 		t.Fatalf("%s: %v: %s", strings.Join(args, " "), err, out)
-	}
-}
-
-// setNode gives a Node its pod CIDRs and InternalIPs.
-func setNode(t *testing.T, c *livecluster.Cluster, name string, podCIDRs []string, ips ...netip.Addr) {
-	t.Helper()
-	ctx := context.Background()
-	nodes := c.Kube.Kube.CoreV1().Nodes()
-	n, err := nodes.Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.Spec.PodCIDR, n.Spec.PodCIDRs = podCIDRs[0], podCIDRs
-	if n, err = nodes.Update(ctx, n, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	n.Status.Addresses = nil
-	for _, ip := range ips {
-		n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: ip.String()})
-	}
-	if _, err := nodes.UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
 	}
 }
 

@@ -16,6 +16,7 @@ const (
 	SectionAgent       = "Agent: flow installation into OVS"
 	SectionE2E         = "End-to-end realization latency (test bed)"
 	SectionDatapath    = "Datapath overhead"
+	SectionEncap       = "Encapsulation overhead"
 	SectionFanout      = "Controller fan-out"
 )
 
@@ -120,6 +121,9 @@ func plan(quick bool) []*Run {
 	add(&Run{ID: "datapath-throughput", Section: SectionDatapath, Scenario: "iperf3 pod → pod", Scale: scale,
 		Description: "TCP throughput between two pods on one bridge (userspace datapath), no policy vs 1000 rules realized, in one run",
 		Package:     pkg, Bench: "^BenchmarkDatapathThroughput$", Timeout: 20 * time.Minute, NeedsOVS: true})
+	add(&Run{ID: "encap-throughput", Section: SectionEncap, Scenario: "iperf3 pod → pod across nodes", Scale: scale,
+		Description: "TCP throughput between pods on two nodes (each its own namespace, OVS and agent), node network noEncap vs encap (Geneve), on one underlay, in one run",
+		Package:     pkg, Bench: "^BenchmarkEncapThroughput$", Timeout: 20 * time.Minute})
 	add(&Run{ID: "fanout", Section: SectionFanout, Scenario: "fake agents", Scale: scale,
 		Description: "datapath-less agents (pkg/agent/nodatapath) on the real distribution server; controller on a real kube-apiserver",
 		Package:     pkg, Bench: "^BenchmarkFanout$", Timeout: 30 * time.Minute})

@@ -89,7 +89,7 @@ func TestQuickReport(t *testing.T) {
 			t.Errorf("report.md has no section %q", s)
 		}
 	}
-	for _, want := range []string{SectionCompute, SectionInformers, SectionIncremental, SectionAgent, SectionE2E, SectionDatapath, SectionFanout} {
+	for _, want := range []string{SectionCompute, SectionInformers, SectionIncremental, SectionAgent, SectionE2E, SectionDatapath, SectionEncap, SectionFanout} {
 		if !sections[want] {
 			t.Errorf("the quick plan has no run in section %q", want)
 		}

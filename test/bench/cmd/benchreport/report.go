@@ -201,6 +201,13 @@ func (rep *Report) Markdown() string {
 				return []string{r.Scale, gbps(r, "no-policy-Gbps"), gbps(r, "rules-Gbps"), ratio(r, "rules/no-policy"),
 					num(r, "no-policy-flows") + " / " + num(r, "rules-flows"), secs(r, "iperf-s") + " × " + num(r, "rounds") + " each"}
 			}},
+		{SectionEncap,
+			"iperf3 (TCP) between pods on two nodes, each node its own network namespace with its own OVS (userspace datapath) and the real agent (watching Nodes on a real kube-apiserver, following the real controller), the nodes joined by one veth pair (one subnet, so both modes work on it). noEncap: pod → gateway → host routes → the other node's host → its gateway → pod. encap: pod → Geneve tunnel (OVS's userspace tunnelling through the node's underlay bridge) → pod. Pods have each mode's MTU (1500; 1450 under Geneve over IPv4). Every noEncap round, then every encap round (encap moves the node's address onto its underlay bridge, which noEncap would then route through too); medians. Shared 2-core machine: expect noise.",
+			[]string{"scale", "noEncap", "encap (Geneve)", "encap / noEncap", "encap pod MTU", "iperf3 duration × rounds"},
+			func(r *Run) []string {
+				return []string{r.Scale, gbps(r, "noencap-Gbps"), gbps(r, "encap-Gbps"), ratio(r, "encap/noencap"), num(r, "encap-pod-mtu"),
+					secs(r, "iperf-s") + " × " + num(r, "rounds") + " each"}
+			}},
 		{SectionFanout,
 			"pkg/controller on a real kube-apiserver, the distribution server (gRPC over TLS, static tokens) and datapath-less agents (pkg/agent/nodatapath), all in one process. Initial: from the agents' start until each has exactly the policies spanning its node. Change: an AdminNetworkPolicy selecting every namespace created through the API, until every agent has it (median / maximum). Memory is the whole process (controller plus the agents' states).",
 			[]string{"scale", "agents", "pods", "initial convergence", "policy change p50", "policy change max", "changes", "heap in use", "peak RSS"},
