@@ -650,38 +650,6 @@ func retry(n int, f func() error) error {
 	return err
 }
 
-// listenIn serves TCP echo at addr in network namespace ns.
-func listenIn(t *testing.T, ns, addr string) *outsideNet {
-	t.Helper()
-	o := &outsideNet{addr: netip.MustParseAddrPort(addr)}
-	var ln net.Listener
-	if err := inNetNS("/run/netns/"+ns, func() error {
-		var err error
-		ln, err = net.Listen("tcp", addr)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			o.mu.Lock()
-			o.seen = append(o.seen, conn.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap())
-			o.mu.Unlock()
-			go func() {
-				defer conn.Close()
-				_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
-				_, _ = io.Copy(conn, io.LimitReader(conn, 256))
-			}()
-		}
-	}()
-	return o
-}
-
 // transferDF sends size random bytes from src to dst over TCP with the
 // don't-fragment bit on every packet (IP_PMTUDISC_DO on both sockets: an
 // oversized packet is an error, never fragmented), and checks that dst

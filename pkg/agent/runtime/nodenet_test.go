@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -536,11 +537,17 @@ func outsideNetwork(t *testing.T, n *simNode) *outsideNet {
 	mustRun(t, "ip", "-n", ns, "addr", "add", "192.168.78.2/24", "dev", "eth0")
 	mustRun(t, "ip", "-n", ns, "link", "set", "eth0", "up")
 	mustRun(t, "ip", "-n", ns, "link", "set", "lo", "up")
-	o := &outsideNet{addr: netip.MustParseAddrPort("192.168.78.2:9090")}
+	return listenIn(t, ns, "192.168.78.2:9090")
+}
+
+// listenIn serves TCP echo at addr in network namespace ns.
+func listenIn(t *testing.T, ns, addr string) *outsideNet {
+	t.Helper()
+	o := &outsideNet{addr: netip.MustParseAddrPort(addr)}
 	var ln net.Listener
 	if err := inNetNS("/run/netns/"+ns, func() error {
 		var err error
-		ln, err = net.Listen("tcp", o.addr.String())
+		ln, err = net.Listen("tcp", addr)
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -557,11 +564,8 @@ func outsideNetwork(t *testing.T, n *simNode) *outsideNet {
 			o.mu.Unlock()
 			go func() {
 				defer conn.Close()
-				buf := make([]byte, 256)
 				_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
-				if n, err := conn.Read(buf); err == nil {
-					_, _ = conn.Write(buf[:n])
-				}
+				_, _ = io.Copy(conn, io.LimitReader(conn, 256))
 			}()
 		}
 	}()
