@@ -483,6 +483,55 @@ func TestEncapTwoNodes(t *testing.T) {
 	probe(t, "node 3 gone", flow{cc, b, 8080, "tcp", true}, flow{b, a, 8080, "tcp6", true})
 }
 
+// TestEncapIPv6Underlay: nodes whose InternalIPs are IPv6 only tunnel
+// over IPv6 (tun_ipv6_dst and tun_ipv6_src in the flows; 70 bytes of
+// overhead, so the pods' MTU is 1430), carrying the pods' IPv4 and IPv6
+// traffic, 10 MB with DF included.
+func TestEncapIPv6Underlay(t *testing.T) {
+	c := livecluster.New(t)
+	kubeconfig := livecluster.AgentKubeconfig(t, c.Kube, c.Dir)
+	cniBin := buildCNI(t)
+	bed := newRoutedBed(t)
+	n1, n2 := bed.addNode(c, 1, 1500), bed.addNode(c, 2, 1500)
+	for _, n := range []*simNode{n1, n2} {
+		c.SetNode(t, n.name, n.podCIDRs, n.ip6.Addr())
+		if mtu := cniConfig(t, c, n); mtu != 1430 {
+			t.Fatalf("node %s: pod MTU %d, want 1430 (1500 minus Geneve over IPv6)", n.name, mtu)
+		}
+	}
+	a := attachPod(t, c, n1, cniBin, "a", map[string]string{"app": "a"})
+	b := attachPod(t, c, n2, cniBin, "b", map[string]string{"app": "b"})
+	for _, p := range []*ovsenv.Pod{a, b} {
+		p.ListenTCP(8080)
+		p.ListenUDP(5353)
+	}
+	c.StartController(t)
+	ag1 := livecluster.StartAgent(t, n1.name, encapConfig(c, n1, kubeconfig, 1, config.NodeNetworkEncap, config.TunnelGeneve))
+	ag2 := livecluster.StartAgent(t, n2.name, encapConfig(c, n2, kubeconfig, 2, config.NodeNetworkEncap, config.TunnelGeneve))
+	ag1.RealizedOn(t)
+	ag2.RealizedOn(t)
+	waitTunnel(t, ag1, "en-2 fd00:92::2 10.78.2.0/24 fd00:78:2::/64")
+	waitTunnel(t, ag2, "en-1 fd00:91::2 10.78.1.0/24 fd00:78:1::/64")
+	flows, err := n1.br.DumpFlows(-1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"set_field:fd00:92::2->tun_ipv6_dst", "tun_ipv6_src=fd00:92::2"} {
+		if !slices.ContainsFunc(flows, func(f string) bool { return strings.Contains(f, want) }) {
+			t.Errorf("node 1 has no flow with %s", want)
+		}
+	}
+	probe(t, "IPv6 underlay", []flow{
+		{a, b, 8080, "tcp", true},
+		{a, b, 5353, "udp", true},
+		{b, a, 8080, "tcp6", true},
+		{b, a, 5353, "udp6", true},
+	}...)
+	if err := transferDF(a, b, 10<<20); err != nil {
+		t.Fatalf("10 MB a -> b with DF over an IPv6 underlay: %v", err)
+	}
+}
+
 // TestEncapRefusesBadConfiguration: an unknown tunnel type, and a pod MTU
 // that leaves no room for the encapsulation or falls below IPv6's
 // minimum, stop the agent at start with the reason, before it creates
