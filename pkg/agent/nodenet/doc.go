@@ -129,10 +129,13 @@
 // stack (package pkg/cni/hostguard: ovs-vswitchd reads it with a packet
 // socket) and makes it a port of the bridge. What was moved is recorded
 // in the bridge's external_ids (UnderlayKey), from which every sync
-// restores it: ovs-vswitchd re-creates the bridge's interface without
-// addresses when it restarts (the agent resyncs at once when it sees its
-// flows lost). The node's traffic is dropped for a few milliseconds while
-// the addresses move, and while ovs-vswitchd is down. A DHCP client or
+// restores it, and so does the agent when it starts (RestoreUnderlay),
+// before it needs the API server: the bridge's interface (a tap device
+// of ovs-vswitchd) keeps its addresses across a plain restart of
+// ovs-vswitchd, but not when it is re-created (ovs-vswitchd stopped with
+// `exit --cleanup`, the bridge deleted). The node's traffic is dropped for
+// a few milliseconds while the addresses move, and while ovs-vswitchd is
+// down. A DHCP client or
 // network manager that owns the interface must be told to manage the
 // bridge's interface instead. Frames reaching the interface must carry
 // full checksums (the userspace datapath does not complete a peer's

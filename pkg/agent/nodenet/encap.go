@@ -137,9 +137,9 @@ func PodMTU(cfg *config.Agent, local Node, netns string) (int, error) {
 		return 0, err
 	}
 	if link == nil && cfg.DatapathType == config.DatapathNetdev {
-		// The underlay bridge's interface loses its addresses when
-		// ovs-vswitchd restarts, until the agent restores them; its MTU
-		// is the one the node's interface had.
+		// A re-created underlay bridge interface has no address until
+		// the agent restores it; its MTU is the one the node's interface
+		// had.
 		link, _ = h.h.LinkByName(cfg.NodeNetwork.UnderlayBridge)
 	}
 	if link == nil {

@@ -146,8 +146,8 @@ func (m *Manager) Status() Status {
 	return st
 }
 
-// Trigger asks for a sync now, e.g. after ovs-vswitchd restarted (with
-// the userspace datapath its internal ports come back without addresses).
+// Trigger asks for a sync now, e.g. after ovs-vswitchd restarted (it may
+// have re-created internal ports, without their addresses).
 func (m *Manager) Trigger() { m.trigger() }
 
 func (m *Manager) trigger() {
@@ -247,7 +247,8 @@ func (m *Manager) sync(ctx context.Context, nodes []*corev1.Node) error {
 			return err
 		}
 		if m.o.Encap.UnderlayBridge != "" {
-			if err := m.ensureUnderlay(ctx, endpoint); err != nil {
+			u := &underlay{db: m.o.OVSDB, host: m.host, log: m.log, bridge: m.o.Encap.UnderlayBridge}
+			if err := u.ensure(ctx, endpoint); err != nil {
 				return err
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"time"
@@ -28,9 +29,8 @@ import (
 
 // UnderlayKey is the external_ids key of the underlay bridge recording
 // what the agent moved onto it (JSON, underlayRecord): the agent restores
-// it whenever the bridge's interface lacks it (ovs-vswitchd re-creates the
-// interface without addresses when it restarts), and an operator can undo
-// the move with it.
+// it whenever the bridge's interface lacks it (a re-created interface has
+// no address), and an operator can undo the move with it.
 const UnderlayKey = "tierflow.io/underlay"
 
 // underlayRecord is what was moved from the network interface to the
@@ -54,49 +54,82 @@ type underlayRoute struct {
 	Src    string `json:"src,omitempty"`
 }
 
-// ensureUnderlay makes the interface holding endpoint a port of the
-// underlay bridge, the bridge's own interface holding its addresses and
-// routes. An address already on a netdev bridge's own interface (an
-// operator's br-phy, or ours) is used as it is; ours is completed from
-// its record (the move is restartable at every step).
-func (m *Manager) ensureUnderlay(ctx context.Context, endpoint netip.Addr) error {
-	name := m.o.Encap.UnderlayBridge
-	link, err := m.host.linkWithAddr(endpoint)
+// underlay moves the node's interface onto the underlay bridge and keeps
+// it there: the Manager's, and RestoreUnderlay's at the agent's start.
+type underlay struct {
+	db   *ovsdb.Client
+	host *host
+	log  *slog.Logger
+	// bridge is the underlay bridge's name.
+	bridge string
+}
+
+// RestoreUnderlay puts back, from the underlay bridge's record, what the
+// agent had moved onto it (addresses, routes, the interface as a port)
+// whenever the bridge's interface lacks it (a re-created interface has no
+// address: ovs-vswitchd stopped with exit --cleanup, the bridge deleted
+// and created again). It needs neither the
+// Node objects nor the API server, which the node may reach only once its
+// address is back: the agent runs it when it starts, before anything that
+// needs the API. Without a record (nothing was moved) it does nothing.
+func RestoreUnderlay(ctx context.Context, db *ovsdb.Client, bridge, netns string, log *slog.Logger) error {
+	h, err := openHost(netns)
+	if err != nil {
+		return err
+	}
+	defer h.close()
+	u := &underlay{db: db, host: h, log: log, bridge: bridge}
+	rec, err := u.record()
+	if err != nil || rec == nil {
+		return err
+	}
+	return u.complete(ctx, rec)
+}
+
+// ensure makes the interface holding endpoint a port of the underlay
+// bridge, the bridge's own interface holding its addresses and routes. An
+// address already on a netdev bridge's own interface (an operator's
+// br-phy, or ours) is used as it is; ours is completed from its record
+// (the move is restartable at every step).
+func (u *underlay) ensure(ctx context.Context, endpoint netip.Addr) error {
+	name := u.bridge
+	link, err := u.host.linkWithAddr(endpoint)
 	if err != nil {
 		return err
 	}
 	if link == nil {
 		// Nowhere: our bridge's interface lost it (ovs-vswitchd
 		// restarted), or the node has no such address.
-		rec, err := m.underlayRecord(name)
+		rec, err := u.record()
 		if err != nil {
 			return err
 		}
 		if rec == nil {
 			return fmt.Errorf("underlay: the node's InternalIP %s is on no interface of this host", endpoint)
 		}
-		return m.completeUnderlay(ctx, name, rec)
+		return u.complete(ctx, rec)
 	}
 	dev := link.Attrs().Name
 	if dev != name {
-		if br, err := m.o.OVSDB.Bridge(dev); err == nil && br.DatapathType == "netdev" {
+		if br, err := u.db.Bridge(dev); err == nil && br.DatapathType == "netdev" {
 			return nil // the operator's underlay bridge
 		}
-		if _, err := m.o.OVSDB.Interface(dev); err == nil {
+		if _, err := u.db.Interface(dev); err == nil {
 			return fmt.Errorf("underlay: the node's InternalIP %s is on %s, an OVS interface that is no netdev bridge's own", endpoint, dev)
 		}
-		return m.moveUnderlay(ctx, name, link)
+		return u.move(ctx, link)
 	}
-	rec, err := m.underlayRecord(name)
+	rec, err := u.record()
 	if err != nil || rec == nil {
 		return err // a netdev bridge of that name the operator made: used as it is
 	}
-	return m.completeUnderlay(ctx, name, rec)
+	return u.complete(ctx, rec)
 }
 
-// underlayRecord reads the bridge's record (nil: no bridge, or not ours).
-func (m *Manager) underlayRecord(bridge string) (*underlayRecord, error) {
-	br, err := m.o.OVSDB.Bridge(bridge)
+// record reads the bridge's record (nil: no bridge, or not ours).
+func (u *underlay) record() (*underlayRecord, error) {
+	bridge := u.bridge
+	br, err := u.db.Bridge(bridge)
 	if errors.Is(err, ovsdb.ErrNotFound) {
 		return nil, nil
 	}
@@ -114,10 +147,11 @@ func (m *Manager) underlayRecord(bridge string) (*underlayRecord, error) {
 	return &rec, nil
 }
 
-// moveUnderlay records nic's configuration in a new underlay bridge and
-// moves it there.
-func (m *Manager) moveUnderlay(ctx context.Context, bridge string, nic netlink.Link) error {
-	rec, err := m.host.snapshot(nic)
+// move records nic's configuration in a new underlay bridge and moves it
+// there.
+func (u *underlay) move(ctx context.Context, nic netlink.Link) error {
+	bridge := u.bridge
+	rec, err := u.host.snapshot(nic)
 	if err != nil {
 		return err
 	}
@@ -125,43 +159,44 @@ func (m *Manager) moveUnderlay(ctx context.Context, bridge string, nic netlink.L
 	if err != nil {
 		return err
 	}
-	m.log.Info("moving the node's interface onto the underlay bridge (userspace tunnelling)", "interface", rec.Interface, "bridge", bridge, "addresses", rec.Addresses)
-	if _, err := m.o.OVSDB.EnsureBridge(ctx, ovsdb.BridgeConfig{Name: bridge, DatapathType: "netdev", Standalone: true,
+	u.log.Info("moving the node's interface onto the underlay bridge (userspace tunnelling)", "interface", rec.Interface, "bridge", bridge, "addresses", rec.Addresses)
+	if _, err := u.db.EnsureBridge(ctx, ovsdb.BridgeConfig{Name: bridge, DatapathType: "netdev", Standalone: true,
 		// The bridge's interface takes over the node's MAC address too:
 		// neighbours' ARP and ND caches stay right.
 		OtherConfig: map[string]string{"hwaddr": rec.MAC},
 		ExternalIDs: map[string]string{"tierflow.io/managed-by": "tierflow-agent", UnderlayKey: string(raw)}}); err != nil {
 		return fmt.Errorf("underlay bridge %s: %w", bridge, err)
 	}
-	return m.completeUnderlay(ctx, bridge, rec)
+	return u.complete(ctx, rec)
 }
 
-// completeUnderlay brings the underlay to what rec says, idempotently:
+// complete brings the underlay to what rec says, idempotently:
 // the bridge's interface up with the MTU, addresses and routes of the
 // network interface, which holds none of them any more, receives nothing
 // into the host's stack (package hostguard: ovs-vswitchd reads it with a
 // packet socket, which would leave the stack a copy) and is a port of the
 // bridge. Between the addresses appearing on the bridge and the interface
 // joining it (a few milliseconds) the node's traffic is dropped.
-func (m *Manager) completeUnderlay(ctx context.Context, bridge string, rec *underlayRecord) error {
-	if err := m.o.OVSDB.AddPort(ctx, bridge, ovsdb.PortConfig{Name: bridge, Type: ovsdb.PortInternal, MTURequest: rec.MTU}); err != nil {
+func (u *underlay) complete(ctx context.Context, rec *underlayRecord) error {
+	bridge := u.bridge
+	if err := u.db.AddPort(ctx, bridge, ovsdb.PortConfig{Name: bridge, Type: ovsdb.PortInternal, MTURequest: rec.MTU}); err != nil {
 		return fmt.Errorf("underlay bridge %s: %w", bridge, err)
 	}
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if _, err := m.o.OVSDB.WaitOFPort(wctx, bridge); err != nil {
+	if _, err := u.db.WaitOFPort(wctx, bridge); err != nil {
 		return fmt.Errorf("underlay bridge %s: %w", bridge, err)
 	}
-	if err := m.host.takeOver(bridge, rec); err != nil {
+	if err := u.host.takeOver(bridge, rec); err != nil {
 		return err
 	}
-	if err := hostguard.Install(m.host.nsPath, rec.Interface); err != nil {
+	if err := hostguard.Install(u.host.nsPath, rec.Interface); err != nil {
 		return fmt.Errorf("underlay: %w", err)
 	}
-	if err := m.o.OVSDB.AddPort(ctx, bridge, ovsdb.PortConfig{Name: rec.Interface}); err != nil {
+	if err := u.db.AddPort(ctx, bridge, ovsdb.PortConfig{Name: rec.Interface}); err != nil {
 		return fmt.Errorf("underlay: attaching %s to %s: %w", rec.Interface, bridge, err)
 	}
-	if _, err := m.o.OVSDB.WaitOFPort(wctx, rec.Interface); err != nil {
+	if _, err := u.db.WaitOFPort(wctx, rec.Interface); err != nil {
 		return fmt.Errorf("underlay: %w", err)
 	}
 	return nil

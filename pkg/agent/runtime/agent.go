@@ -167,17 +167,6 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	defer servers.close()
 	if a.opts.Datapath == agentquery.DatapathOVS {
-		var kube kubernetes.Interface
-		if a.cfg.NodeNetwork.Mode != config.NodeNetworkUplink {
-			if kube, err = a.kube(); err != nil {
-				return fmt.Errorf("node network %s: %w", a.cfg.NodeNetwork.Mode, err)
-			}
-			// Before anything is created: an encap node whose pod MTU
-			// cannot work does not start at all.
-			if a.podMTU, err = a.startMTU(ctx, kube); err != nil || ctx.Err() != nil {
-				return err
-			}
-		}
 		d, err := a.openOVSRetrying(ctx)
 		if err != nil || d == nil {
 			return err
@@ -187,7 +176,26 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.ovs = d
 		a.mu.Unlock()
 		a.m.reg.MustRegister(metrics.NewCollector(realizerSource{d}))
-		if kube != nil {
+		if a.cfg.NodeNetwork.Mode != config.NodeNetworkUplink {
+			kube, err := a.kube()
+			if err != nil {
+				return fmt.Errorf("node network %s: %w", a.cfg.NodeNetwork.Mode, err)
+			}
+			if underlay := a.underlayBridge(); underlay != "" {
+				// Before anything that needs the API server: on a node
+				// whose ovs-vswitchd restarted the node's address is gone
+				// with the underlay bridge's interface, and with it the
+				// way to the API server.
+				if err := nodenet.RestoreUnderlay(ctx, d.db, underlay, a.opts.NodeNetNS, a.log); err != nil {
+					a.log.Warn("restoring the underlay; the node network retries", "err", err)
+				}
+			}
+			// Before the node network creates anything: an encap node
+			// whose pod MTU cannot work does not start (its bridge holds
+			// the pipeline of no pod until then).
+			if a.podMTU, err = a.startMTU(ctx, kube); err != nil || ctx.Err() != nil {
+				return err
+			}
 			nm, err := a.nodeNetwork(d, kube)
 			if err != nil {
 				return err
@@ -279,11 +287,18 @@ func (a *Agent) nodeNetwork(d *ovsDatapath, kube kubernetes.Interface) (*nodenet
 				d.setTunnel(t)
 				a.requestRealize()
 			}}
-		if a.cfg.DatapathType == config.DatapathNetdev {
-			o.Encap.UnderlayBridge = a.cfg.NodeNetwork.UnderlayBridge
-		}
+		o.Encap.UnderlayBridge = a.underlayBridge()
 	}
 	return nodenet.New(o)
+}
+
+// underlayBridge is the encap node network's underlay bridge: only OVS's
+// userspace datapath tunnels through one ("": none).
+func (a *Agent) underlayBridge() string {
+	if a.cfg.NodeNetwork.Mode == config.NodeNetworkEncap && a.cfg.DatapathType == config.DatapathNetdev {
+		return a.cfg.NodeNetwork.UnderlayBridge
+	}
+	return ""
 }
 
 // kube returns the agent's Kubernetes client (built once): the kubeconfig

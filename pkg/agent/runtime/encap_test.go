@@ -164,8 +164,8 @@ func (b *routedBed) routerCounter(what string) int {
 // Service DNAT by the host to a pod of the other node and the way out of
 // the cluster; ingress policy is enforced on the destination node; 10 MB
 // cross with DF set; a packet from the underlay claiming a pod's address
-// is dropped; ovs-vswitchd restarting on a node (its underlay bridge's
-// interface loses the node's address) and agent restarts are survived; a
+// is dropped; ovs-vswitchd restarting on a node, its underlay bridge's
+// interface losing the node's address, and agent restarts are survived; a
 // third node joins and leaves without restarting the other agents and
 // leaves no flow, route or neighbour behind.
 func TestEncapTwoNodes(t *testing.T) {
@@ -366,15 +366,29 @@ func TestEncapTwoNodes(t *testing.T) {
 		}
 	}
 
-	// ovs-vswitchd restarts on node 1: the userspace datapath re-creates
-	// the underlay bridge's interface without the node's address and the
-	// bridges without flows; the agent puts both back.
+	// ovs-vswitchd restarts on node 1: the bridges come back without
+	// flows (the userspace datapath lives in the process); the agent
+	// replays them and resyncs the node network.
 	if err := n1.env.RestartVswitchd(); err != nil {
 		t.Fatal(err)
 	}
 	livecluster.Eventually(t, 60*time.Second, "node 1's underlay after ovs-vswitchd restarted", func() error { return underlayErr(n1) })
 	ag1.RealizedOn(t)
 	probe(t, "after ovs-vswitchd restarted on node 1", flow{cc, b, 8080, "tcp", true}, flow{b, a, 5353, "udp", true}, flow{a, b, 8080, "tcp", false})
+	// The underlay bridge's interface loses the node's address and routes
+	// while the agent is down (as when ovs-vswitchd stops with exit
+	// --cleanup and comes back): the agent puts them back at start, from
+	// the bridge's record, before it needs the API server (which a real
+	// node reaches only through that address).
+	ag1.Stop()
+	mustRun(t, "ip", "-n", n1.env.Netns(), "addr", "flush", "dev", "tierflow-phy0")
+	if err := underlayErr(n1); err == nil {
+		t.Fatal("node 1's underlay still holds its address: the check below tests nothing")
+	}
+	ag1 = start(n1, 1, config.NodeNetworkEncap, config.TunnelGeneve)
+	livecluster.Eventually(t, 60*time.Second, "node 1's underlay restored by the restarted agent", func() error { return underlayErr(n1) })
+	ag1.RealizedOn(t)
+	probe(t, "after node 1's underlay was restored", flow{cc, b, 8080, "tcp", true}, flow{b, a, 5353, "udp", true}, flow{a, b, 8080, "tcp", false})
 
 	// VXLAN instead of Geneve: restarted agents adopt the underlay and
 	// the gateway, and change the tunnel port's type.

@@ -58,7 +58,7 @@ type ovsDatapath struct {
 	// pods is the port classification of the last realization.
 	pods []agentquery.Pod
 	// onFlowsLost is called when ovs-vswitchd lost the bridge's flows
-	// (it restarted): the node network resyncs (netdev internal ports
+	// (it restarted): the node network resyncs (re-created internal ports
 	// come back without addresses).
 	onFlowsLost func()
 }
