@@ -17,7 +17,7 @@
 //     run's flows those keep enforcing until the first state replaces them
 //     atomically; on a fresh bridge a pipeline that classifies no pod is
 //     installed (no pod traffic before the first complete state).
-//  2b. noEncap and encap node networks (pkg/agent/nodenet): with the
+//  3. The noEncap and encap node networks (pkg/agent/nodenet): with the
 //     userspace datapath in encap mode, first put back from OVSDB what the
 //     agent had moved onto the underlay bridge (the node's address may be
 //     its way to the API server); in encap mode read the local Node (retrying
@@ -26,7 +26,7 @@
 //     then start the node network (gateway, routes or tunnel). Until the
 //     Node is read the distribution client does not start: the bridge
 //     keeps a previous run's flows, or passes no pod traffic.
-//  3. Run the distribution client. It first loads the saved state and
+//  4. Run the distribution client. It first loads the saved state and
 //     applies it as a complete state, before dialling the controller, so an
 //     agent (re)starting while the controller is down enforces the last
 //     state it received. Then it streams snapshot and deltas; every update
