@@ -117,14 +117,17 @@ LOG_LEVEL ?= info
 CONTROLLER_METRICS_PORT ?= 10350
 AGENT_METRICS_PORT ?= 10351
 POD_MTU ?= 0
+NODE_NETWORK_MODE ?= encap
+TUNNEL_TYPE ?= geneve
 MANIFESTS_OUT ?= manifests/tierflow.yaml
 DOCKER ?= docker
 .PHONY: manifests images image-controller image-agent container-engine
-manifests: ## render manifests/tierflow.yaml (CONTROLLER_IMAGE, AGENT_IMAGE, DATAPATH_TYPE, LOG_LEVEL, *_METRICS_PORT, POD_MTU; see manifests/README.md)
+manifests: ## render manifests/tierflow.yaml (CONTROLLER_IMAGE, AGENT_IMAGE, DATAPATH_TYPE, LOG_LEVEL, *_METRICS_PORT, POD_MTU, NODE_NETWORK_MODE, TUNNEL_TYPE; see manifests/README.md)
 	$(GO) run ./build/manifestgen -o $(MANIFESTS_OUT) \
 		--controller-image='$(CONTROLLER_IMAGE)' --agent-image='$(AGENT_IMAGE)' \
 		--image-pull-policy='$(IMAGE_PULL_POLICY)' --datapath-type='$(DATAPATH_TYPE)' --log-level='$(LOG_LEVEL)' \
-		--controller-metrics-port='$(CONTROLLER_METRICS_PORT)' --agent-metrics-port='$(AGENT_METRICS_PORT)' --pod-mtu='$(POD_MTU)'
+		--controller-metrics-port='$(CONTROLLER_METRICS_PORT)' --agent-metrics-port='$(AGENT_METRICS_PORT)' --pod-mtu='$(POD_MTU)' \
+		--node-network-mode='$(NODE_NETWORK_MODE)' --tunnel-type='$(TUNNEL_TYPE)'
 
 images: image-controller image-agent ## build both container images with $(DOCKER) (see build/README.md)
 

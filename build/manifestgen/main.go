@@ -24,7 +24,9 @@ func main() {
 	flag.IntVar(&v.ControllerMetricsPort, "controller-metrics-port", v.ControllerMetricsPort, "controller /metrics, /healthz, /readyz port (host network)")
 	flag.IntVar(&v.AgentMetricsPort, "agent-metrics-port", v.AgentMetricsPort, "agent /metrics, /healthz, /readyz port (host network)")
 	flag.IntVar(&v.QueryPort, "query-port", v.QueryPort, "controller's query API port for tierctl (host network, every address; in the Service too)")
-	flag.IntVar(&v.PodMTU, "pod-mtu", v.PodMTU, "MTU of pod interfaces; 0 keeps the kernel default")
+	flag.IntVar(&v.PodMTU, "pod-mtu", v.PodMTU, "MTU of pod interfaces; 0 keeps the kernel default (encap: the node's interface's MTU minus the tunnel overhead)")
+	flag.StringVar(&v.NodeNetworkMode, "node-network-mode", v.NodeNetworkMode, "encap (a tunnel between the nodes' InternalIPs) or noEncap (routes via them; L2-adjacent nodes)")
+	flag.StringVar(&v.TunnelType, "tunnel-type", v.TunnelType, "encap: geneve or vxlan")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fail(fmt.Errorf("unexpected arguments %v", flag.Args()))

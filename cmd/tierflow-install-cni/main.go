@@ -79,7 +79,7 @@ func newCommand() *cobra.Command {
 		// container shares the node's network namespace), or checked
 		// against it; the agent derives the same for the gateway.
 		if agent.NodeNetwork.Mode == config.NodeNetworkEncap {
-			node, err := nodenet.GetNode(ctx, client, agent.NodeName)
+			node, err := waitInternalIP(ctx, client, agent.NodeName, 2*time.Second)
 			if err != nil {
 				return err
 			}
@@ -95,4 +95,23 @@ func newCommand() *cobra.Command {
 		return nil
 	}
 	return cmd
+}
+
+// waitInternalIP reads the node, polling every interval until it has an
+// InternalIP (the kubelet reports it) or ctx ends: in encap mode the pod
+// MTU is derived from the interface holding it.
+func waitInternalIP(ctx context.Context, client kubernetes.Interface, name string, interval time.Duration) (nodenet.Node, error) {
+	for {
+		node, err := nodenet.GetNode(ctx, client, name)
+		if err == nil {
+			if _, err = nodenet.TunnelEndpoint(node); err == nil {
+				return node, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nodenet.Node{}, fmt.Errorf("%w (gave up waiting after --wait)", err)
+		case <-time.After(interval):
+		}
+	}
 }

@@ -226,6 +226,17 @@ func Up(ctx context.Context, o Options) (c *Cluster, err error) {
 		"--label", label+"="+c.Name, c.Name); err != nil {
 		return c, err
 	}
+	// With the userspace datapath in encap mode a node's eth0 is a port of
+	// OVS, which reads it with a packet socket and neither completes
+	// checksums left to offload nor segments oversized TCP frames: what
+	// this machine sends the nodes (kubectl to the API server, replies from
+	// ExternalIP) must be whole frames with full checksums. It is when the
+	// network's bridge offers no checksum (hence no segmentation) offload;
+	// without this kubectl's TLS to the API server broke as soon as the
+	// agent moved eth0 (see pkg/agent/nodenet, "Encap").
+	if err = c.bridgeChecksumsInSoftware(ctx); err != nil {
+		return c, err
+	}
 	for _, n := range c.Nodes {
 		if err = c.runNode(ctx, n); err != nil {
 			return c, err
@@ -568,6 +579,23 @@ func removeCgroupTree(root string) error {
 	}
 	if len(failed) > 0 {
 		return fmt.Errorf("cgroups left: %s", strings.Join(failed, "; "))
+	}
+	return nil
+}
+
+// bridgeChecksumsInSoftware turns TX checksum offload off on the Docker
+// network's bridge (br-<first 12 hex digits of the network ID>).
+func (c *Cluster) bridgeChecksumsInSoftware(ctx context.Context) error {
+	id, err := docker(ctx, "network", "inspect", "-f", "{{.Id}}", c.Name)
+	if err != nil {
+		return err
+	}
+	id = strings.TrimSpace(id)
+	if len(id) < 12 {
+		return fmt.Errorf("docker network %s: unexpected ID %q", c.Name, id)
+	}
+	if out, err := exec.CommandContext(ctx, "ethtool", "-K", "br-"+id[:12], "tx", "off").CombinedOutput(); err != nil {
+		return fmt.Errorf("ethtool -K br-%s tx off: %v: %s", id[:12], err, out)
 	}
 	return nil
 }

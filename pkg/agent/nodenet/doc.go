@@ -138,9 +138,13 @@
 // down. A DHCP client or
 // network manager that owns the interface must be told to manage the
 // bridge's interface instead. Frames reaching the interface must carry
-// full checksums (the userspace datapath does not complete a peer's
-// partial checksums): a veth link needs TX checksum offload off on the
-// far end.
+// full checksums and be no larger than its MTU: the userspace datapath
+// neither completes checksums a sender left to offload nor segments
+// oversized TCP frames, which a veth (a container as a node: kind, Docker)
+// passes on as the sending stack made them. There the far end's sender
+// must not offload: TX checksum offload (and with it segmentation
+// offload) off on the network's bridge (test/cluster does this for its
+// Docker network) or on the peer veth.
 //
 // # Not done here
 //
