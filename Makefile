@@ -120,10 +120,12 @@ POD_MTU ?= 0
 NODE_NETWORK_MODE ?= encap
 TUNNEL_TYPE ?= geneve
 MANIFESTS_OUT ?= manifests/tierflow.yaml
+# The uninstall step's manifest goes next to the release manifest.
+CLEANUP_MANIFESTS_OUT ?= $(dir $(MANIFESTS_OUT))tierflow-cleanup.yaml
 DOCKER ?= docker
 .PHONY: manifests images image-controller image-agent container-engine
-manifests: ## render manifests/tierflow.yaml (CONTROLLER_IMAGE, AGENT_IMAGE, DATAPATH_TYPE, LOG_LEVEL, *_METRICS_PORT, POD_MTU, NODE_NETWORK_MODE, TUNNEL_TYPE; see manifests/README.md)
-	$(GO) run ./build/manifestgen -o $(MANIFESTS_OUT) \
+manifests: ## render manifests/tierflow.yaml and tierflow-cleanup.yaml (CONTROLLER_IMAGE, AGENT_IMAGE, DATAPATH_TYPE, LOG_LEVEL, *_METRICS_PORT, POD_MTU, NODE_NETWORK_MODE, TUNNEL_TYPE; see manifests/README.md)
+	$(GO) run ./build/manifestgen -o $(MANIFESTS_OUT) -cleanup-o $(CLEANUP_MANIFESTS_OUT) \
 		--controller-image='$(CONTROLLER_IMAGE)' --agent-image='$(AGENT_IMAGE)' \
 		--image-pull-policy='$(IMAGE_PULL_POLICY)' --datapath-type='$(DATAPATH_TYPE)' --log-level='$(LOG_LEVEL)' \
 		--controller-metrics-port='$(CONTROLLER_METRICS_PORT)' --agent-metrics-port='$(AGENT_METRICS_PORT)' --pod-mtu='$(POD_MTU)' \
@@ -164,9 +166,9 @@ image-agent: container-engine image-context
 # README's "Install on a real cluster").
 CLUSTER_DIR ?= $(OUT)/cluster
 CLUSTER_TOOL := $(OUT)/bin/tierflow-cluster
-CLUSTER_BINS := $(addprefix $(OUT)/bin/,$(KUBE_BINS) coredns pause)
+CLUSTER_BINS := $(addprefix $(OUT)/bin/,$(KUBE_BINS) coredns pause agnhost-wrapper)
 .PHONY: cluster-prereqs cluster-up cluster-down cluster-load-images base-images e2e-cluster
-cluster-prereqs: deps kube-binaries $(OUT)/bin/coredns $(OUT)/bin/pause ## what make cluster-up needs: Debian's docker.io, containerd, runc, mmdebstrap; the node and image binaries
+cluster-prereqs: deps kube-binaries $(OUT)/bin/coredns $(OUT)/bin/pause $(OUT)/bin/agnhost-wrapper ## what make cluster-up needs: Debian's docker.io, containerd, runc, mmdebstrap; the node and image binaries
 	@test/tools/install-deps.sh cluster
 	@$(GO) build -o $(OUT)/bin/ ./test/cluster/cmd/tierflow-cluster
 
@@ -177,6 +179,10 @@ $(OUT)/bin/coredns: build/coredns/go.mod build/coredns/go.sum build/coredns/main
 $(OUT)/bin/pause: test/cluster/cmd/pause/main.go
 	@mkdir -p $(OUT)/bin
 	CGO_ENABLED=0 $(GO) build -ldflags '-s -w' -o $@ ./test/cluster/cmd/pause
+
+$(OUT)/bin/agnhost-wrapper: test/cluster/cmd/agnhost-wrapper/main.go
+	@mkdir -p $(OUT)/bin
+	CGO_ENABLED=0 $(GO) build -ldflags '-s -w' -o $@ ./test/cluster/cmd/agnhost-wrapper
 
 cluster-up: cluster-prereqs ## bring up the real cluster (NODES=n, 3 by default; state, kubeconfig and cluster.env in $(CLUSTER_DIR))
 	$(CLUSTER_TOOL) up --dir $(CLUSTER_DIR) --nodes $(NODES) --bin-dir $(OUT)/bin

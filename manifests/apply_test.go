@@ -129,6 +129,11 @@ func TestApplyToRealAPIServer(t *testing.T) {
 		c.Kubectl(t, "-n", Namespace, "get", o)
 	}
 
+	// The uninstall step's manifest is valid for the API server too.
+	if out := c.Kubectl(t, "apply", "--dry-run=server", "-f", "tierflow-cleanup.yaml"); !strings.Contains(out, "daemonset.apps/tierflow-cleanup") {
+		t.Errorf("kubectl apply --dry-run=server -f tierflow-cleanup.yaml:\n%s", out)
+	}
+
 	t.Run("tls secret", func(t *testing.T) { testTLSSecret(t, ctx, c) })
 	t.Run("rbac", func(t *testing.T) { testRBAC(t, ctx, c, checked) })
 	t.Run("install-cni with the agent's permissions", func(t *testing.T) { testInstallCNI(t, ctx, c, checked) })

@@ -65,34 +65,45 @@ type Checked struct {
 // the environment), so it must not run concurrently with code that reads
 // TIERFLOW_* or NODE_NAME.
 func Check(rendered []byte) (*Checked, error) {
-	docs, err := documents(rendered)
+	c, objects, err := decode(rendered)
 	if err != nil {
-		return nil, fmt.Errorf("manifests: %w", err)
+		return nil, err
 	}
-	c := &checker{typed: map[string]runtime.Object{}}
-	res := &Checked{}
-	for _, d := range docs {
-		obj := &unstructured.Unstructured{}
-		if err := yamlToUnstructured(d, obj); err != nil {
-			return nil, err
-		}
-		res.Objects = append(res.Objects, obj)
-		key := obj.GetKind() + "/" + obj.GetNamespace() + "/" + obj.GetName()
-		if _, dup := c.typed[key]; dup {
-			return nil, fmt.Errorf("manifests: %s appears twice", key)
-		}
-		c.typed[key] = nil
-		if typed := newTyped(obj.GetKind()); typed != nil {
-			if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(obj.Object, typed, true); err != nil {
-				return nil, fmt.Errorf("manifests: %s: %w", key, err)
-			}
-			c.typed[key] = typed
-		}
-	}
+	res := &Checked{Objects: objects}
 	if err := c.run(res); err != nil {
 		return nil, fmt.Errorf("manifests: %w", err)
 	}
 	return res, nil
+}
+
+// decode splits a rendered manifest into its objects and decodes those of
+// the kinds the checks read (newTyped), strictly.
+func decode(rendered []byte) (*checker, []*unstructured.Unstructured, error) {
+	docs, err := documents(rendered)
+	if err != nil {
+		return nil, nil, fmt.Errorf("manifests: %w", err)
+	}
+	c := &checker{typed: map[string]runtime.Object{}}
+	var objects []*unstructured.Unstructured
+	for _, d := range docs {
+		obj := &unstructured.Unstructured{}
+		if err := yamlToUnstructured(d, obj); err != nil {
+			return nil, nil, err
+		}
+		objects = append(objects, obj)
+		key := obj.GetKind() + "/" + obj.GetNamespace() + "/" + obj.GetName()
+		if _, dup := c.typed[key]; dup {
+			return nil, nil, fmt.Errorf("manifests: %s appears twice", key)
+		}
+		c.typed[key] = nil
+		if typed := newTyped(obj.GetKind()); typed != nil {
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(obj.Object, typed, true); err != nil {
+				return nil, nil, fmt.Errorf("manifests: %s: %w", key, err)
+			}
+			c.typed[key] = typed
+		}
+	}
+	return c, objects, nil
 }
 
 func newTyped(kind string) runtime.Object {

@@ -13,32 +13,32 @@ import (
 	"github.com/tierflow/tierflow/pkg/config"
 )
 
-// TestCombinedFileUpToDate: tierflow.yaml is what its parts render to,
-// both through Render and through `make manifests` with the Makefile's
-// default variables.
+// TestCombinedFileUpToDate: tierflow.yaml and tierflow-cleanup.yaml are
+// what their parts render to, both through Render and RenderCleanup and
+// through `make manifests` with the Makefile's default variables (which
+// writes the cleanup manifest next to MANIFESTS_OUT).
 func TestCombinedFileUpToDate(t *testing.T) {
-	committed, err := os.ReadFile("tierflow.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rendered, err := Render(DefaultValues())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(committed, rendered) {
-		t.Fatal("manifests/tierflow.yaml is out of date with manifests/crds and manifests/parts: run make manifests")
-	}
-	out := filepath.Join(t.TempDir(), "tierflow.yaml")
-	cmd := exec.Command("make", "--no-print-directory", "-C", "..", "manifests", "MANIFESTS_OUT="+out)
+	dir := t.TempDir()
+	cmd := exec.Command("make", "--no-print-directory", "-C", "..", "manifests", "MANIFESTS_OUT="+filepath.Join(dir, "tierflow.yaml"))
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("make manifests: %v\n%s", err, b)
 	}
-	viaMake, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(viaMake, committed) {
-		t.Fatal("make manifests with default variables does not reproduce manifests/tierflow.yaml: the Makefile's defaults and DefaultValues differ")
+	for file, render := range map[string]func(Values) ([]byte, error){"tierflow.yaml": Render, "tierflow-cleanup.yaml": RenderCleanup} {
+		committed, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rendered, err := render(DefaultValues())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(committed, rendered) {
+			t.Errorf("manifests/%s is out of date with its parts: run make manifests", file)
+		}
+		viaMake, err := os.ReadFile(filepath.Join(dir, file))
+		if err != nil || !bytes.Equal(viaMake, committed) {
+			t.Errorf("make manifests with default variables does not reproduce manifests/%s (%v): the Makefile's defaults and DefaultValues differ", file, err)
+		}
 	}
 }
 

@@ -17,7 +17,7 @@ import (
 	"github.com/tierflow/tierflow/pkg/config"
 )
 
-//go:embed crds/*.yaml parts/*.yaml
+//go:embed crds/*.yaml parts/*.yaml cleanup/*.yaml
 var sources embed.FS
 
 // Values are the tunable parts of the manifests.

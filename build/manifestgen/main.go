@@ -1,5 +1,6 @@
 // Command manifestgen renders manifests/tierflow.yaml from manifests/crds
-// and manifests/parts (package github.com/tierflow/tierflow/manifests);
+// and manifests/parts, and the uninstall step's manifests/tierflow-cleanup.yaml
+// from manifests/cleanup (package github.com/tierflow/tierflow/manifests);
 // `make manifests` runs it with the make variables as flags.
 package main
 
@@ -15,6 +16,7 @@ import (
 func main() {
 	v := manifests.DefaultValues()
 	out := flag.String("o", "-", "output file; - for stdout")
+	cleanupOut := flag.String("cleanup-o", "", "output file of the cleanup manifest (uninstall step); empty: not written")
 	flag.StringVar(&v.ControllerImage, "controller-image", v.ControllerImage, "tierflow-controller image")
 	flag.StringVar(&v.AgentImage, "agent-image", v.AgentImage, "tierflow-agent image (agent, OVS and CNI installer)")
 	flag.StringVar(&v.ImagePullPolicy, "image-pull-policy", v.ImagePullPolicy, "Always, IfNotPresent or Never")
@@ -42,6 +44,15 @@ func main() {
 	}
 	if err != nil {
 		fail(err)
+	}
+	if *cleanupOut != "" {
+		cleanup, err := manifests.RenderCleanup(v)
+		if err != nil {
+			fail(err)
+		}
+		if err := writeAtomic(*cleanupOut, cleanup); err != nil {
+			fail(err)
+		}
 	}
 }
 

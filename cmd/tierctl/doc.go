@@ -4,7 +4,7 @@
 //	tierctl explain -f FILE [-f FILE ...] --matrix --port PROTO/PORT [--port PROTO/PORT ...]
 //	tierctl explain --controller HOST:PORT --src NS/POD|IP --dst NS/POD|IP --port PROTO/PORT
 //	tierctl get policies|appliedtogroups|addressgroups [-n NS] [--node NODE]
-//	tierctl flows --node NODE (--policy KIND/[NS/]NAME [--rule INDEX|NAME] | --pod NS/POD | --table NAME) [--check]
+//	tierctl flows [--node NODE] (--policy KIND/[NS/]NAME [--rule INDEX|NAME] | --pod NS/POD | --table NAME) [--check]
 //	tierctl trace --src NS/POD --dst NS/POD|IP --port PROTO/PORT
 //
 // explain works offline, from manifests (see pkg/explain/README.md for the

@@ -21,7 +21,8 @@ one node, as the node's agent installed them, with table names, priorities
 and the bridge's packet and byte counters. With --controller (and no
 --agent-socket) it asks the node's agent through the controller, from
 anywhere; otherwise run it on the node (or in the agent's pod): it reads
-the agent's query socket (--agent-socket).
+the agent's query socket (--agent-socket), and --node defaults to that
+agent's node.
 
 --rule takes a rule index (with --direction when the policy has an ingress
 and an egress rule of that index) or a rule name.
@@ -55,7 +56,7 @@ type flowsOptions struct {
 func newFlowsCommand(live *liveOptions) *cobra.Command {
 	o := &flowsOptions{live: live}
 	cmd := &cobra.Command{
-		Use:   "flows --node NODE (--policy KIND/[NS/]NAME [--rule INDEX|NAME] | --pod NS/POD | --table NAME) [--check]",
+		Use:   "flows [--node NODE] (--policy KIND/[NS/]NAME [--rule INDEX|NAME] | --pod NS/POD | --table NAME) [--check]",
 		Short: "Show the flows that realize a policy, rule, pod or table on a node",
 		Long:  flowsLong,
 		Example: `  tierctl flows --node n1 --policy AdminNetworkPolicy/a-not-to-c --rule deny-c
@@ -67,7 +68,7 @@ func newFlowsCommand(live *liveOptions) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.node, "node", "", "the node whose flows to show (required)")
+	f.StringVar(&o.node, "node", "", "the node whose flows to show (required, except on a node: its agent's)")
 	f.StringVar(&o.policy, "policy", "", "policy as KIND/[NS/]NAME (or its ID)")
 	f.StringVar(&o.direction, "direction", "", "rule direction: ingress (In) or egress (Out)")
 	f.StringVar(&o.rule, "rule", "", "rule index or name (needs --policy)")
@@ -94,9 +95,6 @@ func (o *flowsOptions) run(w io.Writer) error {
 	if err := checkOutput(o.output); err != nil {
 		return err
 	}
-	if o.node == "" {
-		return fmt.Errorf("flows: --node NODE is required")
-	}
 	dir, err := normalizeDirection(o.direction)
 	if err != nil {
 		return err
@@ -109,6 +107,14 @@ func (o *flowsOptions) run(w io.Writer) error {
 	}
 	ctx, cancel := o.live.ctx()
 	defer cancel()
+	if o.node == "" {
+		// On a node (or in the agent's pod) the one agent there names it.
+		node, err := o.live.localNode(ctx)
+		if err != nil {
+			return fmt.Errorf("flows: --node NODE is required (%v)", err)
+		}
+		o.node = node
+	}
 	if o.check {
 		return o.runCheck(ctx, w)
 	}

@@ -230,6 +230,30 @@ func (o *liveOptions) agentFor(ctx context.Context, node string) (*agentquery.Cl
 	return nil, nil, fmt.Errorf("node %s unreachable: no agent socket of that node (%s)", node, strings.Join(seen, ", "))
 }
 
+// localNode is the node of the one agent tierctl asks on a node (the one
+// --agent-socket given, or the default socket): there a command needs no
+// --node.
+func (o *liveOptions) localNode(ctx context.Context) (string, error) {
+	if o.viaController() {
+		return "", errors.New("through the controller a node must be named")
+	}
+	if len(o.agentSockets) > 1 {
+		return "", errors.New("several agent sockets are given")
+	}
+	path := agentquery.DefaultSocket
+	if len(o.agentSockets) == 1 {
+		path = o.agentSockets[0]
+		if _, p, ok := strings.Cut(path, "="); ok {
+			path = p
+		}
+	}
+	st, err := agentquery.NewClient(path).Status(ctx)
+	if err != nil {
+		return "", fmt.Errorf("no agent on this node answers on %s: %w", path, err)
+	}
+	return st.Node, nil
+}
+
 // viaController says whether agents are reached through the controller
 // (which forwards the queries over the agents' distribution streams): when
 // a controller is given and no --agent-socket is. On the node, give

@@ -241,6 +241,11 @@ func TestLive(t *testing.T) {
 			return fmt.Errorf("no IngressNetworkPolicy action flow of b-web counted a packet:\n%s", out)
 		})
 		table := mustTierctl(append([]string{"flows", "--node", "n2", "--table", "IngressBaseline"}, agents...)...)
+		// On the node (one agent socket), --node defaults to its agent's.
+		named := withoutCounters(t, mustTierctl(append([]string{"flows", "--node", "n2", "--table", "IngressBaseline", "-o", "json"}, agents...)...))
+		if onNode := withoutCounters(t, mustTierctl("flows", "--table", "IngressBaseline", "-o", "json", "--agent-socket", ag2.Opts.QuerySocket)); onNode != named {
+			t.Errorf("flows --table IngressBaseline on n2 without --node:\n%s\nwith --node n2:\n%s", onNode, named)
+		}
 		if !strings.Contains(table, banpRef+" ingress[0]") || !strings.Contains(table, "PACKETS") {
 			t.Errorf("flows --table IngressBaseline:\n%s", table)
 		}

@@ -20,9 +20,10 @@ import (
 const traceLong = `Trace a new connection's first packet through the OVS pipeline with
 ovs-appctl ofproto/trace (conntrack answered as a new connection) on the
 source pod's node and, when the packet leaves that node for the
-destination pod's node, on the destination node from its uplink, or in
-encap mode from its tunnel port with the outer source and destination
-(tun_src, tun_dst) the packet arrives with. Every
+destination pod's node, on the destination node from the port it arrives
+by: the uplink, in encap mode the tunnel port with the outer source and
+destination (tun_src, tun_dst) the packet arrives with, in noEncap mode
+the gateway. Every
 flow the packet hits is printed with its table name and the rule its
 cookie names; the verdict is Allow when every trace ends with the
 connection committed and output, Deny when one drops it after a Deny rule
@@ -260,9 +261,9 @@ func (o *traceOptions) run(w io.Writer) error {
 		confineToBridge(first, srcAgent.status.Bridge)
 	}
 	res.Traces = append(res.Traces, *first)
-	// The destination node's ingress: traced from its uplink, or its
-	// tunnel with the tunnel metadata the packet carries there, once the
-	// packet left the source node.
+	// The destination node's ingress: traced from the port the packet
+	// arrives by (with the tunnel metadata it carries there), once it left
+	// the source node.
 	if dstAgent != nil && dstAgent != srcAgent && first.Verdict == "Allow" {
 		inPort, tunnel, err := arrival(srcAgent, dstAgent)
 		if err != nil {
@@ -295,20 +296,27 @@ func (o *traceOptions) run(w io.Writer) error {
 }
 
 // arrival is where a packet from src's node enters dst's bridge: the
-// uplink, or (encap) the tunnel port with the outer addresses it carries,
-// from src's endpoint to dst's.
+// uplink; in encap mode the tunnel port, with the outer addresses it
+// carries (from src's endpoint to dst's); in noEncap mode the gateway.
 func arrival(src, dst *agentView) (inPort uint32, tunnel string, err error) {
 	if dst.pods.Uplink != 0 {
 		return dst.pods.Uplink, "", nil
 	}
 	sn, dn := src.status.NodeNetwork, dst.status.NodeNetwork
-	if sn == nil || dn == nil || dn.TunnelPort == 0 {
-		return 0, "", fmt.Errorf("node %s has neither an uplink nor a tunnel port: cannot trace the packet's arrival there", dst.node)
+	if dn == nil || (dn.TunnelPort == 0 && dn.GatewayPort == 0) {
+		return 0, "", fmt.Errorf("node %s has no uplink, tunnel or gateway port: cannot trace the packet's arrival there", dst.node)
 	}
-	from, err1 := netip.ParseAddr(sn.TunnelEndpoint)
+	if dn.TunnelPort == 0 {
+		return dn.GatewayPort, "", nil
+	}
+	var from netip.Addr
+	var err1 error
+	if sn != nil {
+		from, err1 = netip.ParseAddr(sn.TunnelEndpoint)
+	}
 	to, err2 := netip.ParseAddr(dn.TunnelEndpoint)
-	if err1 != nil || err2 != nil {
-		return 0, "", fmt.Errorf("tunnel endpoints of nodes %s (%q) and %s (%q) unknown: cannot trace the packet's arrival", src.node, sn.TunnelEndpoint, dst.node, dn.TunnelEndpoint)
+	if sn == nil || err1 != nil || err2 != nil {
+		return 0, "", fmt.Errorf("tunnel endpoints of nodes %s and %s unknown: cannot trace the packet's arrival", src.node, dst.node)
 	}
 	return dn.TunnelPort, ovsctl.TunnelFields(from, to), nil
 }

@@ -6,15 +6,18 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/tierflow/tierflow/pkg/agent/runtime"
+	"github.com/tierflow/tierflow/pkg/agent/uninstall"
 	"github.com/tierflow/tierflow/pkg/config"
 	"github.com/tierflow/tierflow/pkg/queryapi/agentquery"
 )
@@ -73,6 +76,52 @@ func newCommand() *cobra.Command {
 		ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
 		return a.Run(ctx)
+	}
+	cmd.AddCommand(newCleanupCommand())
+	return cmd
+}
+
+// newCleanupCommand is `tierflow-agent cleanup`: tierflow's uninstall on
+// one node (pkg/agent/uninstall), run by manifests/tierflow-cleanup.yaml's
+// DaemonSet once the release manifest is deleted.
+func newCleanupCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "cleanup",
+		Short: "Remove everything tierflow put on this node (after its DaemonSet is gone)",
+		Long: `Remove everything tierflow put on this node: the routes of protocol 0x54,
+the nat chain TIERFLOW-POSTROUTING, the devices of tierflow's OVS (bridge,
+gateway, ovs-netdev; kernel datapath ports), the host guards' nftables
+table, the CNI configuration and plugins, and the --remove directories.
+It waits (--wait) for tierflow's OVS to stop answering on its OVSDB
+socket, and fails if it does not: run it after deleting the release
+manifest. It reads the agent's configuration (same --config).`,
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	cfg := config.BindAgent(cmd)
+	flags := uninstall.BindFlags(cmd.Flags())
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		c, err := cfg.Load()
+		if err != nil {
+			return err
+		}
+		o := flags.Options(c)
+		deadline := time.Now().Add(flags.Wait)
+		for {
+			removed, err := uninstall.Run(cmd.Context(), o)
+			if errors.Is(err, uninstall.ErrOVSRunning) && time.Now().Before(deadline) {
+				time.Sleep(2 * time.Second)
+				continue
+			}
+			for _, r := range removed {
+				fmt.Fprintln(cmd.OutOrStdout(), "removed", r)
+			}
+			if err == nil {
+				fmt.Fprintf(cmd.OutOrStdout(), "node %s: nothing of tierflow's is left\n", c.NodeName)
+			}
+			return err
+		}
 	}
 	return cmd
 }

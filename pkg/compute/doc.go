@@ -71,6 +71,14 @@
 // same way. Model objects are built lazily, on read, and cached until they
 // change.
 //
+// # Memory
+//
+// The engine holds hundreds of thousands of small sets (a pod's groups, a
+// group's pods, policies and users, per-node counts): they are slices
+// until they grow past a few elements, maps beyond (index.go). Pods with
+// equal labels share one immutable label map (labels.go). Snapshot builds
+// the model objects not built yet on every core.
+//
 // How every API field is read, and how bad input fails closed, is written
 // down in SEMANTICS.md in this directory.
 //

@@ -52,6 +52,7 @@ type Engine struct {
 
 	namespaces map[string]*nsState
 	pods       map[podKey]*podState
+	labelSets  labelSets // the pods' label maps, shared
 	nodes      map[string]*nodeState
 	nodeLabels labelIndex[*nodeState]
 
@@ -69,7 +70,7 @@ type Engine struct {
 
 	policies     map[model.PolicyRef]*policyState // by ref without UID
 	policyByID   map[string]*policyState
-	byPriority   map[prioKey]set[*policyState]
+	byPriority   map[prioKey]*set[*policyState]
 	ignoredConds map[model.PolicyRef][]model.Condition // objects that produce no Policy
 
 	// pendingList collects the changes of the current call; each object
@@ -129,7 +130,7 @@ func New() *Engine {
 		nsLabels:         newLabelIndex[*nsState](),
 		policies:         map[model.PolicyRef]*policyState{},
 		policyByID:       map[string]*policyState{},
-		byPriority:       map[prioKey]set[*policyState]{},
+		byPriority:       map[prioKey]*set[*policyState]{},
 		ignoredConds:     map[model.PolicyRef][]model.Condition{},
 		epoch:            1,
 		pendingDeleted:   map[pendingKey]int{},
@@ -217,6 +218,7 @@ type Writer interface {
 	DeleteNode(name string)
 	UpsertNetworkPolicy(*networkingv1.NetworkPolicy)
 	DeleteNetworkPolicy(namespace, name string)
+	UpsertCompiled(Compiled)
 	UpsertAdminNetworkPolicy(*v1alpha1.AdminNetworkPolicy)
 	DeleteAdminNetworkPolicy(name string)
 	UpsertBaselineAdminNetworkPolicy(*v1alpha1.BaselineAdminNetworkPolicy)
@@ -254,10 +256,12 @@ func (b *Batch) DeletePod(namespace, name string) {
 func (b *Batch) UpsertNode(node *corev1.Node) { b.run(b.e.upsertNode(node)) }
 func (b *Batch) DeleteNode(name string)       { b.run(b.e.deleteNode(name)) }
 func (b *Batch) UpsertNetworkPolicy(np *networkingv1.NetworkPolicy) {
+	b.UpsertCompiled(CompileNetworkPolicy(np))
+}
+func (b *Batch) UpsertCompiled(c Compiled) {
 	b.run(nil)
-	if np != nil {
-		c := compileNetworkPolicy(np)
-		b.e.setPolicy(refKey(c.ref), c, nil)
+	if c.c != nil {
+		b.e.setPolicy(c.key, c.c, nil)
 	}
 }
 func (b *Batch) DeleteNetworkPolicy(namespace, name string) {

@@ -28,7 +28,7 @@ type group struct {
 
 	pods        set[*podState]
 	nodes       set[*nodeState]
-	podsPerNode map[string]int
+	podsPerNode counts[string]
 
 	// AppliedToGroup role.
 	atgID    string
@@ -44,7 +44,7 @@ type group struct {
 	// agUsers counts, per address group, the policies applied to this group
 	// that use that address group: the address group's span includes this
 	// group's span while the count is positive.
-	agUsers map[*group]int
+	agUsers counts[*group]
 	span    spanList // of podsPerNode
 	// spanEpoch is the engine call (epoch) that last reported this
 	// group's span change to its policies.
@@ -61,13 +61,13 @@ type group struct {
 	atgUsers set[*group]
 	// spanCount counts, per node, the applied-to groups in atgUsers whose
 	// span has that node.
-	spanCount map[string]int
+	spanCount counts[string]
 	agSpan    spanList // of spanCount
 }
 
-func (g *group) atgSpan() []string { return g.span.get(g.podsPerNode) }
+func (g *group) atgSpan() []string { return g.span.get(&g.podsPerNode) }
 
-func (g *group) addressSpan() []string { return g.agSpan.get(g.spanCount) }
+func (g *group) addressSpan() []string { return g.agSpan.get(&g.spanCount) }
 
 func (e *Engine) touchGroup(g *group) {
 	if g.atgRefs > 0 {
@@ -101,7 +101,6 @@ func (e *Engine) getGroup(spec groupSpec) *group {
 		atgID: groupID("atg", spec.key),
 		agID:  groupID("ag", spec.key),
 	}
-	// The other maps are made on first write: most groups play one role.
 	e.groups[spec.key] = g
 	e.atgByID[g.atgID] = g
 	e.agByID[g.agID] = g
@@ -114,7 +113,6 @@ func (e *Engine) getGroup(spec groupSpec) *group {
 			}
 		}
 	case groupNodes:
-		g.nodes = set[*nodeState]{}
 		g.hint = spec.nodeSel.hint
 		e.nodeGroups.add(g.hint, g)
 		visit := func(n *nodeState) {
@@ -156,12 +154,12 @@ func (e *Engine) getGroup(spec groupSpec) *group {
 // addMatchingPodsOf adds to g the pods of ns its pod selector matches.
 func (e *Engine) addMatchingPodsOf(g *group, ns *nsState) {
 	visit := func(p *podState) {
-		if _, ok := g.pods[p]; !ok && g.spec.podSel.Matches(labels.Set(p.labels)) {
+		if !g.pods.has(p) && g.spec.podSel.Matches(labels.Set(p.labels)) {
 			e.addPod(g, p)
 		}
 	}
 	if !ns.podLabels.candidates(g.hint, visit) {
-		for p := range ns.pods {
+		for p := range ns.pods.all() {
 			visit(p)
 		}
 	}
@@ -172,11 +170,11 @@ func (e *Engine) maybeDropGroup(g *group) {
 	if g.atgRefs > 0 || g.agRefs > 0 {
 		return
 	}
-	for p := range g.pods {
-		delete(p.groups, g)
+	for p := range g.pods.all() {
+		p.groups.remove(g)
 	}
-	for n := range g.nodes {
-		delete(n.groups, g)
+	for n := range g.nodes.all() {
+		n.groups.remove(g)
 	}
 	switch {
 	case g.spec.kind == groupNamedPort:
@@ -199,29 +197,23 @@ func (e *Engine) maybeDropGroup(g *group) {
 }
 
 func (e *Engine) addPod(g *group, p *podState) {
-	if g.pods == nil {
-		g.pods, g.podsPerNode = set[*podState]{}, map[string]int{}
-	}
 	g.notePod(p)
-	g.pods[p] = struct{}{}
-	p.groups[g] = struct{}{}
-	g.podsPerNode[p.node]++
-	if g.podsPerNode[p.node] == 1 {
+	g.pods.add(p)
+	p.groups.add(g)
+	if g.podsPerNode.add(p.node, 1) == 1 {
 		e.atgSpanChanged(g, p.node, 1)
 	}
 	e.touchGroup(g)
 }
 
 func (e *Engine) removePod(g *group, p *podState) {
-	if _, ok := g.pods[p]; !ok {
+	if !g.pods.has(p) {
 		return
 	}
 	g.notePod(p)
-	delete(g.pods, p)
-	delete(p.groups, g)
-	g.podsPerNode[p.node]--
-	if g.podsPerNode[p.node] == 0 {
-		delete(g.podsPerNode, p.node)
+	g.pods.remove(p)
+	p.groups.remove(g)
+	if g.podsPerNode.add(p.node, -1) == 0 {
 		e.atgSpanChanged(g, p.node, -1)
 	}
 	e.touchGroup(g)
@@ -229,18 +221,18 @@ func (e *Engine) removePod(g *group, p *podState) {
 
 func (e *Engine) addNode(g *group, n *nodeState) {
 	g.noteNodes()
-	g.nodes[n] = struct{}{}
-	n.groups[g] = struct{}{}
+	g.nodes.add(n)
+	n.groups.add(g)
 	e.touchGroup(g)
 }
 
 func (e *Engine) removeNode(g *group, n *nodeState) {
-	if _, ok := g.nodes[n]; !ok {
+	if !g.nodes.has(n) {
 		return
 	}
 	g.noteNodes()
-	delete(g.nodes, n)
-	delete(n.groups, g)
+	g.nodes.remove(n)
+	n.groups.remove(g)
 	e.touchGroup(g)
 }
 
@@ -256,24 +248,19 @@ func (e *Engine) atgSpanChanged(g *group, node string, delta int) {
 	g.span.changed(node)
 	if g.spanEpoch != e.epoch {
 		g.spanEpoch = e.epoch
-		for p := range g.atgPolicies {
+		for p := range g.atgPolicies.all() {
 			p.cache = nil
 			p.gen = e.recordSpan(&p.slot, KindPolicy, p.c.id, p.gen)
 		}
 	}
-	for ag := range g.agUsers {
+	for ag := range g.agUsers.keys() {
 		e.addSpan(ag, node, delta)
 	}
 }
 
 func (e *Engine) addSpan(ag *group, node string, delta int) {
-	if ag.spanCount == nil {
-		ag.spanCount = map[string]int{}
-	}
-	ag.spanCount[node] += delta
-	switch ag.spanCount[node] {
+	switch ag.spanCount.add(node, delta) {
 	case 0:
-		delete(ag.spanCount, node)
 		e.agSpanChanged(ag, node)
 	case 1:
 		if delta > 0 {
@@ -284,30 +271,21 @@ func (e *Engine) addSpan(ag *group, node string, delta int) {
 
 // link records that a policy applied to atg uses address group ag.
 func (e *Engine) link(atg, ag *group) {
-	if atg.agUsers == nil {
-		atg.agUsers = map[*group]int{}
-	}
-	atg.agUsers[ag]++
-	if atg.agUsers[ag] > 1 {
+	if atg.agUsers.add(ag, 1) > 1 {
 		return
 	}
-	if ag.atgUsers == nil {
-		ag.atgUsers = set[*group]{}
-	}
-	ag.atgUsers[atg] = struct{}{}
-	for n := range atg.podsPerNode {
+	ag.atgUsers.add(atg)
+	for n := range atg.podsPerNode.keys() {
 		e.addSpan(ag, n, 1)
 	}
 }
 
 func (e *Engine) unlink(atg, ag *group) {
-	atg.agUsers[ag]--
-	if atg.agUsers[ag] > 0 {
+	if atg.agUsers.add(ag, -1) > 0 {
 		return
 	}
-	delete(atg.agUsers, ag)
-	delete(ag.atgUsers, atg)
-	for n := range atg.podsPerNode {
+	ag.atgUsers.remove(atg)
+	for n := range atg.podsPerNode.keys() {
 		e.addSpan(ag, n, -1)
 	}
 }

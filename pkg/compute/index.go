@@ -1,6 +1,171 @@
 package compute
 
-type set[T comparable] map[T]struct{}
+import "iter"
+
+// smallMax is how many entries a set or counts keeps in a slice before it
+// becomes a map. Most of the engine's sets are tiny (a pod is in a few
+// groups, most groups hold a few pods or serve one policy): a Go map costs
+// a few hundred bytes and an allocation even for one entry, a slice one
+// small allocation; a linear search over sixteen keys is as fast as a
+// hash lookup.
+const smallMax = 16
+
+// smallMap is a map that is a slice of entries while small and a Go map
+// beyond smallMax (it stays one). The zero value is empty. While all()
+// runs, the entry being visited may be deleted; nothing else may change.
+type smallMap[K comparable, V any] struct {
+	small []entry[K, V]
+	m     map[K]V
+}
+
+// entry puts the value first: a zero-size value (a set's) then takes no
+// room (a zero-size last field is padded).
+type entry[K comparable, V any] struct {
+	val V
+	key K
+}
+
+func (s *smallMap[K, V]) get(k K) (V, bool) {
+	if s.m != nil {
+		v, ok := s.m[k]
+		return v, ok
+	}
+	for _, e := range s.small {
+		if e.key == k {
+			return e.val, true
+		}
+	}
+	var zero V
+	return zero, false
+}
+
+// put sets k's value and reports whether k was absent.
+func (s *smallMap[K, V]) put(k K, v V) bool {
+	if s.m != nil {
+		_, had := s.m[k]
+		s.m[k] = v
+		return !had
+	}
+	for i := range s.small {
+		if s.small[i].key == k {
+			s.small[i].val = v
+			return false
+		}
+	}
+	if len(s.small) < smallMax {
+		s.small = append(s.small, entry[K, V]{v, k})
+		return true
+	}
+	s.m = make(map[K]V, 2*smallMax)
+	for _, e := range s.small {
+		s.m[e.key] = e.val
+	}
+	s.m[k] = v
+	s.small = nil
+	return true
+}
+
+// delete removes k and reports whether it was present.
+func (s *smallMap[K, V]) delete(k K) bool {
+	if s.m != nil {
+		if _, ok := s.m[k]; !ok {
+			return false
+		}
+		delete(s.m, k)
+		return true
+	}
+	for i := range s.small {
+		if s.small[i].key == k {
+			last := len(s.small) - 1
+			s.small[i] = s.small[last]
+			s.small[last] = entry[K, V]{}
+			s.small = s.small[:last]
+			if last == 0 {
+				s.small = nil
+			}
+			return true
+		}
+	}
+	return false
+}
+
+func (s *smallMap[K, V]) len() int {
+	if s.m != nil {
+		return len(s.m)
+	}
+	return len(s.small)
+}
+
+// all visits every entry. A slice is visited from its end, so deleting
+// the visited entry (which moves the last, already visited, into its
+// place) skips nothing.
+func (s *smallMap[K, V]) all() iter.Seq2[K, V] {
+	return func(yield func(K, V) bool) {
+		if s.m != nil {
+			for k, v := range s.m {
+				if !yield(k, v) {
+					return
+				}
+			}
+			return
+		}
+		for i := len(s.small) - 1; i >= 0; i-- {
+			if i >= len(s.small) {
+				continue
+			}
+			if e := s.small[i]; !yield(e.key, e.val) {
+				return
+			}
+		}
+	}
+}
+
+// keys visits every key, as all does.
+func (s *smallMap[K, V]) keys() iter.Seq[K] {
+	return func(yield func(K) bool) {
+		for k := range s.all() {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// set is a smallMap of keys alone.
+type set[T comparable] struct{ smallMap[T, struct{}] }
+
+// add adds v and reports whether it was absent.
+func (s *set[T]) add(v T) bool { return s.put(v, struct{}{}) }
+
+// remove removes v and reports whether it was present.
+func (s *set[T]) remove(v T) bool { return s.delete(v) }
+
+func (s *set[T]) has(v T) bool {
+	_, ok := s.get(v)
+	return ok
+}
+
+// counts is a positive count per key; a key whose count drops to zero is
+// removed.
+type counts[K comparable] struct{ smallMap[K, int] }
+
+// add adds delta to k's count and returns the new count.
+func (c *counts[K]) add(k K, delta int) int {
+	n, _ := c.get(k)
+	n += delta
+	if n == 0 {
+		c.delete(k)
+	} else {
+		c.put(k, n)
+	}
+	return n
+}
+
+// count is k's count (0 when absent).
+func (c *counts[K]) count(k K) int {
+	n, _ := c.get(k)
+	return n
+}
 
 // labelKV is one label, the key of both indexes below.
 type labelKV struct{ k, v string }
@@ -19,34 +184,37 @@ func (ix labelIndex[T]) add(lbls map[string]string, t T) {
 	for k, v := range lbls {
 		kv := labelKV{k, v}
 		s := ix.byKV[kv]
-		if s == nil {
-			s = set[T]{}
-			ix.byKV[kv] = s
-		}
-		s[t] = struct{}{}
+		s.add(t)
+		ix.byKV[kv] = s
 	}
 }
 
 func (ix labelIndex[T]) remove(lbls map[string]string, t T) {
 	for k, v := range lbls {
 		kv := labelKV{k, v}
-		if s := ix.byKV[kv]; s != nil {
-			delete(s, t)
-			if len(s) == 0 {
-				delete(ix.byKV, kv)
-			}
+		s, ok := ix.byKV[kv]
+		if !ok {
+			continue
+		}
+		s.remove(t)
+		if s.len() == 0 {
+			delete(ix.byKV, kv)
+		} else {
+			ix.byKV[kv] = s
 		}
 	}
 }
 
 // candidates visits, for a hinted selector, the objects carrying the hinted
 // label; for an unhinted one, it returns false and the caller scans all.
+// visit must not change the index.
 func (ix labelIndex[T]) candidates(h indexHint, visit func(T)) bool {
 	if h.Key == "" {
 		return false
 	}
 	for _, v := range h.Values {
-		for t := range ix.byKV[labelKV{h.Key, v}] {
+		s := ix.byKV[labelKV{h.Key, v}]
+		for t := range s.all() {
 			visit(t)
 		}
 	}
@@ -55,7 +223,7 @@ func (ix labelIndex[T]) candidates(h indexHint, visit func(T)) bool {
 
 // selectorIndex is the reverse: it finds the selectors (groups) that may
 // match a label set, so one pod's label change looks only at groups whose
-// selectors mention one of its labels, plus the unhinted ones. Its maps are
+// selectors mention one of its labels, plus the unhinted ones. Its map is
 // made on first use: most namespaces hold few groups.
 type selectorIndex[T comparable] struct {
 	byKV map[labelKV]set[T]
@@ -66,10 +234,7 @@ func newSelectorIndex[T comparable]() selectorIndex[T] { return selectorIndex[T]
 
 func (ix *selectorIndex[T]) add(h indexHint, t T) {
 	if h.Key == "" {
-		if ix.rest == nil {
-			ix.rest = set[T]{}
-		}
-		ix.rest[t] = struct{}{}
+		ix.rest.add(t)
 		return
 	}
 	if ix.byKV == nil {
@@ -78,42 +243,44 @@ func (ix *selectorIndex[T]) add(h indexHint, t T) {
 	for _, v := range h.Values {
 		kv := labelKV{h.Key, v}
 		s := ix.byKV[kv]
-		if s == nil {
-			s = set[T]{}
-			ix.byKV[kv] = s
-		}
-		s[t] = struct{}{}
+		s.add(t)
+		ix.byKV[kv] = s
 	}
 }
 
 func (ix *selectorIndex[T]) remove(h indexHint, t T) {
 	if h.Key == "" {
-		delete(ix.rest, t)
+		ix.rest.remove(t)
 		return
 	}
 	for _, v := range h.Values {
 		kv := labelKV{h.Key, v}
-		if s := ix.byKV[kv]; s != nil {
-			delete(s, t)
-			if len(s) == 0 {
-				delete(ix.byKV, kv)
-			}
+		s, ok := ix.byKV[kv]
+		if !ok {
+			continue
+		}
+		s.remove(t)
+		if s.len() == 0 {
+			delete(ix.byKV, kv)
+		} else {
+			ix.byKV[kv] = s
 		}
 	}
 }
 
 // candidates visits every selector that may match lbls. A selector is
 // visited at most once: it is indexed under one key, and a label set has
-// one value per key.
+// one value per key. visit must not change the index.
 func (ix *selectorIndex[T]) candidates(lbls map[string]string, visit func(T)) {
-	for t := range ix.rest {
+	for t := range ix.rest.all() {
 		visit(t)
 	}
 	if len(ix.byKV) == 0 {
 		return
 	}
 	for k, v := range lbls {
-		for t := range ix.byKV[labelKV{k, v}] {
+		s := ix.byKV[labelKV{k, v}]
+		for t := range s.all() {
 			visit(t)
 		}
 	}
@@ -121,12 +288,13 @@ func (ix *selectorIndex[T]) candidates(lbls map[string]string, visit func(T)) {
 
 // count is how many selectors candidates would visit for lbls.
 func (ix *selectorIndex[T]) count(lbls map[string]string) int {
-	n := len(ix.rest)
+	n := ix.rest.len()
 	if len(ix.byKV) == 0 {
 		return n
 	}
 	for k, v := range lbls {
-		n += len(ix.byKV[labelKV{k, v}])
+		s := ix.byKV[labelKV{k, v}]
+		n += s.len()
 	}
 	return n
 }

@@ -36,13 +36,13 @@ const maxDeltaFraction = 4
 func (g *group) notePod(p *podState) {
 	if g.atgBase != nil {
 		g.atgDelta = g.noteIn(g.atgDelta, p)
-		if len(g.atgDelta) > 16 && len(g.atgDelta)*maxDeltaFraction > len(g.pods) {
+		if len(g.atgDelta) > 16 && len(g.atgDelta)*maxDeltaFraction > g.pods.len() {
 			g.atgBase, g.atgDelta = nil, nil
 		}
 	}
 	if g.agBase != nil {
 		g.agDelta = g.noteIn(g.agDelta, p)
-		if len(g.agDelta) > 16 && len(g.agDelta)*maxDeltaFraction > len(g.pods) {
+		if len(g.agDelta) > 16 && len(g.agDelta)*maxDeltaFraction > g.pods.len() {
 			g.agBase, g.agDelta = nil, nil
 		}
 	}
@@ -53,8 +53,7 @@ func (g *group) noteIn(d map[*podState]podDelta, p *podState) map[*podState]podD
 		d = map[*podState]podDelta{}
 	}
 	if _, ok := d[p]; !ok {
-		_, member := g.pods[p]
-		d[p] = podDelta{member: member, node: p.node}
+		d[p] = podDelta{member: g.pods.has(p), node: p.node}
 	}
 	return d
 }
@@ -151,7 +150,7 @@ func (s *spanList) changed(node string) {
 }
 
 // get returns the span of the nodes with a positive count.
-func (s *spanList) get(counts map[string]int) []string {
+func (s *spanList) get(counts *counts[string]) []string {
 	if s.cur != nil {
 		return s.cur
 	}
@@ -161,7 +160,7 @@ func (s *spanList) get(counts map[string]int) []string {
 		var adds []string
 		for n := range s.delta {
 			i, in := slices.BinarySearch(s.base, n)
-			now := counts[n] > 0
+			now := counts.count(n) > 0
 			switch {
 			case in && !now:
 				dropIdx = append(dropIdx, i)
@@ -176,8 +175,8 @@ func (s *spanList) get(counts map[string]int) []string {
 			out = patchSorted(s.base, dropIdx, adds, strings.Compare)
 		}
 	} else {
-		out = make([]string, 0, len(counts))
-		for n := range counts {
+		out = make([]string, 0, counts.len())
+		for n := range counts.keys() {
 			out = append(out, n)
 		}
 		slices.Sort(out)
@@ -191,14 +190,15 @@ func (s *spanList) get(counts map[string]int) []string {
 // nodes hold one or two of a group's pods: one allocation instead of one
 // per node); each is capped, so appending to one cannot overwrite the next.
 func (g *group) podMembersByNode() map[string][]model.GroupMember {
-	byNode := make(map[string][]model.GroupMember, len(g.podsPerNode))
-	all := make([]model.GroupMember, len(g.pods))
+	byNode := make(map[string][]model.GroupMember, g.podsPerNode.len())
+	all := make([]model.GroupMember, g.pods.len())
 	off := 0
-	for n, c := range g.podsPerNode {
+	for n := range g.podsPerNode.keys() {
+		c := g.podsPerNode.count(n)
 		byNode[n] = all[off : off : off+c]
 		off += c
 	}
-	for p := range g.pods {
+	for p := range g.pods.all() {
 		byNode[p.node] = append(byNode[p.node], p.member)
 	}
 	for _, ms := range byNode {
@@ -216,7 +216,7 @@ func (g *group) patchedMembersByNode(base map[string][]model.GroupMember, delta 
 		if was.member {
 			drops[was.node] = append(drops[was.node], p.key)
 		}
-		if _, ok := g.pods[p]; ok {
+		if g.pods.has(p) {
 			adds[p.node] = append(adds[p.node], p.member)
 		}
 	}
@@ -245,11 +245,11 @@ func (g *group) patchedMembersByNode(base map[string][]model.GroupMember, delta 
 
 // addressMembers builds an address group's members from scratch.
 func (g *group) addressMembers() []model.GroupMember {
-	ms := make([]model.GroupMember, 0, len(g.pods)+len(g.nodes))
-	for p := range g.pods {
+	ms := make([]model.GroupMember, 0, g.pods.len()+g.nodes.len())
+	for p := range g.pods.all() {
 		ms = append(ms, p.member)
 	}
-	for n := range g.nodes {
+	for n := range g.nodes.all() {
 		ms = append(ms, n.member)
 	}
 	slices.SortFunc(ms, comparePodMembers)
@@ -267,7 +267,7 @@ func (g *group) patchedAddressMembers(base []model.GroupMember, delta map[*podSt
 		if was.member {
 			drops = append(drops, p.key)
 		}
-		if _, ok := g.pods[p]; ok {
+		if g.pods.has(p) {
 			adds = append(adds, p.member)
 		}
 	}

@@ -32,12 +32,14 @@ type podKey struct{ namespace, name string }
 type podState struct {
 	key    podKey
 	ns     *nsState
-	labels map[string]string
-	node   string
-	ips    []netip.Addr
-	ports  []model.NamedPort
-	member model.GroupMember
-	groups set[*group]
+	labels map[string]string // labelSet.labels: shared, never modified
+	// labelSet is the shared label map (Engine.labelSets) this pod uses.
+	labelSet *labelSet
+	node     string
+	ips      []netip.Addr
+	ports    []model.NamedPort
+	member   model.GroupMember
+	groups   set[*group]
 }
 
 type nodeState struct {
@@ -53,7 +55,6 @@ func (e *Engine) nsFor(name string) *nsState {
 		ns = &nsState{
 			name:      name,
 			labels:    map[string]string{metadataNameLabel: name},
-			pods:      set[*podState]{},
 			podLabels: newLabelIndex[*podState](),
 			groups:    newSelectorIndex[*group](),
 		}
@@ -64,7 +65,7 @@ func (e *Engine) nsFor(name string) *nsState {
 }
 
 func (e *Engine) maybeDropNamespace(ns *nsState) {
-	if ns.known || len(ns.pods) > 0 || ns.nGroups > 0 {
+	if ns.known || ns.pods.len() > 0 || ns.nGroups > 0 {
 		return
 	}
 	e.nsLabels.remove(ns.labels, ns)
@@ -118,18 +119,18 @@ func (e *Engine) relabelNamespace(st *nsState, lbls map[string]string) {
 	e.nsLabels.remove(old, st)
 	e.nsLabels.add(lbls, st)
 	st.labels = lbls
-	cands := set[*group]{}
-	collect := func(g *group) { cands[g] = struct{}{} }
+	var cands set[*group]
+	collect := func(g *group) { cands.add(g) }
 	e.nsGroups.candidates(old, collect)
 	e.nsGroups.candidates(lbls, collect)
-	for g := range cands {
+	for g := range cands.all() {
 		was := g.spec.nsSel.Matches(labels.Set(old))
 		now := g.spec.nsSel.Matches(labels.Set(lbls))
 		switch {
 		case now && !was:
 			e.addMatchingPodsOf(g, st)
 		case was && !now:
-			for p := range st.pods {
+			for p := range st.pods.all() {
 				e.removePod(g, p)
 			}
 		}
@@ -238,10 +239,13 @@ func (e *Engine) UpsertPod(pod *corev1.Pod) {
 type podUpdate struct {
 	key    podKey
 	delete bool
-	labels map[string]string
-	node   string
-	ips    []netip.Addr
-	ports  []model.NamedPort
+	// labels is the object's own map, read (under the engine's lock)
+	// before the call returns and never kept; labelsHash its labelsHash.
+	labels     map[string]string
+	labelsHash uint64
+	node       string
+	ips        []netip.Addr
+	ports      []model.NamedPort
 }
 
 func preparePod(pod *corev1.Pod) (podUpdate, bool) {
@@ -253,10 +257,7 @@ func preparePod(pod *corev1.Pod) (podUpdate, bool) {
 		u.delete = true
 		return u, true
 	}
-	u.labels = maps.Clone(pod.Labels)
-	if u.labels == nil {
-		u.labels = map[string]string{}
-	}
+	u.labels, u.labelsHash = pod.Labels, labelsHash(pod.Labels)
 	u.node, u.ips, u.ports = pod.Spec.NodeName, podIPs(pod), podNamedPorts(pod)
 	return u, true
 }
@@ -266,45 +267,48 @@ func (e *Engine) applyPod(u podUpdate) {
 		e.removePodState(u.key)
 		return
 	}
-	key, lbls, node, ips, ports := u.key, u.labels, u.node, u.ips, u.ports
+	key, node, ips, ports := u.key, u.node, u.ips, u.ports
 	p := e.pods[key]
 	if p == nil {
 		ns := e.nsFor(key.namespace)
-		p = &podState{key: key, ns: ns, labels: lbls, groups: set[*group]{}}
+		ls := e.labelSets.intern(u.labels, u.labelsHash)
+		p = &podState{key: key, ns: ns, labels: ls.labels, labelSet: ls}
 		p.setInfo(node, ips, ports)
-		ns.pods[p] = struct{}{}
-		ns.podLabels.add(lbls, p)
+		ns.pods.add(p)
+		ns.podLabels.add(p.labels, p)
 		e.pods[key] = p
 		e.addToMatchingGroups(p)
 		return
 	}
 	infoChanged := p.node != node || !slices.Equal(p.ips, ips) || !slices.Equal(p.ports, ports)
-	labelsChanged := !maps.Equal(p.labels, lbls)
+	labelsChanged := !maps.Equal(p.labels, u.labels)
 	if !infoChanged && !labelsChanged {
 		return
 	}
 	if labelsChanged {
+		ls := e.labelSets.intern(u.labels, u.labelsHash)
 		p.ns.podLabels.remove(p.labels, p)
-		p.ns.podLabels.add(lbls, p)
-		p.labels = lbls
+		p.ns.podLabels.add(ls.labels, p)
+		e.labelSets.release(p.labelSet)
+		p.labels, p.labelSet = ls.labels, ls
 	}
 	if p.node != node {
 		// Leave and re-join: keeps per-node counts (spans) right.
-		for g := range p.groups {
+		for g := range p.groups.all() {
 			e.removePod(g, p)
 		}
 		p.setInfo(node, ips, ports)
 	} else {
 		if infoChanged {
-			for g := range p.groups {
+			for g := range p.groups.all() {
 				g.notePod(p)
 			}
 			p.setInfo(node, ips, ports)
-			for g := range p.groups {
+			for g := range p.groups.all() {
 				e.touchGroup(g)
 			}
 		}
-		for g := range p.groups {
+		for g := range p.groups.all() {
 			if !e.podMatches(g, p) {
 				e.removePod(g, p)
 			}
@@ -340,7 +344,7 @@ func (e *Engine) podMatches(g *group, p *podState) bool {
 // hold it yet, looking only at groups the selector indexes name.
 func (e *Engine) addToMatchingGroups(p *podState) {
 	visit := func(g *group) {
-		if _, ok := g.pods[p]; !ok && e.podMatches(g, p) {
+		if !g.pods.has(p) && e.podMatches(g, p) {
 			e.addPod(g, p)
 		}
 	}
@@ -370,11 +374,12 @@ func (e *Engine) removePodState(key podKey) {
 	if p == nil {
 		return
 	}
-	for g := range p.groups {
+	for g := range p.groups.all() {
 		e.removePod(g, p)
 	}
-	delete(p.ns.pods, p)
+	p.ns.pods.remove(p)
 	p.ns.podLabels.remove(p.labels, p)
+	e.labelSets.release(p.labelSet)
 	delete(e.pods, p.key)
 	e.maybeDropNamespace(p.ns)
 }
@@ -417,14 +422,14 @@ func (e *Engine) upsertNode(node *corev1.Node) func() {
 	return func() {
 		n := e.nodes[node.Name]
 		if n == nil {
-			n = &nodeState{name: node.Name, labels: lbls, groups: set[*group]{}}
+			n = &nodeState{name: node.Name, labels: lbls}
 			n.member = model.GroupMember{Node: node.Name, IPs: ips}
 			e.nodes[node.Name] = n
 			e.nodeLabels.add(lbls, n)
 		} else {
 			if !slices.Equal(n.member.IPs, ips) {
 				n.member = model.GroupMember{Node: node.Name, IPs: ips}
-				for g := range n.groups {
+				for g := range n.groups.all() {
 					g.noteNodes()
 					e.touchGroup(g)
 				}
@@ -435,14 +440,14 @@ func (e *Engine) upsertNode(node *corev1.Node) func() {
 			e.nodeLabels.remove(n.labels, n)
 			e.nodeLabels.add(lbls, n)
 			n.labels = lbls
-			for g := range n.groups {
+			for g := range n.groups.all() {
 				if !g.spec.nodeSel.Matches(labels.Set(lbls)) {
 					e.removeNode(g, n)
 				}
 			}
 		}
 		e.nodeGroups.candidates(lbls, func(g *group) {
-			if _, ok := g.nodes[n]; !ok && g.spec.nodeSel.Matches(labels.Set(lbls)) {
+			if !g.nodes.has(n) && g.spec.nodeSel.Matches(labels.Set(lbls)) {
 				e.addNode(g, n)
 			}
 		})
@@ -458,7 +463,7 @@ func (e *Engine) deleteNode(name string) func() {
 		if n == nil {
 			return
 		}
-		for g := range n.groups {
+		for g := range n.groups.all() {
 			e.removeNode(g, n)
 		}
 		e.nodeLabels.remove(n.labels, n)

@@ -3,8 +3,10 @@ package compute
 import (
 	"fmt"
 	"reflect"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 
 	networkingv1 "k8s.io/api/networking/v1"
 	"sigs.k8s.io/network-policy-api/apis/v1alpha1"
@@ -97,10 +99,7 @@ func (e *Engine) acquireGroups(p *policyState) {
 		atg.atgCache = nil
 		atg.atgGen = e.record(&atg.atgSlot, KindAppliedToGroup, Added, atg.atgID, 0)
 	}
-	if atg.atgPolicies == nil {
-		atg.atgPolicies = set[*policyState]{}
-	}
-	atg.atgPolicies[p] = struct{}{}
+	atg.atgPolicies.add(p)
 	ags := make([]*group, 0, len(p.c.peers))
 	for _, spec := range p.c.peers {
 		ag := e.getGroup(spec)
@@ -129,7 +128,7 @@ func (e *Engine) releaseGroups(p *policyState, atg *group, ags []*group) {
 		e.record(&atg.atgSlot, KindAppliedToGroup, Deleted, atg.atgID, atg.atgGen)
 	}
 	if p.atg != atg { // an update may keep the same subject group
-		delete(atg.atgPolicies, p)
+		atg.atgPolicies.remove(p)
 	}
 	for _, ag := range ags {
 		e.maybeDropGroup(ag)
@@ -144,10 +143,10 @@ func (e *Engine) prioAdd(p *policyState) {
 	k := prioKey{p.c.tier, p.c.priority}
 	s := e.byPriority[k]
 	if s == nil {
-		s = set[*policyState]{}
+		s = &set[*policyState]{}
 		e.byPriority[k] = s
 	}
-	s[p] = struct{}{}
+	s.add(p)
 	e.refreshPriority(k)
 }
 
@@ -156,9 +155,11 @@ func (e *Engine) prioRemove(p *policyState, c *compiledPolicy) {
 		return
 	}
 	k := prioKey{c.tier, c.priority}
-	delete(e.byPriority[k], p)
-	if len(e.byPriority[k]) == 0 {
-		delete(e.byPriority, k)
+	if s := e.byPriority[k]; s != nil {
+		s.remove(p)
+		if s.len() == 0 {
+			delete(e.byPriority, k)
+		}
 	}
 	if p.prioConds != nil {
 		p.prioConds = nil
@@ -176,11 +177,11 @@ const maxListed = 5
 // tier and priority with another, and takes it off when it no longer does.
 func (e *Engine) refreshPriority(k prioKey) {
 	members := e.byPriority[k]
-	if len(members) == 0 {
+	if members == nil || members.len() == 0 {
 		return
 	}
-	names := make([]*policyState, 0, len(members))
-	for p := range members {
+	names := make([]*policyState, 0, members.len())
+	for p := range members.all() {
 		names = append(names, p)
 	}
 	slices.SortFunc(names, func(a, b *policyState) int { return strings.Compare(a.c.ref.String(), b.c.ref.String()) })
@@ -234,13 +235,38 @@ func (e *Engine) policy(p *policyState) *model.Policy {
 	return p.cache
 }
 
-// UpsertNetworkPolicy adds or updates a NetworkPolicy.
-func (e *Engine) UpsertNetworkPolicy(np *networkingv1.NetworkPolicy) {
+// Compiled is a policy object as the engine reads it: what the Upsert
+// methods translate from the object, outside the engine's lock, before
+// applying it. A cache of API objects can translate each object as it
+// arrives and keep the translation instead of the object
+// (CompileNetworkPolicy, UpsertCompiled). It is immutable and may be
+// applied to any engine, any number of times; the zero value is ignored.
+type Compiled struct {
+	key model.PolicyRef
+	c   *compiledPolicy
+}
+
+// CompileNetworkPolicy translates a NetworkPolicy (nil: the zero Compiled).
+func CompileNetworkPolicy(np *networkingv1.NetworkPolicy) Compiled {
 	if np == nil {
-		return
+		return Compiled{}
 	}
 	c := compileNetworkPolicy(np)
-	e.update(func() { e.setPolicy(refKey(c.ref), c, nil) })
+	return Compiled{key: refKey(c.ref), c: c}
+}
+
+// UpsertCompiled adds or updates the policy object c was compiled from,
+// as its kind's Upsert method does with the object.
+func (e *Engine) UpsertCompiled(c Compiled) {
+	if c.c == nil {
+		return
+	}
+	e.update(func() { e.setPolicy(c.key, c.c, nil) })
+}
+
+// UpsertNetworkPolicy adds or updates a NetworkPolicy.
+func (e *Engine) UpsertNetworkPolicy(np *networkingv1.NetworkPolicy) {
+	e.UpsertCompiled(CompileNetworkPolicy(np))
 }
 
 // DeleteNetworkPolicy removes a NetworkPolicy.
@@ -309,6 +335,32 @@ func (e *Engine) Policy(id string) (*model.Policy, bool) {
 	return e.policy(p), true
 }
 
+// PolicyStatus is what status reporting reads of a computed policy.
+type PolicyStatus struct {
+	Source model.PolicyRef
+	// Generation is the computed policy's; SourceGeneration the API
+	// object's it was computed from.
+	Generation, SourceGeneration int64
+	Conditions                   []model.Condition
+}
+
+// PolicyStatus returns the source, generations and findings of the
+// computed policy with the given ID, as Policy would, without building the
+// model object (the controller reads them for every policy it syncs).
+func (e *Engine) PolicyStatus(id string) (PolicyStatus, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	p := e.policyByID[id]
+	if p == nil {
+		return PolicyStatus{}, false
+	}
+	st := PolicyStatus{Source: p.c.ref, Generation: p.gen, SourceGeneration: p.c.sourceGen}
+	if len(p.c.conds)+len(p.prioConds) > 0 {
+		st.Conditions = append(slices.Clone(p.c.conds), p.prioConds...)
+	}
+	return st, true
+}
+
 // AppliedToGroup returns the applied-to group with the given ID.
 func (e *Engine) AppliedToGroup(id string) (*model.AppliedToGroup, bool) {
 	e.mu.Lock()
@@ -353,24 +405,74 @@ func (e *Engine) PolicyConditions(ref model.PolicyRef) []model.Condition {
 func (e *Engine) Snapshot() *model.Snapshot {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	// Model objects not built yet (after a large start, all of them) are
+	// built on every core: each group's build touches that group alone,
+	// and a policy's reads its applied-to group's span, built first.
+	groups := make([]*group, 0, len(e.groups))
+	for _, g := range e.groups {
+		if g.atgRefs > 0 || g.agRefs > 0 {
+			groups = append(groups, g)
+		}
+	}
+	inParallel(len(groups), func(i int) {
+		g := groups[i]
+		if g.atgRefs > 0 {
+			e.appliedToGroup(g)
+			g.atgSpan()
+		}
+		if g.agRefs > 0 {
+			e.addressGroup(g)
+		}
+	})
+	states := make([]*policyState, 0, len(e.policyByID))
+	for _, p := range e.policyByID {
+		states = append(states, p)
+	}
 	s := &model.Snapshot{
-		Policies:        make([]*model.Policy, 0, len(e.policyByID)),
+		Policies:        make([]*model.Policy, len(states)),
 		AppliedToGroups: map[string]*model.AppliedToGroup{},
 		AddressGroups:   map[string]*model.AddressGroup{},
 	}
-	for _, p := range e.policyByID {
-		s.Policies = append(s.Policies, e.policy(p))
-	}
+	inParallel(len(states), func(i int) { s.Policies[i] = e.policy(states[i]) })
 	slices.SortFunc(s.Policies, model.ComparePolicies)
-	for _, g := range e.groups {
+	for _, g := range groups {
 		if g.atgRefs > 0 {
-			s.AppliedToGroups[g.atgID] = e.appliedToGroup(g)
+			s.AppliedToGroups[g.atgID] = g.atgCache
 		}
 		if g.agRefs > 0 {
-			s.AddressGroups[g.agID] = e.addressGroup(g)
+			s.AddressGroups[g.agID] = g.agCache
 		}
 	}
 	return s
+}
+
+// parallelMin is the number of items below which inParallel works alone:
+// goroutines cost more than small builds save.
+const parallelMin = 256
+
+// inParallel calls fn for every index below n, on every core when n is
+// large; fn must be safe to call concurrently for different indexes.
+func inParallel(n int, fn func(i int)) {
+	workers := min(runtime.GOMAXPROCS(0), n/parallelMin)
+	if workers <= 1 {
+		for i := 0; i < n; i++ {
+			fn(i)
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	chunk := (n + workers - 1) / workers
+	for w := 0; w < workers; w++ {
+		lo, hi := w*chunk, min((w+1)*chunk, n)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := lo; i < hi; i++ {
+				fn(i)
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 func (e *Engine) atgByIDLocked(id string) *group {

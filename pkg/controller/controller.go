@@ -9,7 +9,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
@@ -137,8 +136,10 @@ func New(cfg Config) (*Controller, error) {
 	for _, k := range []compute.ObjectKind{compute.KindPolicy, compute.KindAppliedToGroup, compute.KindAddressGroup} {
 		c.computedGauges[k] = m.computedObjects.WithLabelValues(string(k))
 	}
-	// Managed fields are large and never read: drop them from the caches.
-	c.kubeFactory = informers.NewSharedInformerFactoryWithOptions(cfg.Kube, cfg.ResyncPeriod, informers.WithTransform(stripManagedFields))
+	// The core caches keep only what the controller reads (transform.go);
+	// the policy kinds' keep everything but the managed fields (status
+	// writes send the object back).
+	c.kubeFactory = informers.NewSharedInformerFactoryWithOptions(cfg.Kube, cfg.ResyncPeriod, informers.WithTransform(CoreTransform))
 	c.policyFactory = npinformers.NewSharedInformerFactoryWithOptions(cfg.Policy, cfg.ResyncPeriod, npinformers.WithTransform(stripManagedFields))
 	for _, k := range policyKinds(c) {
 		c.kinds[k.kind] = k
@@ -356,8 +357,8 @@ func (c *Controller) registerCoreHandlers() error {
 		func(w compute.Writer, m metav1.Object) { w.DeleteNamespace(m.GetName()) }, nil))
 	add(c.kubeFactory.Core().V1().Pods().Informer(), c.handlerFuncs("Pod",
 		func(w compute.Writer, obj interface{}) {
-			if p, ok := obj.(*corev1.Pod); ok {
-				w.UpsertPod(p)
+			if p, ok := obj.(*cachedPod); ok {
+				w.UpsertPod(p.Pod())
 			}
 		},
 		func(w compute.Writer, m metav1.Object) { w.DeletePod(m.GetNamespace(), m.GetName()) }, nil))
@@ -378,8 +379,8 @@ func (c *Controller) registerCoreHandlers() error {
 func (c *Controller) networkPolicyHandler() cache.ResourceEventHandlerFuncs {
 	return c.handlerFuncs(string(model.KindNetworkPolicy),
 		func(w compute.Writer, obj interface{}) {
-			if np, ok := obj.(*networkingv1.NetworkPolicy); ok {
-				w.UpsertNetworkPolicy(np)
+			if np, ok := obj.(*cachedNetworkPolicy); ok {
+				w.UpsertCompiled(np.compiled)
 			}
 		},
 		func(w compute.Writer, m metav1.Object) { w.DeleteNetworkPolicy(m.GetNamespace(), m.GetName()) },
@@ -452,7 +453,7 @@ func (c *Controller) resolveChanges(ctx context.Context) {
 		c.changedPolicies = map[string]compute.ChangeType{}
 		c.mu.Unlock()
 		for id, typ := range changed {
-			p, ok := c.engine.Policy(id)
+			p, ok := c.engine.PolicyStatus(id)
 			c.mu.Lock()
 			if typ == compute.Deleted || !ok {
 				// Gone: the engine no longer knows its source; use what

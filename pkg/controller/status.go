@@ -6,7 +6,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
@@ -96,7 +95,7 @@ func (c *Controller) sync(ctx context.Context, ref model.PolicyRef) error {
 // produced a policy, its findings, and whether the engine is current with
 // the object's generation.
 func (c *Controller) engineView(ref model.PolicyRef, uid string, generation int64) (accepted bool, findings []model.Condition, current bool) {
-	if p, ok := c.engine.Policy(uid); ok {
+	if p, ok := c.engine.PolicyStatus(uid); ok {
 		return true, p.Conditions, p.SourceGeneration == generation
 	}
 	// No policy: either the engine ignores the object (and says why) or it
@@ -118,13 +117,23 @@ func (c *Controller) syncNetworkPolicyEvents(ref model.PolicyRef) error {
 		c.mu.Unlock()
 		return nil
 	}
-	np, ok := obj.(*networkingv1.NetworkPolicy)
+	np, ok := obj.(*cachedNetworkPolicy)
 	if !ok {
 		return nil
 	}
 	accepted, findings, current := c.engineView(ref, string(np.UID), np.Generation)
 	if !current || !accepted {
 		return nil
+	}
+	if len(findings) == 0 {
+		// Nothing to report, now or (with no recorded findings) before:
+		// the common case, settled without a fingerprint.
+		c.mu.Lock()
+		_, had := c.npFindings[ref]
+		c.mu.Unlock()
+		if !had {
+			return nil
+		}
 	}
 	// The UID is part of the fingerprint: a re-created policy with the
 	// same findings is reported again.
@@ -143,7 +152,7 @@ func (c *Controller) syncNetworkPolicyEvents(ref model.PolicyRef) error {
 		return nil
 	}
 	for _, f := range findings {
-		c.recorder.Event(np, corev1.EventTypeWarning, eventReason(f.Reason), string(f.Severity)+": "+f.Message)
+		c.recorder.Event(np.object(), corev1.EventTypeWarning, eventReason(f.Reason), string(f.Severity)+": "+f.Message)
 		c.metrics.events.Inc()
 	}
 	return nil

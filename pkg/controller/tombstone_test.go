@@ -27,7 +27,12 @@ func TestDeleteTombstonesReachTheEngine(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "a", UID: "uid-a", Generation: 1},
 		Spec:       v1alpha1.AdminNetworkPolicySpec{Priority: 1, Subject: v1alpha1.AdminNetworkPolicySubject{Namespaces: &metav1.LabelSelector{}}},
 	}
-	np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "n", UID: "uid-n", Generation: 1}}
+	// The NetworkPolicy informer hands its handler what its cache holds:
+	// the transformed object.
+	np, err := CoreTransform(&networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "n", UID: "uid-n", Generation: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	anpHandler := c.policyHandler(c.kinds[model.KindAdminNetworkPolicy])
 	npHandler := c.networkPolicyHandler()
 	anpHandler.OnAdd(anp, false)

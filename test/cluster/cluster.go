@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"text/template"
 	"time"
@@ -80,6 +81,9 @@ type Cluster struct {
 	APIServiceIP string `json:"apiServiceIP"`
 	DNSIP        string `json:"dnsIP"`
 	ExternalIP   string `json:"externalIP"`
+	// ExternalIPAdded: Up put ExternalIP on the loopback interface (Down
+	// removes it only then: another cluster may use the same address).
+	ExternalIPAdded bool `json:"externalIPAdded,omitempty"`
 	// Kubeconfig is the admin kubeconfig; EnvFile a shell file that
 	// exports KUBECONFIG and puts kubectl on PATH.
 	Kubeconfig string `json:"kubeconfig"`
@@ -126,9 +130,17 @@ func (c *Cluster) save() error {
 	return os.WriteFile(StatePath(c.Dir), append(b, '\n'), 0o644)
 }
 
+// minFreeDisk is the free space Up wants where Docker keeps its images
+// and the nodes' /var volumes (images ~4 GiB, nodes ~1 GiB each, and
+// room for the containers' logs and snapshots).
+const minFreeDisk = 10 << 30
+
 // Missing lists what Up needs and this machine lacks, each with what to do.
 func Missing(binDir string) []string {
 	var missing []string
+	if os.Geteuid() != 0 {
+		missing = append(missing, "root: the cluster needs Docker, the machine's cgroups and an address on its loopback interface")
+	}
 	for _, tool := range []string{"docker", "dockerd", "mmdebstrap", "go"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			missing = append(missing, fmt.Sprintf("%s: not found (make cluster-prereqs installs Debian's docker.io, containerd, runc and mmdebstrap)", tool))
@@ -145,7 +157,27 @@ func Missing(binDir string) []string {
 	if _, err := os.Stat("/dev/net/tun"); err != nil {
 		missing = append(missing, "/dev/net/tun: OVS's userspace datapath needs it on every node")
 	}
+	if fs, err := os.ReadFile("/proc/filesystems"); err != nil || !strings.Contains(string(fs), "\toverlay\n") {
+		missing = append(missing, "the overlay file system in the kernel: Docker and the nodes' containerd keep images as overlayfs snapshots")
+	}
+	if free, dir := freeSpace("/var/lib/docker"); free >= 0 && free < minFreeDisk {
+		missing = append(missing, fmt.Sprintf("disk space: %d GiB free in %s, the images and nodes need %d GiB", free>>30, dir, minFreeDisk>>30))
+	}
 	return missing
+}
+
+// freeSpace is the space available to root at path, or at its nearest
+// existing parent, and that directory (-1: unknown).
+func freeSpace(path string) (int64, string) {
+	for dir := path; ; dir = filepath.Dir(dir) {
+		var st syscall.Statfs_t
+		if err := syscall.Statfs(dir, &st); err == nil {
+			return int64(st.Bavail) * st.Bsize, dir
+		}
+		if dir == "/" {
+			return -1, ""
+		}
+	}
 }
 
 // Up builds what is missing, starts the nodes, waits until every node has
@@ -172,8 +204,14 @@ func Up(ctx context.Context, o Options) (c *Cluster, err error) {
 	if m := Missing(o.BinDir); len(m) > 0 {
 		return nil, fmt.Errorf("cannot bring up a cluster; missing:\n  %s", strings.Join(m, "\n  "))
 	}
+	holdDocker()
 	if old, err := Load(o.Dir); err == nil {
 		return nil, fmt.Errorf("a cluster %q is already recorded in %s; run `make cluster-down` first", old.Name, o.Dir)
+	}
+	if dockerReachable(ctx) {
+		if ids, _ := docker(ctx, "ps", "-aq", "--filter", "label="+label+"="+o.Name); ids != "" {
+			return nil, fmt.Errorf("containers of a cluster named %q exist (recorded in another directory?): remove that cluster first", o.Name)
+		}
 	}
 	_, ipnet, err := net.ParseCIDR(o.Subnet)
 	if err != nil || !strings.HasSuffix(o.Subnet, "/24") || ipnet.IP.To4() == nil {
@@ -260,7 +298,7 @@ func Up(ctx context.Context, o Options) (c *Cluster, err error) {
 	if err = c.installCoreDNS(ctx); err != nil {
 		return c, err
 	}
-	if err = addExternalAddress(c.ExternalIP); err != nil {
+	if c.ExternalIPAdded, err = addExternalAddress(c.ExternalIP); err != nil {
 		return c, err
 	}
 	if err = c.writeEnv(); err != nil {
@@ -364,7 +402,7 @@ func (c *Cluster) waitNodesRegistered(ctx context.Context, timeout time.Duration
 	deadline := time.Now().Add(timeout)
 	var last error
 	for time.Now().Before(deadline) {
-		if err := c.nodesRunning(ctx); err != nil {
+		if err := c.NodesRunning(ctx); err != nil {
 			return err
 		}
 		cs, err := c.Client()
@@ -387,8 +425,8 @@ func (c *Cluster) waitNodesRegistered(ctx context.Context, timeout time.Duration
 	return fmt.Errorf("nodes did not register within %v: %v\n%s", timeout, last, c.NodeLogs(ctx, 10))
 }
 
-// nodesRunning fails when a node container has exited.
-func (c *Cluster) nodesRunning(ctx context.Context) error {
+// NodesRunning fails when a node container has exited.
+func (c *Cluster) NodesRunning(ctx context.Context) error {
 	for _, n := range c.Nodes {
 		state, err := docker(ctx, "inspect", "--format", "{{.State.Status}}", n.Name)
 		if err != nil {
@@ -483,18 +521,24 @@ func (c *Cluster) writeEnv() error {
 
 // addExternalAddress puts ip on this machine's loopback interface: pods
 // reach it through their node's masquerade and the nodes' default route.
-func addExternalAddress(ip string) error {
-	out, err := exec.Command("ip", "addr", "replace", ip+"/32", "dev", "lo").CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("ip addr replace %s/32 dev lo: %v: %s", ip, err, out)
+// It reports whether it added it (false: it was there already, someone
+// else's).
+func addExternalAddress(ip string) (bool, error) {
+	if out, err := exec.Command("ip", "addr", "show", "dev", "lo").Output(); err == nil && strings.Contains(string(out), " "+ip+"/32 ") {
+		return false, nil
 	}
-	return nil
+	out, err := exec.Command("ip", "addr", "add", ip+"/32", "dev", "lo").CombinedOutput()
+	if err != nil {
+		return false, fmt.Errorf("ip addr add %s/32 dev lo: %v: %s", ip, err, out)
+	}
+	return true, nil
 }
 
 // Down removes the cluster: node containers and their volumes, the
 // network, the nodes' cgroup subtrees, the external address, the dockerd
-// Up started, and the state directory (images stay: they are a cache). It
-// returns an error naming anything it could not remove.
+// Up started (unless it runs other containers), and the state directory
+// (images stay: they are a cache). It returns an error naming anything it
+// could not remove.
 func (c *Cluster) Down(ctx context.Context, logf func(string, ...any)) error {
 	if logf == nil {
 		logf = func(string, ...any) {}
@@ -504,6 +548,18 @@ func (c *Cluster) Down(ctx context.Context, logf func(string, ...any)) error {
 		if err != nil {
 			problems = append(problems, err.Error())
 		}
+	}
+	holdDocker()
+	if !dockerReachable(ctx) && c.DockerdPID == 0 {
+		// The containers, volumes and network are in Docker's store even
+		// while no daemon runs (it was stopped under the cluster): start
+		// one to remove them, and stop it after.
+		logf("starting dockerd to remove the cluster's containers")
+		pid, err := startDockerd(ctx, filepath.Join(os.TempDir(), "tierflow-cluster-dockerd.log"))
+		if err != nil {
+			return fmt.Errorf("cannot remove cluster %s's containers: %w", c.Name, err)
+		}
+		c.DockerdPID = pid
 	}
 	if dockerReachable(ctx) {
 		ids, err := docker(ctx, "ps", "-aq", "--filter", "label="+label+"="+c.Name)
@@ -526,14 +582,19 @@ func (c *Cluster) Down(ctx context.Context, logf func(string, ...any)) error {
 	for _, n := range c.Nodes {
 		note(removeCgroupTree(c.cgroupRoot(n)))
 	}
-	if c.ExternalIP != "" {
+	if c.ExternalIPAdded {
 		if out, err := exec.Command("ip", "addr", "show", "dev", "lo").Output(); err == nil && strings.Contains(string(out), " "+c.ExternalIP+"/32 ") {
 			if out, err := exec.Command("ip", "addr", "del", c.ExternalIP+"/32", "dev", "lo").CombinedOutput(); err != nil {
 				note(fmt.Errorf("ip addr del %s: %v: %s", c.ExternalIP, err, out))
 			}
 		}
 	}
-	if c.DockerdPID > 0 && syscall.Kill(c.DockerdPID, 0) == nil {
+	// The dockerd Up started stops with the cluster, unless it runs
+	// other containers (another cluster's, someone's) or another process
+	// of ours uses it (building images before it has containers). Its
+	// dangling images (superseded builds) go first: they only pile up.
+	if others, _ := docker(ctx, "ps", "-aq"); c.DockerdPID > 0 && others == "" && !dockerUsedByOthers() && syscall.Kill(c.DockerdPID, 0) == nil {
+		_, _ = docker(ctx, "image", "prune", "--force")
 		logf("stopping the dockerd bring-up started (pid %d)", c.DockerdPID)
 		_ = syscall.Kill(c.DockerdPID, syscall.SIGTERM)
 		for i := 0; i < 100 && syscall.Kill(c.DockerdPID, 0) == nil; i++ {
@@ -598,4 +659,77 @@ func (c *Cluster) bridgeChecksumsInSoftware(ctx context.Context) error {
 		return fmt.Errorf("ethtool -K br-%s tx off: %v: %s", id[:12], err, out)
 	}
 	return nil
+}
+
+// Lock takes the machine-wide lock of the cluster name, waiting for it:
+// two test processes (make test in two checkouts) never bring up clusters
+// of the same name, whose Docker objects and addresses would collide. The
+// kernel releases it when the process dies; unlock may be called twice.
+func Lock(name string) (unlock func(), err error) {
+	f, err := os.OpenFile("/run/tierflow-cluster-"+name+".lock", os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("locking cluster name %s: %w", name, err)
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+			f.Close()
+		})
+	}, nil
+}
+
+// RemoveStale removes the cluster recorded in dir and any Docker objects
+// and cgroups of a cluster named name (an earlier run that was killed,
+// here or in another checkout). Call it holding Lock(name).
+func RemoveStale(ctx context.Context, name, dir string, logf func(string, ...any)) error {
+	if old, err := Load(dir); err == nil {
+		logf("removing the cluster an earlier run left in %s", dir)
+		if err := old.Down(ctx, logf); err != nil {
+			return err
+		}
+	}
+	if !dockerReachable(ctx) {
+		return nil
+	}
+	ids, err := docker(ctx, "ps", "-aq", "--filter", "label="+label+"="+name)
+	if err != nil || ids == "" {
+		return err
+	}
+	logf("removing the containers of a cluster %s an earlier run left", name)
+	stale := &Cluster{Name: name, Dir: filepath.Join(os.TempDir(), "tierflow-stale-"+name)}
+	for _, id := range strings.Fields(ids) {
+		n, err := docker(ctx, "inspect", "--format", "{{.Name}}", id)
+		if err == nil {
+			stale.Nodes = append(stale.Nodes, Node{Name: strings.TrimPrefix(n, "/")})
+		}
+	}
+	return stale.Down(ctx, logf)
+}
+
+// DockerObjects lists the containers, volumes and networks of the cluster
+// named name.
+func (c *Cluster) DockerObjects(ctx context.Context, name string) ([]string, error) {
+	var out []string
+	for _, kind := range []string{"container", "volume", "network"} {
+		ids, err := docker(ctx, kind, "ls", "-q", "--filter", "label="+label+"="+name)
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range strings.Fields(ids) {
+			out = append(out, kind+" "+id)
+		}
+	}
+	return out, nil
+}
+
+// Docker runs a docker command against the Docker daemon the cluster
+// uses (tests).
+func (c *Cluster) Docker(ctx context.Context, args ...string) error {
+	_, err := docker(ctx, args...)
+	return err
 }

@@ -38,7 +38,9 @@
 // inputs are unchanged (a content label): the node image (bookworm with
 // containerd, runc, iptables, etcd; the Kubernetes binaries), pause
 // (cmd/pause, the containerd sandbox image), agnhost (tagged as the suites
-// name it: 2.43, 2.45, 2.53), CoreDNS (build/coredns) and the offline
+// name it: 2.43, 2.45, 2.53; its /agnhost is cmd/agnhost-wrapper, which
+// runs the real one but keeps `agnhost porter` from failing on SCTP ports
+// where the kernel has no SCTP, as here), CoreDNS (build/coredns) and the offline
 // stand-ins for the bases of tierflow's own Dockerfiles (BaseImage,
 // GoImage). Up loads pause, agnhost and CoreDNS into every node's
 // containerd (LoadImages, as `kind load docker-image` does); tierflow's
@@ -53,6 +55,13 @@
 // (through their node's masquerade and the nodes' default route).
 //
 // Down removes the node containers and their volumes, the network, each
-// node's cgroup subtree, the external address and the dockerd Up started,
-// if it did; images stay. A failed Up runs Down.
+// node's cgroup subtree, the external address if Up added it, and the
+// dockerd Up started, if it did and nothing else runs in it (pruning its
+// dangling images, superseded builds, first); images stay. A failed Up
+// runs Down. Missing says what a machine lacks for Up (tools, binaries,
+// root, cgroup v1, /dev/net/tun, overlayfs, disk space); Lock and
+// RemoveStale keep two test processes from colliding on one cluster name,
+// and InstallTierflow holds Lock("images") from building tierflow's
+// images to loading them into the nodes (their tags are the README's, the
+// same in every checkout, in this machine's one Docker).
 package cluster

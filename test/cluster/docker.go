@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -88,4 +89,45 @@ func fileTail(path string, lines int) string {
 		return err.Error()
 	}
 	return tail(string(b), lines)
+}
+
+// dockerHold is this process's shared lock on dockerLockPath, taken the
+// first time it uses Docker and kept until it exits: Down stops a dockerd
+// only if no other process holds one (it may be building images, with no
+// container yet).
+var dockerHold struct {
+	once sync.Once
+	f    *os.File
+}
+
+const dockerLockPath = "/run/tierflow-cluster-dockerd.lock"
+
+func holdDocker() {
+	dockerHold.once.Do(func() {
+		f, err := os.OpenFile(dockerLockPath, os.O_CREATE|os.O_RDWR, 0o644)
+		if err != nil {
+			return
+		}
+		if syscall.Flock(int(f.Fd()), syscall.LOCK_SH) != nil {
+			f.Close()
+			return
+		}
+		dockerHold.f = f
+	})
+}
+
+// dockerUsedByOthers reports whether another process holds Docker (see
+// holdDocker). It turns this process's hold exclusive to find out, and
+// back to shared.
+func dockerUsedByOthers() bool {
+	holdDocker()
+	f := dockerHold.f
+	if f == nil {
+		return true // unknown: assume someone does
+	}
+	if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+		return true
+	}
+	_ = syscall.Flock(int(f.Fd()), syscall.LOCK_SH)
+	return false
 }

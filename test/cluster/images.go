@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/tierflow/tierflow/test/cluster/node"
+	"github.com/tierflow/tierflow/test/kubeapi"
 )
 
 // Images the cluster builds: nothing can be pulled where it runs, so every
@@ -55,7 +56,7 @@ var nodePackages = []string{
 // must be there (`make cluster-prereqs` builds them).
 var Binaries = []string{
 	"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kubelet", "kube-proxy",
-	"agnhost", "coredns", "pause",
+	"agnhost", "agnhost-wrapper", "coredns", "pause",
 }
 
 // imageBuilder builds the cluster's images with docker, in a scratch
@@ -101,9 +102,13 @@ func (b *imageBuilder) ensureAll(ctx context.Context) (string, error) {
 		map[string]string{"pause": filepath.Join(b.binDir, "pause")}, nil); err != nil {
 		return "", err
 	}
+	// /agnhost is cmd/agnhost-wrapper, which runs the real agnhost (it
+	// only keeps porter from failing on SCTP ports where the kernel has
+	// no SCTP).
 	if _, err := b.build(ctx, AgnhostImages, false,
-		"FROM "+BaseImage+"\nCOPY agnhost /agnhost\nENTRYPOINT [\"/agnhost\"]\nCMD [\"pause\"]\n",
-		map[string]string{"agnhost": filepath.Join(b.binDir, "agnhost")}, nil); err != nil {
+		"FROM "+BaseImage+"\nCOPY agnhost /usr/local/lib/agnhost/agnhost\nCOPY agnhost-wrapper /agnhost\n"+
+			"ENTRYPOINT [\"/agnhost\"]\nCMD [\"pause\"]\n",
+		map[string]string{"agnhost": filepath.Join(b.binDir, "agnhost"), "agnhost-wrapper": filepath.Join(b.binDir, "agnhost-wrapper")}, nil); err != nil {
 		return "", err
 	}
 	if _, err := b.build(ctx, []string{CoreDNSImage}, false,
@@ -115,7 +120,8 @@ func (b *imageBuilder) ensureAll(ctx context.Context) (string, error) {
 }
 
 // ensureBase builds BaseImage (Debian trixie, minbase, CA certificates) and
-// GoImage (BaseImage with this machine's Go toolchain) if missing.
+// GoImage (BaseImage with this machine's Go toolchain, tierflow's modules
+// and its dependencies compiled) if missing or stale.
 func (b *imageBuilder) ensureBase(ctx context.Context) (string, error) {
 	base, err := b.debootstrap(ctx, "", "trixie", []string{"ca-certificates"})
 	if err != nil {
@@ -132,16 +138,68 @@ func (b *imageBuilder) ensureBase(ctx context.Context) (string, error) {
 	if !strings.HasPrefix(string(version), "go1.26.8") {
 		return "", fmt.Errorf("%s is %s; %s needs go1.26.8 (the toolchain tierflow's go.mod names)", goroot, firstLine(string(version)), GoImage)
 	}
+	warm, err := warmBuildInputs(ctx)
+	if err != nil {
+		return "", err
+	}
 	// The builder fetches modules from the Go module proxy, through
 	// whatever this machine's network does to TLS (here an intercepting
 	// egress proxy): it trusts what this machine trusts.
+	//
+	// Unlike the public image, the stand-in comes with the modules of
+	// tierflow's go.mod downloaded and the packages the Dockerfiles build
+	// from them compiled (with the Dockerfiles' flags) in its Go build
+	// cache: `make images` then compiles tierflow's own packages only.
+	// The image is rebuilt when go.mod, go.sum or that package list
+	// change; the binaries are the same either way.
 	_, err = b.build(ctx, []string{GoImage}, false,
 		"FROM "+base+"\nCOPY go/ /usr/local/go/\n"+
 			"COPY ca-certificates.crt /etc/ssl/certs/ca-certificates.crt\n"+
 			"ENV PATH=/go/bin:/usr/local/go/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin GOPATH=/go GOTOOLCHAIN=local\n"+
+			"COPY warm/ /warm/\n"+
+			"RUN cd /warm && go mod download && CGO_ENABLED=0 GOFLAGS=-buildvcs=false go build -trimpath $(cat packages.txt) && rm -rf /warm\n"+
 			"WORKDIR /go\n",
-		map[string]string{"go": goroot, "ca-certificates.crt": hostCABundle}, nil)
+		map[string]string{"go": goroot, "ca-certificates.crt": hostCABundle}, warm)
 	return base, err
+}
+
+// dockerfilePackages are what build/*/Dockerfile compile (their builder
+// stage, identical in both).
+var dockerfilePackages = []string{
+	"./cmd/tierflow-controller", "./cmd/tierflow-agent", "./cmd/tierflow-install-cni", "./cmd/tierctl", "./cmd/tierflow-cni",
+	"github.com/containernetworking/plugins/plugins/ipam/host-local",
+	"github.com/containernetworking/plugins/plugins/main/loopback",
+}
+
+// warmBuildInputs are GoImage's warm-up files: tierflow's go.mod and
+// go.sum, and packages.txt, every package outside tierflow that the
+// Dockerfiles' binaries import (standard library included).
+func warmBuildInputs(ctx context.Context) (map[string][]byte, error) {
+	root, err := kubeapi.RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	blobs := map[string][]byte{}
+	for _, f := range []string{"go.mod", "go.sum"} {
+		if blobs["warm/"+f], err = os.ReadFile(filepath.Join(root, f)); err != nil {
+			return nil, err
+		}
+	}
+	list := exec.CommandContext(ctx, "go", append([]string{"list", "-deps"}, dockerfilePackages...)...)
+	list.Dir = root
+	list.Env = append(os.Environ(), "CGO_ENABLED=0")
+	out, err := list.Output()
+	if err != nil {
+		return nil, fmt.Errorf("go list -deps of the Dockerfiles' packages: %w", err)
+	}
+	var deps []string
+	for _, p := range strings.Fields(string(out)) {
+		if !strings.HasPrefix(p, "github.com/tierflow/tierflow") {
+			deps = append(deps, p)
+		}
+	}
+	blobs["warm/packages.txt"] = []byte(strings.Join(deps, "\n") + "\n")
+	return blobs, nil
 }
 
 // hostCABundle is Debian's bundle of this machine's trusted CAs.
@@ -214,6 +272,9 @@ func (b *imageBuilder) build(ctx context.Context, tags []string, hashTag bool, d
 		return tags[0], nil
 	}
 	b.logf("building %s", strings.Join(tags, ", "))
+	if err := os.MkdirAll(b.scratch, 0o755); err != nil {
+		return "", err
+	}
 	dir, err := os.MkdirTemp(b.scratch, "context-")
 	if err != nil {
 		return "", err
@@ -234,6 +295,9 @@ func (b *imageBuilder) build(ctx context.Context, tags []string, hashTag bool, d
 	}
 	blobs = withDockerfile(blobs, dockerfile)
 	for name, content := range blobs {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755); err != nil {
+			return "", err
+		}
 		if err := os.WriteFile(filepath.Join(dir, name), content, 0o755); err != nil {
 			return "", err
 		}
@@ -245,7 +309,26 @@ func (b *imageBuilder) build(ctx context.Context, tags []string, hashTag bool, d
 	if _, err := docker(ctx, append(args, dir)...); err != nil {
 		return "", err
 	}
+	if hashTag {
+		b.removeOtherTags(ctx, tags[0])
+	}
 	return tags[0], nil
+}
+
+// removeOtherTags removes the images of ref's repository with other tags
+// (earlier content): they would pile up. One still in use (a running
+// cluster's node image) stays.
+func (b *imageBuilder) removeOtherTags(ctx context.Context, ref string) {
+	repo, tag, _ := strings.Cut(ref, ":")
+	out, err := docker(ctx, "images", repo, "--format", "{{.Tag}}")
+	if err != nil {
+		return
+	}
+	for _, t := range strings.Fields(out) {
+		if t != tag {
+			_, _ = docker(ctx, "rmi", repo+":"+t)
+		}
+	}
 }
 
 func withDockerfile(blobs map[string][]byte, dockerfile string) map[string][]byte {
@@ -328,6 +411,7 @@ func sortedKeys[V any](m map[string]V) []string {
 // BuildBaseImages builds BaseImage and GoImage (if missing) for `make
 // images` on a machine that cannot pull tierflow's Dockerfile bases.
 func BuildBaseImages(ctx context.Context, scratch string, logf func(string, ...any)) (base, goImage string, err error) {
+	holdDocker()
 	if !dockerReachable(ctx) {
 		return "", "", fmt.Errorf("no Docker daemon reachable (make cluster-up starts one)")
 	}

@@ -69,25 +69,43 @@ func (r *PeerRecorder) Peers() []string {
 // Close stops listening.
 func (r *PeerRecorder) Close() error { return r.ln.Close() }
 
+// Uninstall removes tierflow as manifests/README.md documents it (its
+// block "uninstall", run verbatim) and returns the block's output and, per
+// node, what tierflow left there (Leftovers).
+func (c *Cluster) Uninstall(ctx context.Context, repoRoot string) (string, map[string][]string, error) {
+	out, err := c.RunDocBlock(ctx, repoRoot, "manifests/README.md", "uninstall")
+	if err != nil {
+		return out, nil, err
+	}
+	left, err := c.Leftovers(ctx)
+	return out, left, err
+}
+
 // Leftovers lists, per node, what tierflow may leave on a node and is
-// still there: the gateway interface, routes of protocol 0x54, iptables
-// nat rules naming TIERFLOW, the nftables table tierflow-cni, CNI
-// configuration and binaries tierflow installs, its state directories.
+// still there: the devices of its OVS (gateway, bridge, the userspace
+// datapath's), routes of protocol 0x54, iptables nat rules naming
+// TIERFLOW, the nftables table tierflow-cni, the CNI configuration and
+// binaries tierflow installs (the nodes have no CNI plugins of their
+// own), its state, log and OVS run directories.
 func (c *Cluster) Leftovers(ctx context.Context) (map[string][]string, error) {
 	checks := []struct{ what, script string }{
-		{"gateway interface", "ip -o link show tierflow-gw0 2>/dev/null"},
-		{"OVS bridge interface", "ip -o link show br-int 2>/dev/null"},
+		{"OVS devices", "for d in tierflow-gw0 br-int ovs-netdev ovs-system; do ip -o link show $d 2>/dev/null; done"},
 		{"routes proto 0x54", "ip route show table all proto 0x54; ip -6 route show table all proto 0x54"},
 		{"nat rules", "{ iptables-save -t nat; ip6tables-save -t nat; } 2>/dev/null | grep -i tierflow"},
 		{"nftables", "nft list tables 2>/dev/null | grep -i tierflow"},
 		{"CNI configuration", "ls /etc/cni/net.d 2>/dev/null | grep -i tierflow"},
 		{"CNI binaries", "ls /opt/cni/bin 2>/dev/null | grep -E '^(tierflow-cni|host-local|loopback)$'"},
-		{"state directories", "ls -d /var/lib/tierflow /var/log/tierflow 2>/dev/null"},
+		{"directories", "ls -d /var/lib/tierflow /var/log/tierflow /run/openvswitch 2>/dev/null"},
 	}
 	left := map[string][]string{}
 	for _, n := range c.Nodes {
 		for _, ch := range checks {
-			out, _ := c.Exec(ctx, n.Name, "sh", "-c", ch.script)
+			// A check finds nothing by failing (grep, ls): only a failing
+			// docker exec is an error.
+			out, err := c.Exec(ctx, n.Name, "sh", "-c", ch.script+"; true")
+			if err != nil {
+				return nil, fmt.Errorf("%s: checking %s: %w", n.Name, ch.what, err)
+			}
 			if strings.TrimSpace(out) != "" {
 				left[n.Name] = append(left[n.Name], ch.what+": "+strings.Join(strings.Fields(out), " "))
 			}

@@ -98,6 +98,15 @@ func (c *Cluster) RunDocBlock(ctx context.Context, repoRoot, doc, name string, e
 // manifest applied, and both rollouts complete.
 func (c *Cluster) InstallTierflow(ctx context.Context, repoRoot string, logf func(string, ...any)) error {
 	env := []string{"BASE_IMAGE=" + BaseImage, "GO_IMAGE=" + GoImage, "CLUSTER_DIR=" + c.Dir}
+	// The images' tags are the README's, the same in every checkout, and
+	// Docker is this machine's: another checkout's test must not retag
+	// them between our build and our load into the nodes (which keep
+	// their own copies).
+	unlock, err := Lock(imagesLock)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	for _, block := range []string{"images", "load", "install"} {
 		start := time.Now()
 		out, err := c.RunREADMEBlock(ctx, repoRoot, block, env...)
@@ -107,6 +116,13 @@ func (c *Cluster) InstallTierflow(ctx context.Context, repoRoot string, logf fun
 		if logf != nil {
 			logf("README block %q: %v", block, time.Since(start).Round(time.Second))
 		}
+		if block == "load" {
+			unlock()
+		}
 	}
 	return nil
 }
+
+// imagesLock is the Lock name held from building tierflow's images to
+// loading them into the nodes.
+const imagesLock = "images"

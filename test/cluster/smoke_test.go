@@ -26,7 +26,9 @@ import (
 // relies on first: everything Running and Ready with clean logs, pods
 // talking across nodes by pod IP, Service, NodePort and DNS name, the
 // kubelet's probes passing under a default-deny policy, the outside reached
-// through masquerade, and an uninstall that leaves nothing on the nodes.
+// through masquerade, and an uninstall as documented (the release
+// manifest deleted, then the cleanup DaemonSet) that leaves nothing of
+// tierflow's on the nodes.
 func TestRealCluster(t *testing.T) {
 	root, binDir, err := cluster.EnsurePrerequisites()
 	if err != nil {
@@ -34,15 +36,18 @@ func TestRealCluster(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()
+	const name = "tierflow-smoke"
+	unlock, err := cluster.Lock(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock()
 	dir := filepath.Join(root, "_output", "cluster-smoke")
-	if old, err := cluster.Load(dir); err == nil {
-		t.Logf("removing a cluster an earlier run left in %s", dir)
-		if err := old.Down(ctx, t.Logf); err != nil {
-			t.Fatal(err)
-		}
+	if err := cluster.RemoveStale(ctx, name, dir, t.Logf); err != nil {
+		t.Fatal(err)
 	}
 	c, err := cluster.Up(ctx, cluster.Options{
-		Name: "tierflow-smoke", Nodes: 3, Dir: dir, Subnet: "172.30.1.0/24",
+		Name: name, Nodes: 3, Dir: dir, Subnet: "172.30.1.0/24",
 		ExternalIP: "198.51.100.2", BinDir: binDir, Logf: t.Logf,
 	})
 	if err != nil {
@@ -68,6 +73,7 @@ func TestRealCluster(t *testing.T) {
 	}
 	installed := time.Now()
 
+	t.Run("BadInput", func(t *testing.T) { checkBadInput(ctx, t, c) })
 	t.Run("Running", func(t *testing.T) { checkRunning(ctx, t, c, cs) })
 	t.Run("READMECheck", func(t *testing.T) {
 		out, err := c.RunREADMEBlock(ctx, root, "check")
@@ -80,6 +86,17 @@ func TestRealCluster(t *testing.T) {
 	t.Run("External", func(t *testing.T) { checkExternal(ctx, t, c, w) })
 	t.Run("ProbesUnderDefaultDeny", func(t *testing.T) { checkDefaultDeny(ctx, t, c, cs, w) })
 	t.Run("LogsClean", func(t *testing.T) { checkLogs(ctx, t, c, cs, installed) })
+	t.Run("Uninstall", func(t *testing.T) {
+		out, left, err := c.Uninstall(ctx, root)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		for node, things := range left {
+			for _, thing := range things {
+				t.Errorf("%s still has %s", node, thing)
+			}
+		}
+	})
 }
 
 func lastLines(s string, n int) string {
@@ -91,7 +108,7 @@ func lastLines(s string, n int) string {
 }
 
 // checkRunning: the controller Deployment Ready with one leader, the agent
-// DaemonSet Ready on every node, every node Ready.
+// DaemonSet Ready on every node, CoreDNS Ready, every node Ready.
 func checkRunning(ctx context.Context, t *testing.T, c *cluster.Cluster, cs kubernetes.Interface) {
 	dep, err := cs.AppsV1().Deployments("kube-system").Get(ctx, "tierflow-controller", metav1.GetOptions{})
 	if err != nil {
@@ -126,6 +143,21 @@ func checkRunning(ctx context.Context, t *testing.T, c *cluster.Cluster, cs kube
 	}
 	if ds.Status.NumberReady != int32(len(c.Nodes)) || ds.Status.DesiredNumberScheduled != int32(len(c.Nodes)) {
 		t.Errorf("agent DaemonSet: %d ready of %d desired, want %d", ds.Status.NumberReady, ds.Status.DesiredNumberScheduled, len(c.Nodes))
+	}
+	// Cluster DNS: CoreDNS's pods, created before there was a network,
+	// start once it is up, at the kubelet's next retry of their volumes
+	// (its back-off grows to two minutes), and turn Ready when synced.
+	if err := eventually(4*time.Minute, func() error {
+		d, err := cs.AppsV1().Deployments("kube-system").Get(ctx, "coredns", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if d.Status.ReadyReplicas != *d.Spec.Replicas {
+			return fmt.Errorf("CoreDNS: %d of %d replicas Ready", d.Status.ReadyReplicas, *d.Spec.Replicas)
+		}
+		return nil
+	}); err != nil {
+		t.Error(err)
 	}
 	// A node turns Ready at the kubelet's next status update after the
 	// network plugin's configuration appeared (every 10 s).

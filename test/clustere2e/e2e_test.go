@@ -42,6 +42,9 @@ func run(m *testing.M) int {
 	ctx := context.Background()
 	logf := func(format string, args ...any) { fmt.Printf("e2e-cluster: "+format+"\n", args...) }
 	if dir := os.Getenv("TIERFLOW_E2E_CLUSTER_DIR"); dir != "" {
+		if !filepath.IsAbs(dir) {
+			dir = filepath.Join(root, dir) // as make, in the repository
+		}
 		c, err := cluster.Load(dir)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "TIERFLOW_E2E_CLUSTER_DIR=%s: %v\n", dir, err)
@@ -50,16 +53,20 @@ func run(m *testing.M) int {
 		env.c = c
 		logf("using the cluster in %s (left running)", dir)
 	} else {
+		const name = "tierflow-e2e"
+		unlock, err := cluster.Lock(name)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer unlock()
 		dir := filepath.Join(root, "_output", "cluster-e2e")
-		if old, err := cluster.Load(dir); err == nil {
-			logf("removing a cluster an earlier run left in %s", dir)
-			if err := old.Down(ctx, logf); err != nil {
-				fmt.Fprintln(os.Stderr, err)
-				return 1
-			}
+		if err := cluster.RemoveStale(ctx, name, dir, logf); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
 		}
 		c, err := cluster.Up(ctx, cluster.Options{
-			Name: "tierflow-e2e", Nodes: 3, Dir: dir, Subnet: "172.30.2.0/24",
+			Name: name, Nodes: 3, Dir: dir, Subnet: "172.30.2.0/24",
 			ExternalIP: "198.51.100.3", BinDir: binDir, Logf: logf,
 		})
 		if err != nil {

@@ -17,8 +17,9 @@ import (
 // testTierctl runs tierctl as the README shows it: through `kubectl exec`
 // into the controller (get, explain, flows and trace reach the agents
 // through the controller) and into a node's agent pod (flows and trace on
-// the node's own socket), on a namespace where a NetworkPolicy lets one
-// client in and keeps another out.
+// the node's own socket: that node's flows, traces between its pods), on a
+// namespace where a NetworkPolicy lets one client in and keeps another
+// out.
 func testTierctl(t *testing.T) {
 	ctx := context.Background()
 	const ns = "tierctl"
@@ -29,6 +30,9 @@ func testTierctl(t *testing.T) {
 	defer func() { _ = cs.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) }()
 	for _, p := range []struct{ name, node, role string }{
 		{"server", c.Nodes[2].Name, "server"}, {"friend", c.Nodes[1].Name, "friend"}, {"stranger", c.Nodes[1].Name, "stranger"},
+		// A friend on the server's node: a trace on a node sees that
+		// node's pods only.
+		{"neighbour", c.Nodes[2].Name, "friend"},
 	} {
 		pod := agnhostPod(p.name, p.node, map[string]string{"role": p.role}, []string{"netexec", "--http-port=8080", "--udp-port=-1"}, nil)
 		pod.Namespace = ns
@@ -36,7 +40,7 @@ func testTierctl(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, name := range []string{"server", "friend", "stranger"} {
+	for _, name := range []string{"server", "friend", "stranger", "neighbour"} {
 		waitPodReady(t, ns, name)
 	}
 	np := &networkingv1.NetworkPolicy{
@@ -83,7 +87,7 @@ func testTierctl(t *testing.T) {
 		{"flows --check through the controller", inController, []string{"flows", "--node", c.Nodes[2].Name, "--check"}, nil},
 		{"trace through the controller", inController, []string{"trace", "--src", ns + "/stranger", "--dst", ns + "/server", "--port", "TCP/8080"}, []string{"Deny"}},
 		{"flows on the node", inAgent, []string{"flows", "--policy", "NetworkPolicy/" + ns + "/only-friends"}, []string{"IngressNetworkPolicy"}},
-		{"trace on the node", inAgent, []string{"trace", "--src", ns + "/friend", "--dst", ns + "/server", "--port", "TCP/8080"}, []string{"Allow"}},
+		{"trace on the node", inAgent, []string{"trace", "--src", ns + "/neighbour", "--dst", ns + "/server", "--port", "TCP/8080"}, []string{"Allow"}},
 	}
 	for _, ch := range checks {
 		t.Run(strings.ReplaceAll(ch.name, " ", "_"), func(t *testing.T) {

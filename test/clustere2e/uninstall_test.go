@@ -9,19 +9,16 @@ import (
 )
 
 // testUninstall deletes tierflow as manifests/README.md documents (its
-// block "uninstall", run verbatim) and checks that no node keeps a gateway,
-// route, nat rule, nftables table, CNI configuration, CNI binary or state
-// directory of tierflow's.
+// block "uninstall", run verbatim: the release manifest, then the cleanup
+// DaemonSet) and checks that no node keeps an OVS device, route, nat rule,
+// nftables table, CNI configuration, CNI binary or directory of
+// tierflow's.
 func testUninstall(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	out, err := env.c.RunDocBlock(ctx, env.root, "manifests/README.md", "uninstall")
+	out, left, err := env.c.Uninstall(ctx, env.root)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
-	}
-	left, err := env.c.Leftovers(ctx)
-	if err != nil {
-		t.Fatal(err)
 	}
 	for node, things := range left {
 		for _, thing := range things {

@@ -53,80 +53,104 @@ type Installer interface {
 
 // Syncer reconciles one bridge. It is not safe for concurrent use.
 type Syncer struct {
-	inst      Installer
-	installed map[string]openflow.Flow
+	inst Installer
+	// installed is what the syncer believes the bridge holds of its flows.
+	installed installedSet
+}
+
+// installedSet is a set of flows by key: the flows themselves (the
+// desired list of the sync that installed them, kept as it was given)
+// and each key's index in that list. An index, not a copy of the flow:
+// flows are large and an agent's bridge holds hundreds of thousands.
+type installedSet struct {
+	flows []openflow.Flow
+	index map[string]int32
+}
+
+func (s installedSet) get(key string) (*openflow.Flow, bool) {
+	i, ok := s.index[key]
+	if !ok {
+		return nil, false
+	}
+	return &s.flows[i], true
 }
 
 // NewSyncer returns a syncer that believes the bridge holds none of its flows.
 func NewSyncer(inst Installer) *Syncer {
-	return &Syncer{inst: inst, installed: map[string]openflow.Flow{}}
+	return &Syncer{inst: inst}
 }
 
 // Installed is the number of flows the syncer believes it installed.
-func (s *Syncer) Installed() int { return len(s.installed) }
+func (s *Syncer) Installed() int { return len(s.installed.index) }
 
 // Diff computes the bundle that turns the installed flows into desired.
-func (s *Syncer) Diff(desired []openflow.Flow) (Bundle, map[string]openflow.Flow, error) {
-	return s.DiffKeyed(desired, nil)
+func (s *Syncer) Diff(desired []openflow.Flow) (Bundle, error) {
+	b, _, err := s.diffKeyed(desired, nil)
+	return b, err
 }
 
-// DiffKeyed is Diff with each flow's Flow.Key precomputed (keys[i] for
-// desired[i]; nil computes them).
-func (s *Syncer) DiffKeyed(desired []openflow.Flow, keys []string) (Bundle, map[string]openflow.Flow, error) {
+// diffKeyed is Diff with each flow's Flow.Key precomputed (keys[i] for
+// desired[i]; nil computes them). It also returns desired as the set the
+// bridge holds once the bundle is applied.
+func (s *Syncer) diffKeyed(desired []openflow.Flow, keys []string) (Bundle, installedSet, error) {
 	if keys != nil && len(keys) != len(desired) {
-		return Bundle{}, nil, fmt.Errorf("%d keys for %d flows", len(keys), len(desired))
+		return Bundle{}, installedSet{}, fmt.Errorf("%d keys for %d flows", len(keys), len(desired))
 	}
-	want := make(map[string]openflow.Flow, len(desired))
+	want := installedSet{flows: desired, index: make(map[string]int32, len(desired))}
 	var b Bundle
 	// Adds and modifies follow the desired order (deterministic, as the
 	// compiler's output is); deletes are sorted. Order inside a bundle does
 	// not matter for correctness: it is applied atomically.
-	for i, f := range desired {
+	for i := range desired {
+		f := &desired[i]
 		var k string
 		if keys != nil {
 			k = keys[i]
 		} else {
 			k = f.Key()
 		}
-		if _, dup := want[k]; dup {
-			return Bundle{}, nil, fmt.Errorf("two desired flows with the same table, priority and match: %s", k)
+		if _, dup := want.index[k]; dup {
+			return Bundle{}, installedSet{}, fmt.Errorf("two desired flows with the same table, priority and match: %s", k)
 		}
-		want[k] = f
-		old, ok := s.installed[k]
+		want.index[k] = int32(i)
+		old, ok := s.installed.get(k)
 		switch {
 		case !ok || old.Cookie != f.Cookie:
-			b.Add = append(b.Add, f)
+			b.Add = append(b.Add, *f)
 		case !actionsEqual(old.Actions, f.Actions):
-			b.Modify = append(b.Modify, f)
+			b.Modify = append(b.Modify, *f)
 		}
 	}
 	var gone []string
-	for k := range s.installed {
-		if _, ok := want[k]; !ok {
+	for k := range s.installed.index {
+		if _, ok := want.index[k]; !ok {
 			gone = append(gone, k)
 		}
 	}
 	sort.Strings(gone)
 	for _, k := range gone {
-		b.Delete = append(b.Delete, s.installed[k])
+		f, _ := s.installed.get(k)
+		b.Delete = append(b.Delete, *f)
 	}
 	return b, want, nil
 }
 
 // Sync makes the bridge hold exactly desired (as far as the syncer's own
 // flows go), in one bundle. On error the bridge and the syncer's view are
-// unchanged.
+// unchanged. The syncer keeps desired as its view of the bridge: callers
+// must not modify it afterwards.
 func (s *Syncer) Sync(ctx context.Context, desired []openflow.Flow) (Bundle, error) {
 	return s.SyncKeyed(ctx, desired, nil)
 }
 
-// SyncKeyed is Sync with precomputed keys (see DiffKeyed).
+// SyncKeyed is Sync with precomputed keys (keys[i] is desired[i]'s Flow.Key).
 func (s *Syncer) SyncKeyed(ctx context.Context, desired []openflow.Flow, keys []string) (Bundle, error) {
-	b, want, err := s.DiffKeyed(desired, keys)
+	b, want, err := s.diffKeyed(desired, keys)
 	if err != nil {
 		return b, err
 	}
 	if b.Empty() {
+		s.installed = want
 		return b, nil
 	}
 	if err := s.inst.Apply(ctx, b); err != nil {
@@ -145,14 +169,14 @@ func (s *Syncer) Adopt(ctx context.Context, desired []openflow.Flow, round uint8
 	return s.AdoptKeyed(ctx, desired, nil, round)
 }
 
-// AdoptKeyed is Adopt with precomputed keys (see DiffKeyed).
+// AdoptKeyed is Adopt with precomputed keys (see SyncKeyed).
 func (s *Syncer) AdoptKeyed(ctx context.Context, desired []openflow.Flow, keys []string, round uint8) (Bundle, error) {
 	stats, err := s.inst.Stats(ctx)
 	if err != nil {
 		return Bundle{}, err
 	}
-	s.installed = map[string]openflow.Flow{}
-	b, want, err := s.DiffKeyed(desired, keys)
+	s.installed = installedSet{}
+	b, want, err := s.diffKeyed(desired, keys)
 	if err != nil {
 		return b, err
 	}
@@ -179,7 +203,7 @@ func (s *Syncer) AdoptKeyed(ctx context.Context, desired []openflow.Flow, keys [
 
 // Forget makes the syncer believe nothing is installed, so the next Sync
 // re-adds every flow: after ovs-vswitchd restarted or the flows were wiped.
-func (s *Syncer) Forget() { s.installed = map[string]openflow.Flow{} }
+func (s *Syncer) Forget() { s.installed = installedSet{} }
 
 // NextRound picks the cookie round for a starting agent: one past the
 // highest round found on the bridge (rounds wrap; 0 is skipped so a

@@ -148,13 +148,16 @@
 //
 // # Not done here
 //
-// No cleanup of routes, gateway, tunnel, underlay bridge and masquerade
-// chain when tierflow is uninstalled (delete the tierflow-gw0 and
-// tierflow-tun0 ports, `ip route flush proto 0x54`, the nat chain
-// TIERFLOW-POSTROUTING with its POSTROUTING jump; on a netdev node move
-// the addresses and routes recorded in the underlay bridge's
-// tierflow.io/underlay back to the interface, remove its hostguard chain
-// and delete the bridge).
+// Uninstalling is not the running agent's job: Cleanup removes the routes
+// and the masquerade chain for pkg/agent/uninstall (`tierflow-agent
+// cleanup`), which also removes the gateway and tunnel ports' devices with
+// the bridge's. The underlay bridge is the exception: on a netdev node in
+// encap mode the node's address lives on it, and once ovs-vswitchd stops
+// the node has no network (not even to run the cleanup). An agent whose
+// configuration has no underlay (another nodeNetwork.mode, or the kernel
+// datapath) therefore moves back what its record says was moved onto the
+// underlay bridge and deletes it (RevertUnderlay): set mode noEncap and
+// let the agents restart before deleting tierflow from such nodes.
 //
 // # Masquerade
 //

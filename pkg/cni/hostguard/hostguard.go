@@ -105,3 +105,27 @@ func Remove(netnsPath, dev string) error {
 	}
 	return nil
 }
+
+// RemoveTable deletes Table with every guard chain in it (tierflow's
+// uninstall). It reports whether the table existed.
+func RemoveTable(netnsPath string) (bool, error) {
+	c, done, err := conn(netnsPath)
+	if err != nil {
+		return false, err
+	}
+	defer done()
+	tables, err := c.ListTablesOfFamily(nftables.TableFamilyNetdev)
+	if err != nil {
+		return false, fmt.Errorf("nftables: list netdev tables: %w", err)
+	}
+	for _, t := range tables {
+		if t.Name == Table {
+			c.DelTable(table())
+			if err := c.Flush(); err != nil {
+				return false, fmt.Errorf("nftables: delete netdev table %s: %w", Table, err)
+			}
+			return true, nil
+		}
+	}
+	return false, nil
+}

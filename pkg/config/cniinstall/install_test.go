@@ -139,3 +139,56 @@ func TestInstallWithoutPluginFails(t *testing.T) {
 		t.Error("configuration written although the plugin is missing")
 	}
 }
+
+// TestUninstall removes exactly what Install put there: the node's own
+// loopback (which Install kept) stays, as does another network's
+// configuration.
+func TestUninstall(t *testing.T) {
+	a := testAgent(t)
+	src := t.TempDir()
+	for _, name := range []string{PluginName, "host-local", "loopback"} {
+		if err := os.WriteFile(filepath.Join(src, name), []byte("tierflow's "+name), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for dir, files := range map[string]map[string]string{
+		a.CNI.BinDir:  {"loopback": "node's loopback", "bridge": "node's bridge"},
+		a.CNI.ConfDir: {"20-other.conflist": "{}"},
+	} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for name, content := range files {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := Install(a, []string{"10.244.2.0/24"}, src); err != nil {
+		t.Fatal(err)
+	}
+	removed, err := Uninstall(a, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{filepath.Join(a.CNI.ConfDir, ConflistName), filepath.Join(a.CNI.BinDir, PluginName), filepath.Join(a.CNI.BinDir, "host-local")}
+	if strings.Join(removed, " ") != strings.Join(want, " ") {
+		t.Errorf("removed %v, want %v", removed, want)
+	}
+	names := func(dir string) (out []string) {
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			out = append(out, e.Name())
+		}
+		return out
+	}
+	if got := strings.Join(names(a.CNI.BinDir), " "); got != "bridge loopback" {
+		t.Errorf("left in the bin directory: %s", got)
+	}
+	if got := strings.Join(names(a.CNI.ConfDir), " "); got != "20-other.conflist" {
+		t.Errorf("left in the configuration directory: %s", got)
+	}
+	if removed, err := Uninstall(a, src); err != nil || len(removed) != 0 {
+		t.Errorf("second uninstall: removed %v, %v", removed, err)
+	}
+}

@@ -113,7 +113,8 @@ func (r *realization) summarize(p *model.Policy) Summary {
 		SourceGeneration: p.SourceGeneration, SpanNodes: len(p.Span),
 	}
 	for node, res := range r.results[p.ID] {
-		if res.Generation != p.Generation || !slices.Contains(p.Span, node) {
+		// Span is sorted: a policy every node holds has thousands.
+		if _, in := slices.BinarySearch(p.Span, node); res.Generation != p.Generation || !in {
 			continue
 		}
 		if res.Error == "" {

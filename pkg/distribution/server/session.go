@@ -330,7 +330,8 @@ func (s *Server) sendUpdate(stream wire.ServerStream, u *wire.Update, chunks boo
 		return status.Error(codes.Internal, err.Error())
 	}
 	if !chunked {
-		return stream.Send(&wire.ServerMessage{Update: u})
+		// Encoded once: the codec sends these bytes as they are.
+		return stream.Send(wire.EncodedUpdate(data))
 	}
 	for _, c := range wire.Chunks(u.Version, data, s.opts.ChunkSize) {
 		if err := stream.Send(&wire.ServerMessage{Chunk: c}); err != nil {

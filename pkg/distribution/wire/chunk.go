@@ -22,9 +22,23 @@ type Chunk struct {
 // EncodeUpdate returns u's JSON encoding and whether it must travel in
 // chunks: when it is longer than chunkSize.
 func EncodeUpdate(u *Update, chunkSize int) (data []byte, chunked bool, err error) {
-	data, err = json.Marshal(u)
+	// The address groups are spliced in from their encodings (often
+	// cached, see AddressGroups): through json.Marshal, a Marshaler's
+	// output is scanned again, which for a large group costs about what
+	// encoding it does.
+	rest := *u
+	rest.AddressGroups = nil
+	data, err = json.Marshal(&rest)
 	if err != nil {
 		return nil, false, fmt.Errorf("encoding update %d: %w", u.Version, err)
+	}
+	if len(u.AddressGroups) > 0 {
+		groups, err := u.AddressGroups.MarshalJSON()
+		if err != nil {
+			return nil, false, fmt.Errorf("encoding update %d: %w", u.Version, err)
+		}
+		// data is a JSON object with at least "epoch" and "version".
+		data = append(append(append(data[:len(data)-1], `,"addressGroups":`...), groups...), '}')
 	}
 	return data, len(data) > chunkSize, nil
 }

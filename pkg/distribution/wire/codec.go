@@ -19,6 +19,9 @@ func init() { encoding.RegisterCodec(jsonCodec{}) }
 type jsonCodec struct{}
 
 func (jsonCodec) Marshal(v any) ([]byte, error) {
+	if m, ok := v.(*ServerMessage); ok && m.encoded != nil {
+		return m.encoded, nil
+	}
 	b, err := json.Marshal(v)
 	if err != nil {
 		return nil, fmt.Errorf("encoding %T: %w", v, err)

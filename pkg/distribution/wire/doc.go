@@ -15,7 +15,10 @@
 // still supplies HTTP/2 framing, flow control, TLS, deadlines, keepalives
 // and per-RPC credentials. Both ends use the codec only through
 // CallContentSubtype / the registered name, so other gRPC services in the
-// same process keep protobuf.
+// same process keep protobuf. The encoding of a large address group is
+// made once and reused for every node it goes to (AddressGroups,
+// groupjson.go): a group every node needs is otherwise encoded once per
+// node.
 //
 // # The stream
 //

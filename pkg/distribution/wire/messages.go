@@ -56,6 +56,18 @@ type ServerMessage struct {
 	// that do not know the field ignore the message; the controller's
 	// wait then times out.
 	Query *AgentQuery `json:"query,omitempty"`
+
+	// encoded, when set, is the message's encoding (EncodedUpdate).
+	encoded []byte
+}
+
+// EncodedUpdate is a message carrying an Update already encoded by
+// EncodeUpdate: the codec sends its bytes as they are instead of encoding
+// the Update again.
+func EncodedUpdate(data []byte) *ServerMessage {
+	msg := make([]byte, 0, len(data)+len(`{"update":}`))
+	msg = append(append(append(msg, `{"update":`...), data...), '}')
+	return &ServerMessage{encoded: msg}
 }
 
 // AgentQuery is a request of the agent's local query API
@@ -103,9 +115,9 @@ type Update struct {
 
 	// AddressGroups are sent whole; AddressGroupPatches change the members
 	// of a group the node already holds.
-	AddressGroups        []*model.AddressGroup `json:"addressGroups,omitempty"`
-	AddressGroupPatches  []AddressGroupPatch   `json:"addressGroupPatches,omitempty"`
-	DeletedAddressGroups []string              `json:"deletedAddressGroups,omitempty"`
+	AddressGroups        AddressGroups       `json:"addressGroups,omitempty"`
+	AddressGroupPatches  []AddressGroupPatch `json:"addressGroupPatches,omitempty"`
+	DeletedAddressGroups []string            `json:"deletedAddressGroups,omitempty"`
 }
 
 // Empty reports whether the update changes nothing.

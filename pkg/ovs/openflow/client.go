@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -174,6 +175,10 @@ func (c *Client) Connects() int {
 
 func (c *Client) nextXID() uint32 { return c.xid.Add(1) }
 
+// reserveXIDs hands out n consecutive transaction ids and returns the
+// first (they may wrap around zero).
+func (c *Client) reserveXIDs(n int) uint32 { return c.xid.Add(uint32(n)) - uint32(n) + 1 }
+
 // connectOnce dials, handshakes, runs OnConnect and publishes the connection.
 func (c *Client) connectOnce(ctx context.Context) (*conn, error) {
 	network, addr, _ := splitTarget(c.target)
@@ -325,9 +330,12 @@ type conn struct {
 
 	mu      sync.Mutex
 	waiters map[uint32]*waiter
-	dead    chan struct{}
-	cause   error
-	echoed  chan struct{}
+	// ranges collect the messages of xid ranges (a bundle's adds, which
+	// the switch answers only with errors).
+	ranges []*xidRange
+	dead   chan struct{}
+	cause  error
+	echoed chan struct{}
 }
 
 type waiter struct {
@@ -512,6 +520,13 @@ func (cn *conn) readLoop() {
 		xid := binary.BigEndian.Uint32(msg[4:8])
 		cn.mu.Lock()
 		w := cn.waiters[xid]
+		if w == nil {
+			for _, r := range cn.ranges {
+				if r.add(xid, msg) {
+					break
+				}
+			}
+		}
 		cn.mu.Unlock()
 		if w == nil {
 			continue
@@ -577,6 +592,52 @@ func (cn *conn) register(xid uint32, buf int) *waiter {
 	}
 	cn.mu.Unlock()
 	return w
+}
+
+// xidRange collects the messages whose xids fall in [first, first+n).
+// The read loop adds to it under the conn's lock, never blocking.
+type xidRange struct {
+	first uint32
+	n     uint32
+	msgs  map[uint32][][]byte // guarded by the conn's mu
+}
+
+// add keeps msg if xid is in the range (unsigned arithmetic: the range
+// may wrap around zero).
+func (r *xidRange) add(xid uint32, msg []byte) bool {
+	if xid-r.first >= r.n {
+		return false
+	}
+	r.msgs[xid] = append(r.msgs[xid], msg)
+	return true
+}
+
+// registerRange starts collecting the messages of n xids from first.
+func (cn *conn) registerRange(first uint32, n int) *xidRange {
+	r := &xidRange{first: first, n: uint32(n), msgs: map[uint32][][]byte{}}
+	cn.mu.Lock()
+	cn.ranges = append(cn.ranges, r)
+	cn.mu.Unlock()
+	return r
+}
+
+func (cn *conn) unregisterRange(r *xidRange) {
+	cn.mu.Lock()
+	cn.ranges = slices.DeleteFunc(cn.ranges, func(x *xidRange) bool { return x == r })
+	cn.mu.Unlock()
+}
+
+// takeRange removes and returns the messages r collected so far, keyed
+// by their index in the range.
+func (cn *conn) takeRange(r *xidRange) map[int][][]byte {
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	out := make(map[int][][]byte, len(r.msgs))
+	for xid, ms := range r.msgs {
+		out[int(xid-r.first)] = ms
+	}
+	clear(r.msgs)
+	return out
 }
 
 func (cn *conn) unregister(xid uint32) {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -510,6 +511,54 @@ func TestBundleCommitErrorNamesFlow(t *testing.T) {
 	}
 }
 
+// TestLargeBundleStreamed: a bundle far larger than one write chunk is
+// installed whole; a flow failing local validation after chunks went out,
+// and a flow the switch rejects at commit, are named by their index in the
+// call and leave the bridge unchanged.
+func TestLargeBundleStreamed(t *testing.T) {
+	env := ovsenv.Start(t)
+	br := env.AddBridge("br")
+	if _, err := env.Vsctl("--", "--id=@ft", "create", "Flow_Table", "flow_limit=2", "overflow_policy=refuse",
+		"--", "set", "Bridge", br.Name, "flow_tables:5=@ft"); err != nil {
+		t.Fatal(err)
+	}
+	c := dialBridge(t, br, openflow.Options{})
+	ctx := context.Background()
+	const n = 30000 // about 3.6 MB of bundle-add messages
+	flows := make([]openflow.Flow, n)
+	for i := range flows {
+		flows[i] = openflow.Flow{Table: 4, Priority: 100, Cookie: 0x4, Match: openflow.Match{EthType: 0x0800,
+			IPSrc: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}), 32)},
+			Actions: []openflow.Action{openflow.Conjunction{ID: uint32(i + 1), Clause: 1, NClauses: 2}}}
+	}
+
+	bad := append(slices.Clone(flows), openflow.Flow{Table: 4, Priority: 1, Match: openflow.Match{IPSrc: netip.MustParsePrefix("10.0.0.0/8")}})
+	err := c.AddFlows(ctx, bad...)
+	var fe *openflow.FlowError
+	if !errors.As(err, &fe) || fe.Index != n {
+		t.Fatalf("invalid last flow: got %v, want a FlowError for flow #%d", err, n)
+	}
+
+	full := slices.Clone(flows)
+	for i := 0; i < 3; i++ {
+		full = append(full, openflow.Flow{Table: 5, Priority: uint16(100 + i), Cookie: uint64(0x500 + i)})
+	}
+	err = c.AddFlows(ctx, full...)
+	if !errors.As(err, &fe) || fe.Index != n+2 || !strings.Contains(err.Error(), "OFPFMFC_TABLE_FULL") {
+		t.Fatalf("table full at commit: got %v, want a FlowError for flow #%d", err, n+2)
+	}
+	if got := dump(t, br); len(got) != 0 {
+		t.Fatalf("rejected bundles installed %d flows", len(got))
+	}
+
+	if err := c.AddFlows(ctx, flows...); err != nil {
+		t.Fatal(err)
+	}
+	if got := dump(t, br); len(got) != n {
+		t.Fatalf("installed %d flows, want %d", len(got), n)
+	}
+}
+
 // TestDialRequiresOpenFlow13: a bridge that does not allow OpenFlow 1.3 is
 // refused with a clear error instead of being driven with a wrong encoding.
 func TestDialRequiresOpenFlow13(t *testing.T) {
@@ -614,5 +663,86 @@ func TestEchoTimeoutReconnectKeepsFlows(t *testing.T) {
 	}
 	if got := dump(t, br); len(got) != 1 {
 		t.Fatalf("flows after reconnect: %q", got)
+	}
+}
+
+// TestMonitorSeesBundles: a flow monitor on its own connection reports the
+// flows a bridge holds, then every flow another connection's bundle adds,
+// modifies or deletes, once that bundle is committed; its matches decode.
+func TestMonitorSeesBundles(t *testing.T) {
+	env := ovsenv.Start(t)
+	br := env.AddBridge("br")
+	c := dialBridge(t, br, openflow.Options{})
+	ctx := context.Background()
+	pre := openflow.Flow{Table: 7, Priority: 5, Cookie: 0x70, Match: openflow.Match{InPort: 3}}
+	if err := c.AddFlows(ctx, pre); err != nil {
+		t.Fatal(err)
+	}
+	m, err := openflow.DialMonitor(ctx, br.MgmtEndpoint(), 7, 11)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	next := func() []openflow.FlowUpdate {
+		t.Helper()
+		select {
+		case ups, ok := <-m.Updates():
+			if !ok {
+				t.Fatalf("monitor stopped: %v", m.Err())
+			}
+			return ups
+		case <-time.After(10 * time.Second):
+			t.Fatal("no update within 10s")
+		}
+		return nil
+	}
+	if ups := next(); len(ups) != 1 || !ups[0].Initial || ups[0].Cookie != 0x70 || ups[0].Table != 7 {
+		t.Fatalf("initial flows: %+v", ups)
+	}
+
+	const n = 300
+	var flows []openflow.Flow
+	for i := 0; i < n; i++ {
+		flows = append(flows, openflow.Flow{Table: 11, Priority: 100, Cookie: 0x11, Match: openflow.Match{EthType: 0x0800,
+			IPSrc: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)}), 32)},
+			Actions: []openflow.Action{openflow.Conjunction{ID: 9, Clause: 1, NClauses: 2}}})
+	}
+	flows = append(flows, openflow.Flow{Table: 11, Priority: 100, Cookie: 0x11, Match: openflow.Match{EthType: 0x0800, IPProto: 6, L4Dst: &openflow.Masked{Value: 8080}},
+		Actions: []openflow.Action{openflow.Conjunction{ID: 9, Clause: 2, NClauses: 2}}})
+	// A flow of a table nobody watches is not reported.
+	flows = append(flows, openflow.Flow{Table: 12, Priority: 1, Cookie: 0x12})
+	if err := c.AddFlows(ctx, flows...); err != nil {
+		t.Fatal(err)
+	}
+	committed := time.Now()
+	var added []openflow.FlowUpdate
+	for len(added) < n+1 {
+		added = append(added, next()...)
+	}
+	port, mask, ok := added[n].TCPDst()
+	if len(added) != n+1 || !ok || port != 8080 || mask != 0xffff {
+		t.Fatalf("%d updates; the last's TCP port %d/%#x %v", len(added), port, mask, ok)
+	}
+	for i, u := range added[:n] {
+		pfx, ok := u.IPv4Src()
+		if u.Event != openflow.FlowAdded || u.Initial || !ok || pfx != flows[i].Match.IPSrc || u.Table != 11 {
+			t.Fatalf("update %d: %+v (%v %v)", i, u, pfx, ok)
+		}
+	}
+	t.Logf("%d flows reported %v after the commit returned", len(added), added[len(added)-1].Received.Sub(committed))
+
+	mod := flows[0]
+	mod.Actions = []openflow.Action{openflow.Conjunction{ID: 10, Clause: 1, NClauses: 2}}
+	if err := c.ModifyFlows(ctx, mod); err != nil {
+		t.Fatal(err)
+	}
+	if ups := next(); len(ups) != 1 || ups[0].Event != openflow.FlowModified || ups[0].Key() != added[0].Key() {
+		t.Fatalf("modify: %+v", ups)
+	}
+	if err := c.DeleteFlows(ctx, flows[1], flows[2]); err != nil {
+		t.Fatal(err)
+	}
+	if ups := next(); len(ups) != 2 || ups[0].Event != openflow.FlowDeleted || ups[1].Key() != added[2].Key() {
+		t.Fatalf("delete: %+v", ups)
 	}
 }

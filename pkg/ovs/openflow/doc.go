@@ -21,11 +21,19 @@
 //     253, never jumped to) and checks it after each handshake;
 //   - applies several changes atomically with an OpenFlow bundle (open, add
 //     each flow-mod, barrier, commit — or discard if the switch rejected an
-//     add); a single change is a flow-mod plus barrier. Every error the
-//     switch sends is matched by xid to the change that caused it and
-//     returned as a *FlowError naming that flow;
+//     add); a single change is a flow-mod plus barrier. A bundle's adds are
+//     encoded while it is sent and written in chunks of many messages, so
+//     the switch parses the first while the rest are encoded; they carry
+//     consecutive xids, and every error the switch sends is matched by xid
+//     to the change that caused it and returned as a *FlowError naming that
+//     flow;
 //   - reads flow counters with multipart flow-stats requests filtered by
 //     table and cookie/mask.
+//
+// Monitor (monitor.go) is an observer on a connection of its own: a flow
+// monitor (the ONF extension Open vSwitch serves for OpenFlow 1.3) that
+// reports a bridge's flows, then each committed add, delete and modify as
+// the switch commits it, with the time it was read.
 //
 // One goroutine reads the socket and hands each message to the request
 // waiting for its xid; libOpenflow's MessageStream is not used because it

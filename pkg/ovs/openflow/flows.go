@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	of13 "github.com/contiv/libOpenflow/openflow13"
@@ -102,35 +103,33 @@ func decodeError(msg []byte) error {
 // none is. More than one change goes through an OpenFlow bundle (ONF
 // extension 230 as OVS implements it for OpenFlow 1.3, atomic and ordered);
 // a single change is one flow-mod followed by a barrier. Rejected changes
-// come back as *FlowError values (errors.As) naming the flow; local
-// validation failures are reported before anything is sent.
+// come back as *FlowError values (errors.As) naming the flow, whether the
+// switch rejected them or local validation did; either way nothing is
+// applied. (A bundle is encoded while it is sent: a flow that fails local
+// validation after the first chunk of a large bundle went out makes the
+// bundle be discarded.)
 func (c *Client) Apply(ctx context.Context, changes []FlowChange) error {
 	if len(changes) == 0 {
 		return nil
 	}
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
-	mods := make([]*of13.FlowMod, len(changes))
-	var errs []error
-	for i, ch := range changes {
-		fm, err := changeMod(ch, c.nextXID())
+	if len(changes) == 1 {
+		fm, err := changeMod(changes[0], c.nextXID())
 		if err != nil {
-			errs = append(errs, &FlowError{Index: i, Command: ch.Command, Flow: ch.Flow, Err: err})
-			continue
+			return fmt.Errorf("nothing applied: %w", &FlowError{Index: 0, Command: changes[0].Command, Flow: changes[0].Flow, Err: err})
 		}
-		mods[i] = fm
-	}
-	if len(errs) > 0 {
-		return fmt.Errorf("nothing applied: %w", errors.Join(errs...))
+		cn, err := c.current(ctx)
+		if err != nil {
+			return err
+		}
+		return cn.single(ctx, changes[0], fm)
 	}
 	cn, err := c.current(ctx)
 	if err != nil {
 		return err
 	}
-	if len(changes) == 1 {
-		return cn.single(ctx, changes[0], mods[0])
-	}
-	return cn.bundle(ctx, changes, mods)
+	return cn.bundle(ctx, changes)
 }
 
 func changeMod(ch FlowChange, xid uint32) (*of13.FlowMod, error) {
@@ -177,31 +176,66 @@ func (cn *conn) single(ctx context.Context, ch FlowChange, fm *of13.FlowMod) err
 	return nil
 }
 
-// bundle sends open, one add per change, a barrier (to collect add-time
-// errors), then commit — or discard when an add was rejected.
-func (cn *conn) bundle(ctx context.Context, changes []FlowChange, mods []*of13.FlowMod) error {
+// bundleWriteChunk is how many bytes of bundle-add messages are encoded
+// before they are written: the switch parses the first ones while the
+// rest are encoded, and one write carries a few thousand messages.
+const bundleWriteChunk = 256 << 10
+
+// bundle streams changes to the switch as one bundle: the adds are encoded
+// as they go and written in chunks (the bundle is opened just before the
+// first chunk, so a small bundle that fails local validation sends
+// nothing), then a barrier collects add-time errors, then the bundle is
+// committed — or discarded when the switch or local validation rejected a
+// change. The adds carry consecutive xids, so one range waiter collects
+// the switch's errors about them.
+func (cn *conn) bundle(ctx context.Context, changes []FlowChange) error {
 	id := cn.client.nextXID() // bundle IDs only need to be unique per connection
-	if err := cn.bundleCtrl(ctx, id, of13.OFPBCT_OPEN_REQUEST); err != nil {
-		return fmt.Errorf("open bundle: %w", err)
-	}
-	waiters := make([]*waiter, len(mods))
-	for i, fm := range mods {
-		waiters[i] = cn.register(fm.Xid, 4)
-		defer cn.unregister(fm.Xid)
-	}
-	for _, fm := range mods {
-		add := of13.NewBundleAdd(&of13.BundleAdd{BundleID: id, Flags: of13.OFPBCT_ATOMIC | of13.OFPBCT_ORDERED, Message: fm})
-		// OVS requires the bundle-add xid to equal the embedded message's.
-		add.Header.Xid = fm.Xid
-		if err := cn.write(add); err != nil {
-			return err
+	first := cn.client.reserveXIDs(len(changes))
+	rng := cn.registerRange(first, len(changes))
+	defer cn.unregisterRange(rng)
+	opened := false
+	flush := func(buf []byte) error {
+		if !opened {
+			if err := cn.bundleCtrl(ctx, id, of13.OFPBCT_OPEN_REQUEST); err != nil {
+				return fmt.Errorf("open bundle: %w", err)
+			}
+			opened = true
 		}
+		return cn.writeRaw(buf)
+	}
+	var local []error
+	buf := make([]byte, 0, bundleWriteChunk+4096)
+	for i, ch := range changes {
+		fm, err := changeMod(ch, first+uint32(i))
+		if err == nil && len(local) == 0 {
+			buf, err = appendBundleAdd(buf, id, fm)
+		}
+		if err != nil {
+			local = append(local, &FlowError{Index: i, Command: ch.Command, Flow: ch.Flow, Err: err})
+			continue
+		}
+		if len(local) == 0 && len(buf) >= bundleWriteChunk {
+			if err := flush(buf); err != nil {
+				return err
+			}
+			buf = buf[:0]
+		}
+	}
+	if len(local) > 0 {
+		if opened {
+			if err := cn.bundleCtrl(ctx, id, of13.OFPBCT_DISCARD_REQUEST); err != nil {
+				local = append(local, fmt.Errorf("discard bundle: %w", err))
+			}
+		}
+		return fmt.Errorf("nothing applied: %w", errors.Join(local...))
+	}
+	if err := flush(buf); err != nil {
+		return err
 	}
 	if err := cn.barrier(ctx); err != nil {
 		return err
 	}
-	flowErrs := collectFlowErrors(changes, waiters)
-	if len(flowErrs) > 0 {
+	if flowErrs := cn.rangeFlowErrors(rng, changes); len(flowErrs) > 0 {
 		if err := cn.bundleCtrl(ctx, id, of13.OFPBCT_DISCARD_REQUEST); err != nil {
 			// The connection is probably gone; OVS discards open bundles of a
 			// closed connection.
@@ -215,23 +249,57 @@ func (cn *conn) bundle(ctx context.Context, changes []FlowChange, mods []*of13.F
 	}
 	// Commit-time failures name the failed message by its xid; they arrive
 	// before the commit reply.
-	flowErrs = collectFlowErrors(changes, waiters)
+	flowErrs := cn.rangeFlowErrors(rng, changes)
 	if len(flowErrs) == 0 {
 		return fmt.Errorf("commit bundle: %w", commitErr)
 	}
 	return fmt.Errorf("bundle not applied: %w", errors.Join(flowErrs...))
 }
 
-func collectFlowErrors(changes []FlowChange, waiters []*waiter) []error {
+// rangeFlowErrors turns the switch's errors about a bundle's adds (by xid)
+// into FlowErrors, in change order.
+func (cn *conn) rangeFlowErrors(rng *xidRange, changes []FlowChange) []error {
+	byIndex := cn.takeRange(rng)
+	idx := make([]int, 0, len(byIndex))
+	for i := range byIndex {
+		idx = append(idx, i)
+	}
+	slices.Sort(idx)
 	var errs []error
-	for i, w := range waiters {
-		for msg := pending(w); msg != nil; msg = pending(w) {
+	for _, i := range idx {
+		for _, msg := range byIndex[i] {
 			if msg[1] == of13.Type_Error {
 				errs = append(errs, &FlowError{Index: i, Command: changes[i].Command, Flow: changes[i].Flow, Err: decodeError(msg)})
 			}
 		}
 	}
 	return errs
+}
+
+// bundleAddHeaderLen is the OpenFlow header, ONF experimenter ID and type,
+// bundle ID, padding and flags in front of a bundled message.
+const bundleAddHeaderLen = 24
+
+// appendBundleAdd appends an ONF bundle-add message carrying fm, with fm's
+// xid (OVS requires the two to be equal), to buf.
+func appendBundleAdd(buf []byte, id uint32, fm *of13.FlowMod) ([]byte, error) {
+	msg, err := fm.MarshalBinary()
+	if err != nil {
+		return buf, err
+	}
+	n := bundleAddHeaderLen + len(msg)
+	if n > 0xffff {
+		return buf, fmt.Errorf("flow-mod of %d bytes does not fit in an OpenFlow message", len(msg))
+	}
+	var h [bundleAddHeaderLen]byte
+	h[0], h[1] = of13.VERSION, of13.Type_Experimenter
+	binary.BigEndian.PutUint16(h[2:4], uint16(n))
+	binary.BigEndian.PutUint32(h[4:8], fm.Xid)
+	binary.BigEndian.PutUint32(h[8:12], of13.ONF_EXPERIMENTER_ID)
+	binary.BigEndian.PutUint32(h[12:16], of13.Type_BundleAdd)
+	binary.BigEndian.PutUint32(h[16:20], id)
+	binary.BigEndian.PutUint16(h[22:24], of13.OFPBCT_ATOMIC|of13.OFPBCT_ORDERED)
+	return append(append(buf, h[:]...), msg...), nil
 }
 
 // bundleCtrl sends a bundle control request and waits for its reply.

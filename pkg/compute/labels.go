@@ -1,0 +1,74 @@
+package compute
+
+import (
+	"hash/maphash"
+	"maps"
+)
+
+// labelSets shares one immutable label map among the pods whose labels are
+// equal (the replicas of a workload usually are): a map per pod would be
+// most of the engine's memory for pods. Entries are reference counted and
+// forgotten when no pod uses them.
+type labelSets struct {
+	byHash map[uint64][]*labelSet
+}
+
+// labelSet is one shared label map; nothing may modify labels.
+type labelSet struct {
+	labels map[string]string
+	hash   uint64
+	refs   int
+}
+
+var labelSeed = maphash.MakeSeed()
+
+// labelsHash hashes a label set independently of map order: the sum of
+// its pairs' hashes.
+func labelsHash(m map[string]string) uint64 {
+	h := uint64(len(m))
+	for k, v := range m {
+		h += maphash.Comparable(labelSeed, labelKV{k, v})
+	}
+	return h
+}
+
+// intern returns the shared set equal to m (whose labelsHash is h),
+// copying m when no pod has such labels yet, and counts one more user.
+// m itself is not kept.
+func (ls *labelSets) intern(m map[string]string, h uint64) *labelSet {
+	if ls.byHash == nil {
+		ls.byHash = map[uint64][]*labelSet{}
+	}
+	for _, s := range ls.byHash[h] {
+		if maps.Equal(s.labels, m) {
+			s.refs++
+			return s
+		}
+	}
+	c := maps.Clone(m)
+	if c == nil {
+		c = map[string]string{}
+	}
+	s := &labelSet{labels: c, hash: h, refs: 1}
+	ls.byHash[h] = append(ls.byHash[h], s)
+	return s
+}
+
+// release counts one user fewer of s and forgets it after the last.
+func (ls *labelSets) release(s *labelSet) {
+	if s.refs--; s.refs > 0 {
+		return
+	}
+	bucket := ls.byHash[s.hash]
+	for i, x := range bucket {
+		if x == s {
+			bucket = append(bucket[:i], bucket[i+1:]...)
+			break
+		}
+	}
+	if len(bucket) == 0 {
+		delete(ls.byHash, s.hash)
+	} else {
+		ls.byHash[s.hash] = bucket
+	}
+}

@@ -1,0 +1,171 @@
+package controller
+
+import (
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/tierflow/tierflow/pkg/compute"
+)
+
+// The core informers' caches hold only what the controller reads: on a
+// large cluster they are most of its memory, and every byte of them is
+// scanned by each garbage collection. Readers of the caches:
+//
+//   - the engine (pkg/compute): a pod's namespace, name, labels, node,
+//     host network, phase, addresses and named container ports (of its
+//     containers and of its sidecars, init containers with restartPolicy
+//     Always); a namespace's and a node's name and labels; a node's
+//     addresses; a NetworkPolicy's metadata and spec;
+//   - tierctl's queries (Controller.Pods, pkg/explain/load): the same pod
+//     fields;
+//   - NetworkPolicy Events (syncNetworkPolicyEvents): the object's
+//     reference (name, namespace, UID, resource version) and generation.
+//
+// The informers themselves need the namespace and name (cache keys) and
+// the resource version. Everything else is dropped when an object enters
+// the cache (client-go's transform runs before the object is stored or
+// handed to a handler); pods are cached as cachedPod, NetworkPolicies as
+// cachedNetworkPolicy (metadata and the engine's compilation). A new field the engine reads must be kept here
+// too: TestSlimObjectsComputeAlike compares the engine's results on full
+// and on slimmed objects.
+
+// CoreTransform is the transform of the controller's core informers
+// (benchmarks that reproduce the controller's informers use it too). A pod
+// becomes a cachedPod, a NetworkPolicy a cachedNetworkPolicy; a namespace
+// or node is trimmed in place (client-go
+// hands the transform the object it decoded, which nothing else holds: a
+// copy would double the memory of an initial list while it is stored).
+func CoreTransform(obj interface{}) (interface{}, error) {
+	switch o := obj.(type) {
+	case *corev1.Pod:
+		return newCachedPod(o), nil
+	case *corev1.Namespace:
+		*o = corev1.Namespace{ObjectMeta: slimMeta(&o.ObjectMeta)}
+	case *corev1.Node:
+		*o = corev1.Node{ObjectMeta: slimMeta(&o.ObjectMeta), Status: corev1.NodeStatus{Addresses: o.Status.Addresses}}
+	case *networkingv1.NetworkPolicy:
+		return &cachedNetworkPolicy{ObjectMeta: slimMeta(&o.ObjectMeta), compiled: compute.CompileNetworkPolicy(o)}, nil
+	default:
+		return stripManagedFields(obj)
+	}
+	return obj, nil
+}
+
+// cachedNetworkPolicy is what the NetworkPolicy informer's cache holds:
+// the metadata Events and status need, and the policy as the engine reads
+// it (compiled as it arrives, on the informer's goroutine; the engine
+// keeps the same compilation, so the cache costs little beyond it).
+type cachedNetworkPolicy struct {
+	metav1.ObjectMeta
+	compiled compute.Compiled
+}
+
+// object is the policy as Events refer to it (metadata only).
+func (np *cachedNetworkPolicy) object() *networkingv1.NetworkPolicy {
+	return &networkingv1.NetworkPolicy{ObjectMeta: np.ObjectMeta}
+}
+
+// GetObjectKind implements runtime.Object.
+func (np *cachedNetworkPolicy) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
+// DeepCopyObject implements runtime.Object (the compilation is immutable).
+func (np *cachedNetworkPolicy) DeepCopyObject() runtime.Object {
+	c := *np
+	np.ObjectMeta.DeepCopyInto(&c.ObjectMeta)
+	return &c
+}
+
+// slimMeta keeps the metadata fields the controller or the informers read.
+func slimMeta(m *metav1.ObjectMeta) metav1.ObjectMeta {
+	return metav1.ObjectMeta{
+		Name:            m.Name,
+		Namespace:       m.Namespace,
+		UID:             m.UID,
+		ResourceVersion: m.ResourceVersion,
+		Generation:      m.Generation,
+		Labels:          m.Labels,
+	}
+}
+
+// cachedPod is what the pod informer's cache holds of a pod: the fields
+// the engine and tierctl's queries read, in about a third of a trimmed
+// corev1.Pod's memory (on a large cluster the pod cache is most of the
+// controller's). Pod rebuilds the corev1.Pod they read.
+type cachedPod struct {
+	metav1.ObjectMeta
+	nodeName    string
+	hostNetwork bool
+	phase       corev1.PodPhase
+	podIP       string
+	podIPs      []corev1.PodIP
+	// ports are the named ports of the containers, sidecarPorts those of
+	// the sidecars (init containers with restartPolicy Always, which serve
+	// ports for the pod's whole life); which container declares a port
+	// does not matter to their readers.
+	ports, sidecarPorts []corev1.ContainerPort
+}
+
+func newCachedPod(p *corev1.Pod) *cachedPod {
+	return &cachedPod{
+		ObjectMeta:   slimMeta(&p.ObjectMeta),
+		nodeName:     p.Spec.NodeName,
+		hostNetwork:  p.Spec.HostNetwork,
+		phase:        p.Status.Phase,
+		podIP:        p.Status.PodIP,
+		podIPs:       p.Status.PodIPs,
+		ports:        namedPorts(p.Spec.Containers, false),
+		sidecarPorts: namedPorts(p.Spec.InitContainers, true),
+	}
+}
+
+// Pod is the pod as its readers see it (a new object).
+func (p *cachedPod) Pod() *corev1.Pod {
+	pod := &corev1.Pod{
+		ObjectMeta: p.ObjectMeta,
+		Spec:       corev1.PodSpec{NodeName: p.nodeName, HostNetwork: p.hostNetwork},
+		Status:     corev1.PodStatus{Phase: p.phase, PodIP: p.podIP, PodIPs: p.podIPs},
+	}
+	if len(p.ports) > 0 {
+		pod.Spec.Containers = []corev1.Container{{Name: "ports", Ports: p.ports}}
+	}
+	if len(p.sidecarPorts) > 0 {
+		always := corev1.ContainerRestartPolicyAlways
+		pod.Spec.InitContainers = []corev1.Container{{Name: "sidecar-ports", RestartPolicy: &always, Ports: p.sidecarPorts}}
+	}
+	return pod
+}
+
+// GetObjectKind implements runtime.Object.
+func (p *cachedPod) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
+// DeepCopyObject implements runtime.Object.
+func (p *cachedPod) DeepCopyObject() runtime.Object {
+	c := *p
+	p.ObjectMeta.DeepCopyInto(&c.ObjectMeta)
+	c.podIPs = slices.Clone(p.podIPs)
+	c.ports, c.sidecarPorts = slices.Clone(p.ports), slices.Clone(p.sidecarPorts)
+	return &c
+}
+
+// namedPorts lists the named ports of the containers (of the sidecars
+// only, when sidecars): name, protocol and number.
+func namedPorts(cs []corev1.Container, sidecars bool) []corev1.ContainerPort {
+	var out []corev1.ContainerPort
+	for i := range cs {
+		c := &cs[i]
+		if sidecars && (c.RestartPolicy == nil || *c.RestartPolicy != corev1.ContainerRestartPolicyAlways) {
+			continue
+		}
+		for _, p := range c.Ports {
+			if p.Name != "" {
+				out = append(out, corev1.ContainerPort{Name: p.Name, Protocol: p.Protocol, ContainerPort: p.ContainerPort})
+			}
+		}
+	}
+	return out
+}

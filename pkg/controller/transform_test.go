@@ -1,0 +1,179 @@
+package controller
+
+import (
+	"fmt"
+	"reflect"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/network-policy-api/apis/v1alpha1"
+
+	"github.com/tierflow/tierflow/pkg/compute"
+	"github.com/tierflow/tierflow/pkg/explain/load"
+)
+
+// richPods are pods with every field the engine reads and many it does
+// not: named and unnamed ports in containers, sidecars and plain init
+// containers, host network, terminated and address-less pods.
+func richPods() []*corev1.Pod {
+	always := corev1.ContainerRestartPolicyAlways
+	var pods []*corev1.Pod
+	for i := 0; i < 12; i++ {
+		ip := fmt.Sprintf("10.0.0.%d", i+1)
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: []string{"a", "b"}[i%2], Name: fmt.Sprintf("p%d", i), UID: "uid",
+				ResourceVersion: "7", Labels: map[string]string{"app": fmt.Sprintf("app-%d", i%3), "tier": "x"},
+				Annotations: map[string]string{"big": "annotation"}, OwnerReferences: []metav1.OwnerReference{{Name: "rs"}},
+				ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}},
+			Spec: corev1.PodSpec{NodeName: fmt.Sprintf("node-%d", i%3), ServiceAccountName: "sa",
+				Containers: []corev1.Container{
+					{Name: "main", Image: "img", Env: []corev1.EnvVar{{Name: "A", Value: "b"}}, Ports: []corev1.ContainerPort{
+						{Name: "http", ContainerPort: int32(8000 + i%2), Protocol: corev1.ProtocolTCP},
+						{ContainerPort: 9999},
+						{Name: "dns", ContainerPort: 53, Protocol: corev1.ProtocolUDP}}},
+					{Name: "plain", Image: "img", Ports: []corev1.ContainerPort{{ContainerPort: 7000}}},
+				},
+				InitContainers: []corev1.Container{
+					{Name: "setup", Image: "img", Ports: []corev1.ContainerPort{{Name: "setup-port", ContainerPort: 6000}}},
+					{Name: "sidecar", Image: "img", RestartPolicy: &always, Ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: 9090}}},
+				},
+				Volumes: []corev1.Volume{{Name: "v"}}},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}, {IP: fmt.Sprintf("fd00::%d", i+1)}},
+				HostIP: "192.168.0.1", Conditions: []corev1.PodCondition{{Type: corev1.PodReady}}},
+		}
+		switch i {
+		case 3:
+			p.Spec.HostNetwork = true
+		case 4:
+			p.Status.Phase = corev1.PodSucceeded
+		case 5:
+			p.Status.PodIP, p.Status.PodIPs = "", nil
+		case 6:
+			p.Spec.NodeName = ""
+		case 7:
+			p.Spec.Containers[0].Ports = nil
+		}
+		pods = append(pods, p)
+	}
+	return pods
+}
+
+// TestSlimObjectsComputeAlike: the engine computes the same from objects
+// trimmed by the core informers' transform (pods: from the cachedPod's
+// Pod; NetworkPolicies: from the cachedNetworkPolicy's compilation) as
+// from the full objects, and tierctl's queries (pkg/explain/load)
+// read the same pods from them. A field the engine starts reading but the
+// transform drops fails here.
+func TestSlimObjectsComputeAlike(t *testing.T) {
+	pods := richPods()
+	nss := []*corev1.Namespace{
+		{ObjectMeta: metav1.ObjectMeta{Name: "a", Labels: map[string]string{"team": "red"}, Annotations: map[string]string{"x": "y"}},
+			Spec: corev1.NamespaceSpec{Finalizers: []corev1.FinalizerName{"kubernetes"}}, Status: corev1.NamespaceStatus{Phase: corev1.NamespaceActive}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "b", Labels: map[string]string{"team": "blue"}}},
+	}
+	var nodes []*corev1.Node
+	for i := 0; i < 3; i++ {
+		nodes = append(nodes, &corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("node-%d", i), Labels: map[string]string{"rack": fmt.Sprint(i % 2)}},
+			Spec:       corev1.NodeSpec{PodCIDR: "10.0.0.0/24"},
+			Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{
+				{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("192.168.0.%d", i+1)}, {Type: corev1.NodeHostName, Address: "h"}},
+				Capacity: corev1.ResourceList{}},
+		})
+	}
+	http := intstr.FromString("http")
+	metrics := intstr.FromString("metrics")
+	np := &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "np", UID: "np-uid", Generation: 2},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "app-0"}},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{{
+				From:  []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "blue"}}}},
+				Ports: []networkingv1.NetworkPolicyPort{{Port: &http}, {Port: &metrics}},
+			}},
+		},
+	}
+	anp := &v1alpha1.AdminNetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: "anp", UID: "anp-uid"}}
+	anp.Spec.Priority = 5
+	anp.Spec.Subject.Namespaces = &metav1.LabelSelector{}
+	anp.Spec.Egress = []v1alpha1.AdminNetworkPolicyEgressRule{{Name: "nodes", Action: v1alpha1.AdminNetworkPolicyRuleActionDeny,
+		To: []v1alpha1.AdminNetworkPolicyEgressPeer{{Nodes: &metav1.LabelSelector{MatchLabels: map[string]string{"rack": "1"}}}}}}
+
+	feed := func(slim bool) (*compute.Engine, []*corev1.Pod) {
+		e := compute.New()
+		var fed []*corev1.Pod
+		trim := func(o interface{}) interface{} {
+			if !slim {
+				return o
+			}
+			out, err := CoreTransform(o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return out
+		}
+		for _, o := range nss {
+			e.UpsertNamespace(trim(o.DeepCopy()).(*corev1.Namespace))
+		}
+		for _, o := range nodes {
+			e.UpsertNode(trim(o.DeepCopy()).(*corev1.Node))
+		}
+		for _, o := range pods {
+			var p *corev1.Pod
+			if slim {
+				cached := trim(o.DeepCopy()).(*cachedPod)
+				// What the cache holds must survive its deep copy (the
+				// informer's contract for shared objects).
+				if c := cached.DeepCopyObject().(*cachedPod); !reflect.DeepEqual(c, cached) {
+					t.Fatalf("cached pod %s changes in a deep copy", o.Name)
+				}
+				p = cached.Pod()
+			} else {
+				p = o.DeepCopy()
+			}
+			fed = append(fed, p)
+			e.UpsertPod(p)
+		}
+		if slim {
+			cached := trim(np.DeepCopy()).(*cachedNetworkPolicy)
+			if c := cached.DeepCopyObject().(*cachedNetworkPolicy); !reflect.DeepEqual(c, cached) {
+				t.Fatal("cached NetworkPolicy changes in a deep copy")
+			}
+			if cached.UID != np.UID || cached.Generation != np.Generation || cached.object().Name != np.Name {
+				t.Fatalf("cached NetworkPolicy lost its identity: %+v", cached.ObjectMeta)
+			}
+			e.UpsertCompiled(cached.compiled)
+		} else {
+			e.UpsertNetworkPolicy(np.DeepCopy())
+		}
+		e.UpsertAdminNetworkPolicy(anp.DeepCopy())
+		return e, fed
+	}
+	full, fullPods := feed(false)
+	slim, slimPods := feed(true)
+	if got, want := slim.Snapshot(), full.Snapshot(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("engine computes differently from slim objects:\nslim: %+v\nfull: %+v", got, want)
+	}
+	if len(full.Snapshot().AddressGroups) == 0 {
+		t.Fatal("the test computes nothing")
+	}
+	for i := range fullPods {
+		if a, b := load.Excluded(slimPods[i]), load.Excluded(fullPods[i]); a != b {
+			t.Errorf("pod %s: excluded %q from a slim object, %q from the full one", fullPods[i].Name, a, b)
+		}
+	}
+	inFull, err := load.Inventory(&load.Objects{Pods: fullPods})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inSlim, err := load.Inventory(&load.Objects{Pods: slimPods})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(inSlim.Pods(), inFull.Pods()) {
+		t.Fatalf("tierctl's inventory differs from slim objects:\nslim: %+v\nfull: %+v", inSlim.Pods(), inFull.Pods())
+	}
+}
