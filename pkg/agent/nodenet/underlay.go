@@ -73,17 +73,16 @@ type underlay struct {
 // address is back: the agent runs it when it starts, before anything that
 // needs the API. Without a record (nothing was moved) it does nothing.
 func RestoreUnderlay(ctx context.Context, db *ovsdb.Client, bridge, netns string, log *slog.Logger) error {
+	rec, err := (&underlay{db: db, bridge: bridge}).record()
+	if err != nil || rec == nil {
+		return err
+	}
 	h, err := openHost(netns)
 	if err != nil {
 		return err
 	}
 	defer h.close()
-	u := &underlay{db: db, host: h, log: log, bridge: bridge}
-	rec, err := u.record()
-	if err != nil || rec == nil {
-		return err
-	}
-	return u.complete(ctx, rec)
+	return (&underlay{db: db, host: h, log: log, bridge: bridge}).complete(ctx, rec)
 }
 
 // ensure makes the interface holding endpoint a port of the underlay
@@ -246,13 +245,20 @@ func (h *host) snapshot(nic netlink.Link) (*underlayRecord, error) {
 // takeOver gives bridge's interface rec's addresses and routes, brings it
 // up, and removes them from rec's interface.
 func (h *host) takeOver(bridge string, rec *underlayRecord) error {
-	br, err := h.h.LinkByName(bridge)
+	return h.moveAddresses(bridge, rec.Interface, rec)
+}
+
+// moveAddresses gives interface to rec's addresses and routes (bringing
+// it up), then removes them from interface from, with the routes that
+// outlived its addresses there.
+func (h *host) moveAddresses(to, from string, rec *underlayRecord) error {
+	dst, err := h.h.LinkByName(to)
 	if err != nil {
-		return fmt.Errorf("underlay bridge interface %s: %w", bridge, err)
+		return fmt.Errorf("underlay: interface %s: %w", to, err)
 	}
-	if br.Attrs().Flags&net.FlagUp == 0 {
-		if err := h.h.LinkSetUp(br); err != nil {
-			return fmt.Errorf("underlay bridge %s: link up: %w", bridge, err)
+	if dst.Attrs().Flags&net.FlagUp == 0 {
+		if err := h.h.LinkSetUp(dst); err != nil {
+			return fmt.Errorf("underlay: %s: link up: %w", to, err)
 		}
 	}
 	var prefixes []netip.Prefix
@@ -266,35 +272,34 @@ func (h *host) takeOver(bridge string, rec *underlayRecord) error {
 		if p.Addr().Is6() {
 			addr.Flags = unix.IFA_F_NODAD
 		}
-		if err := h.h.AddrAdd(br, addr); err != nil && !errors.Is(err, unix.EEXIST) {
-			return fmt.Errorf("underlay bridge %s: adding %s: %w", bridge, p, err)
+		if err := h.h.AddrAdd(dst, addr); err != nil && !errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("underlay: %s: adding %s: %w", to, p, err)
 		}
 	}
 	var errs []error
 	for _, r := range rec.Routes {
-		nr, err := r.netlink(br.Attrs().Index)
+		nr, err := r.netlink(dst.Attrs().Index)
 		if err != nil {
 			return err
 		}
 		if err := h.h.RouteReplace(nr); err != nil {
-			errs = append(errs, fmt.Errorf("underlay bridge %s: route %s via %s: %w", bridge, r.Dst, r.Via, err))
+			errs = append(errs, fmt.Errorf("underlay: %s: route %s via %s: %w", to, r.Dst, r.Via, err))
 		}
 	}
-	if nic, err := h.h.LinkByName(rec.Interface); err == nil {
+	if src, err := h.h.LinkByName(from); err == nil {
 		for _, p := range prefixes {
-			if err := h.h.AddrDel(nic, &netlink.Addr{IPNet: ipNet(p)}); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
-				errs = append(errs, fmt.Errorf("underlay: removing %s from %s: %w", p, rec.Interface, err))
+			if err := h.h.AddrDel(src, &netlink.Addr{IPNet: ipNet(p)}); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
+				errs = append(errs, fmt.Errorf("underlay: removing %s from %s: %w", p, from, err))
 			}
 		}
-		// Routes through the interface that outlived its addresses.
-		left, _ := h.h.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{LinkIndex: nic.Attrs().Index, Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_OIF|netlink.RT_FILTER_TABLE)
+		left, _ := h.h.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{LinkIndex: src.Attrs().Index, Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_OIF|netlink.RT_FILTER_TABLE)
 		for _, r := range left {
 			if r.Protocol != unix.RTPROT_KERNEL && r.Type == unix.RTN_UNICAST {
 				_ = h.h.RouteDel(&r)
 			}
 		}
 	} else {
-		errs = append(errs, fmt.Errorf("underlay: interface %s: %w", rec.Interface, err))
+		errs = append(errs, fmt.Errorf("underlay: interface %s: %w", from, err))
 	}
 	return errors.Join(errs...)
 }
@@ -330,4 +335,45 @@ func (r underlayRoute) netlink(link int) (*netlink.Route, error) {
 		nr.Src = net.IP(src.AsSlice())
 	}
 	return nr, nil
+}
+
+// RevertUnderlay undoes what an agent moved onto the underlay bridge, as
+// the bridge's record says: the interface gets back its addresses and
+// routes, its host guard goes, and then it leaves the bridge, which is
+// deleted. The agent runs it at start when its configuration has no
+// underlay (another nodeNetwork.mode, or the kernel datapath), so that
+// switching a netdev node from encap to noEncap gives the node its
+// interface back. Without a record (nothing moved, or an operator's
+// bridge) it does nothing. The node's traffic is dropped for a few
+// milliseconds while the addresses move.
+func RevertUnderlay(ctx context.Context, db *ovsdb.Client, bridge, netns string, log *slog.Logger) error {
+	rec, err := (&underlay{db: db, bridge: bridge}).record()
+	if err != nil || rec == nil {
+		return err
+	}
+	h, err := openHost(netns)
+	if err != nil {
+		return err
+	}
+	defer h.close()
+	log.Info("moving the node's interface back from the underlay bridge", "interface", rec.Interface, "bridge", bridge, "addresses", rec.Addresses)
+	if err := hostguard.Remove(netns, rec.Interface); err != nil {
+		return fmt.Errorf("underlay: %w", err)
+	}
+	if err := h.giveBack(bridge, rec); err != nil {
+		return err
+	}
+	if err := db.DeletePort(ctx, bridge, rec.Interface); err != nil {
+		return fmt.Errorf("underlay: detaching %s from %s: %w", rec.Interface, bridge, err)
+	}
+	if err := db.DeleteBridge(ctx, bridge); err != nil {
+		return fmt.Errorf("underlay: deleting %s: %w", bridge, err)
+	}
+	return nil
+}
+
+// giveBack is takeOver reversed: rec's interface gets its addresses and
+// routes back, the bridge's interface loses them.
+func (h *host) giveBack(bridge string, rec *underlayRecord) error {
+	return h.moveAddresses(rec.Interface, bridge, rec)
 }

@@ -176,6 +176,13 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.ovs = d
 		a.mu.Unlock()
 		a.m.reg.MustRegister(metrics.NewCollector(realizerSource{d}))
+		if a.underlayBridge() == "" {
+			// A previous configuration's underlay (encap on the userspace
+			// datapath) is moved back: this one has none.
+			if err := nodenet.RevertUnderlay(ctx, d.db, a.cfg.NodeNetwork.UnderlayBridge, a.opts.NodeNetNS, a.log); err != nil {
+				a.log.Error("moving the node's interface back from the underlay bridge", "err", err)
+			}
+		}
 		if a.cfg.NodeNetwork.Mode != config.NodeNetworkUplink {
 			kube, err := a.kube()
 			if err != nil {

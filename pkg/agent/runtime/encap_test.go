@@ -495,6 +495,32 @@ func TestEncapTwoNodes(t *testing.T) {
 		})
 	}
 	probe(t, "node 3 gone", flow{cc, b, 8080, "tcp", true}, flow{b, a, 8080, "tcp6", true})
+
+	// Back to noEncap (as before uninstalling): the agents move the
+	// nodes' addresses back from the underlay bridge and delete it; the
+	// nodes reach each other through the router again, their pods do not.
+	ag1.Stop()
+	ag2.Stop()
+	ag1, ag2 = start(n1, 1, config.NodeNetworkNoEncap, config.TunnelGeneve), start(n2, 2, config.NodeNetworkNoEncap, config.TunnelGeneve)
+	ag1.RealizedOn(t)
+	ag2.RealizedOn(t, "NetworkPolicy/default/b-friends")
+	for _, n := range []*simNode{n1, n2} {
+		link := "tfen" + n.env.ID
+		out, err := exec.Command("ip", "-n", n.env.Netns(), "addr", "show", "dev", link).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), n.ip4.String()) || !strings.Contains(string(out), n.ip6.String()) {
+			t.Errorf("node %s: %s after the revert: %s (%v), want %s and %s", n.name, link, out, err, n.ip4, n.ip6)
+		}
+		if out, err := n.env.Vsctl("list-br"); err != nil || strings.Contains(out, "tierflow-phy0") {
+			t.Errorf("node %s: bridges %q (%v) after the revert, want no tierflow-phy0", n.name, out, err)
+		}
+		if out, err := exec.Command("ip", "-n", n.env.Netns(), "route", "show", "default").CombinedOutput(); err != nil || !strings.Contains(string(out), "dev "+link) {
+			t.Errorf("node %s: default route %q (%v) after the revert, want through %s", n.name, out, err, link)
+		}
+	}
+	if err := inNetNS(n1.env.NetnsPath(), func() error { return echo(netip.MustParseAddrPort("192.168.92.1:9090"), 3*time.Second) }); err != nil {
+		t.Errorf("node 1 -> the router's far side after the revert: %v", err)
+	}
+	probe(t, "noEncap again", flow{cc, b, 8080, "tcp", false})
 }
 
 // TestEncapIPv6Underlay: nodes whose InternalIPs are IPv6 only tunnel
