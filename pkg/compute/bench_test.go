@@ -10,26 +10,6 @@ import (
 	"github.com/tierflow/tierflow/test/bench/shapes"
 )
 
-// load feeds every object of c to e, namespaces and nodes first, then
-// pods, then policies.
-func load(e *Engine, c *shapes.Cluster) {
-	for _, o := range c.Namespaces {
-		e.UpsertNamespace(o)
-	}
-	for _, o := range c.Nodes {
-		e.UpsertNode(o)
-	}
-	for _, o := range c.Pods {
-		e.UpsertPod(o)
-	}
-	for _, o := range c.NPs {
-		e.UpsertNetworkPolicy(o)
-	}
-	for _, o := range c.ANPs {
-		e.UpsertAdminNetworkPolicy(o)
-	}
-}
-
 func cpuTime() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
@@ -44,7 +24,9 @@ func cpuTime() time.Duration {
 // this is computation only. It reports CPU seconds per run (all threads,
 // GC included; on a shared machine wall time overstates the cost) and the
 // heap in use after the run.
-func benchCompute(b *testing.B, c *shapes.Cluster) { benchComputeOrder(b, c, load) }
+func benchCompute(b *testing.B, c *shapes.Cluster) {
+	benchComputeOrder(b, c, func(e *Engine, c *shapes.Cluster) { c.FeedTo(e) })
+}
 
 // benchComputeOrder is benchCompute with a given load order.
 func benchComputeOrder(b *testing.B, c *shapes.Cluster, load func(*Engine, *shapes.Cluster)) {
@@ -118,7 +100,7 @@ func BenchmarkPodLabelChange(b *testing.B) {
 		b.Run(fmt.Sprintf("policies=%d", n), func(b *testing.B) {
 			c := shapes.Mixed(n)
 			e := New()
-			load(e, c)
+			c.FeedTo(e)
 			var changed []Change
 			e.Subscribe(func(cs []Change) { changed = append(changed[:0], cs...) })
 			pod := c.Pods[0].DeepCopy()
@@ -186,7 +168,7 @@ func BenchmarkIncremental(b *testing.B) {
 	for _, sh := range cases {
 		c := sh.cluster
 		e := New()
-		load(e, c)
+		c.FeedTo(e)
 		e.Snapshot()
 		var changed []Change
 		e.Subscribe(func(cs []Change) { changed = append(changed, cs...) })

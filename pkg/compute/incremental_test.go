@@ -503,8 +503,8 @@ spec:
 func TestParallelSnapshotMatchesReads(t *testing.T) {
 	for _, c := range []*shapes.Cluster{shapes.PolicyPerPod(true), shapes.SmallNamespaces(true)} {
 		par, seq := New(), New()
-		load(par, c)
-		load(seq, c)
+		c.FeedTo(par)
+		c.FeedTo(seq)
 		snap := par.Snapshot()
 		if len(snap.AppliedToGroups) < 2*parallelMin && len(snap.Policies) < 2*parallelMin {
 			t.Fatalf("only %d groups and %d policies: the parallel build does not run", len(snap.AppliedToGroups), len(snap.Policies))

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -38,6 +39,14 @@ type agentNode struct {
 
 func newAgentNode(b *testing.B, env *ovsenv.Env, name string, zone uint16) *agentNode {
 	b.Helper()
+	n := newAgentBridge(b, env, name, zone)
+	n.start(b, pipeline.Config{CtZone: zone})
+	return n
+}
+
+// newAgentBridge is a bridge with its real pods, the agent not started.
+func newAgentBridge(b *testing.B, env *ovsenv.Env, name string, zone uint16) *agentNode {
+	b.Helper()
 	n := &agentNode{br: env.AddBridge(name)}
 	for i := 0; i < localPods; i++ {
 		mac := net.HardwareAddr{0x0a, 0x58, 0, 0, byte(zone), byte(i + 1)}
@@ -48,16 +57,21 @@ func newAgentNode(b *testing.B, env *ovsenv.Env, name string, zone uint16) *agen
 			IPs: []netip.Addr{ip}, Ports: []model.NamedPort{{Name: "http", Protocol: model.ProtocolTCP, Port: 80}},
 		})
 	}
+	return n
+}
+
+// start connects the agent's realizer to the bridge.
+func (n *agentNode) start(b *testing.B, cfg pipeline.Config) {
+	b.Helper()
 	c, err := openflow.Dial(context.Background(), n.br.MgmtEndpoint(), openflow.Options{ReplyTimeout: 5 * time.Minute})
 	if err != nil {
-		b.Fatalf("openflow dial %s: %v", name, err)
+		b.Fatalf("openflow dial %s: %v", n.br.Name, err)
 	}
 	b.Cleanup(func() { c.Close() })
-	n.r = realizer.New(pipeline.Config{CtZone: zone}, flowsync.Client{C: c})
+	n.r = realizer.New(cfg, flowsync.Client{C: c})
 	if err := n.r.Start(context.Background()); err != nil {
-		b.Fatalf("starting the realizer on %s: %v", name, err)
+		b.Fatalf("starting the realizer on %s: %v", n.br.Name, err)
 	}
-	return n
 }
 
 // policyInput builds nPolicies policies applied to every local pod of
@@ -117,6 +131,50 @@ func countFlows(b *testing.B, br *ovsenv.Bridge) int {
 	return len(stats)
 }
 
+// policyChangeRuns is how many times the one-policy change is timed on
+// the loaded bridge (the median is reported).
+const policyChangeRuns = 7
+
+// policyChangeCost times one policy change on the bridge that holds in's
+// flows: a NetworkPolicy's rule moves to another port (and back, in turn),
+// through Realizer.Update with the agent's whole state, as the agent
+// applies any change. It returns the median time and the flows the change
+// touched (adds, modifies and deletes of its bundle). The bridge ends as in
+// describes.
+func policyChangeCost(b *testing.B, n *agentNode, in policyflows.Input) (time.Duration, int) {
+	b.Helper()
+	// policies[1] is a NetworkPolicy (every third is Admin); a changed copy
+	// of it replaces it, so in itself is unchanged.
+	orig := in.Policies[1]
+	moved := *orig
+	moved.Generation++
+	moved.Rules = slices.Clone(orig.Rules)
+	moved.Rules[0].Ports = []model.Port{{Protocol: model.ProtocolTCP, Port: 7999}}
+	changed := in
+	changed.Policies = slices.Clone(in.Policies)
+	changed.Policies[1] = &moved
+	var ds []time.Duration
+	touched := 0
+	for i := 0; i < policyChangeRuns; i++ {
+		next := changed
+		if i%2 == 1 {
+			next = in
+		}
+		start := time.Now()
+		bundle, err := n.r.Update(context.Background(), next)
+		ds = append(ds, time.Since(start))
+		if err != nil {
+			b.Fatalf("one policy change: %v", err)
+		}
+		touched = len(bundle.Add) + len(bundle.Modify) + len(bundle.Delete)
+	}
+	if _, err := n.r.Update(context.Background(), in); err != nil {
+		b.Fatal(err)
+	}
+	slices.Sort(ds)
+	return ds[len(ds)/2], touched
+}
+
 // BenchmarkAgentInstall realizes policies totalling about FLOWS flows on a
 // fresh bridge through the agent's realizer (compile, diff, one atomic
 // OpenFlow bundle over the agent's connection), then installs the very
@@ -144,6 +202,7 @@ func BenchmarkAgentInstall(b *testing.B) {
 					b.Fatalf("compiler warnings: %v", w)
 				}
 				agentFlows := countFlows(b, agent.br)
+				changeTime, changeFlows := policyChangeCost(b, agent, in)
 
 				// The floor: the bundle's flows (every add and modify; on a
 				// fresh realizer nothing is deleted) as an add-flows file.
@@ -178,6 +237,8 @@ func BenchmarkAgentInstall(b *testing.B) {
 				b.ReportMetric(agentTime.Seconds(), "agent-s")
 				b.ReportMetric(ofctlTime.Seconds(), "ofctl-s")
 				b.ReportMetric(agentTime.Seconds()/ofctlTime.Seconds(), "agent/ofctl")
+				b.ReportMetric(changeTime.Seconds()*1e3, "change-ms")
+				b.ReportMetric(float64(changeFlows), "change-flows")
 			}
 		})
 	}

@@ -25,26 +25,6 @@ import (
 	"github.com/tierflow/tierflow/test/kubeapi"
 )
 
-// feed upserts a scenario's objects in the order informers typically
-// deliver them at start (namespaces, nodes, pods, then policies).
-func feed(e *compute.Engine, c *shapes.Cluster) {
-	for _, o := range c.Namespaces {
-		e.UpsertNamespace(o)
-	}
-	for _, o := range c.Nodes {
-		e.UpsertNode(o)
-	}
-	for _, o := range c.Pods {
-		e.UpsertPod(o)
-	}
-	for _, o := range c.NPs {
-		e.UpsertNetworkPolicy(o)
-	}
-	for _, o := range c.ANPs {
-		e.UpsertAdminNetworkPolicy(o)
-	}
-}
-
 // computedPods counts the distinct pods in the snapshot's applied-to
 // groups.
 func computedPods(s *model.Snapshot) int {
@@ -81,7 +61,7 @@ func BenchmarkControllerCompute(b *testing.B) {
 			cpu0 := cpuTime(b)
 			start := time.Now()
 			e = compute.New()
-			feed(e, c)
+			c.FeedTo(e)
 			snap := e.Snapshot()
 			elapsed := time.Since(start)
 			cpu := cpuTime(b) - cpu0
@@ -120,7 +100,7 @@ func BenchmarkControllerIncremental(b *testing.B) {
 	eachShape(b, func(b *testing.B, s shapes.Shape) {
 		c := s.Build(quickScale())
 		e := compute.New()
-		feed(e, c)
+		c.FeedTo(e)
 		e.Snapshot()
 		var changed []compute.Change
 		e.Subscribe(func(cs []compute.Change) { changed = append(changed, cs...) })

@@ -4,10 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/netip"
 	"os/exec"
 	"slices"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -68,12 +71,16 @@ func iperf(b *testing.B, client, server *ovsenv.Pod, serverIP netip.Addr, second
 	return res.End.SumReceived.BitsPerSecond
 }
 
+// connPort is where the short-connection server listens.
+const connPort = 5202
+
 // ruleSetInput is nRules rules applied to every local pod, none of which
-// matches the client except the very last NetworkPolicy rule, which allows
-// it to the iperf3 port: a quarter are Admin-tier Deny rules against other
-// peers (each new connection is looked up through the whole Admin table),
-// the rest NetworkPolicy-tier Allow rules, ten per policy, ten peers each.
-func ruleSetInput(node string, pods []pipeline.LocalPod, client netip.Addr, nRules int) policyflows.Input {
+// matches the clients except the very last NetworkPolicy rule, which
+// allows them to the iperf3 and short-connection ports: a quarter are
+// Admin-tier Deny rules against other peers (each new connection is
+// looked up through the whole Admin table), the rest NetworkPolicy-tier
+// Allow rules, ten per policy, ten peers each.
+func ruleSetInput(node string, pods []pipeline.LocalPod, clients []netip.Addr, nRules int) policyflows.Input {
 	in := policyflows.Input{Node: node, Pods: pods,
 		AppliedToGroups: map[string]*model.AppliedToGroup{}, AddressGroups: map[string]*model.AddressGroup{}}
 	atg := &model.AppliedToGroup{Meta: model.Meta{ID: "atg-local", Generation: 1, Span: []string{node}}, Selector: "bench local pods",
@@ -114,8 +121,11 @@ func ruleSetInput(node string, pods []pipeline.LocalPod, client netip.Addr, nRul
 			r := model.Rule{Index: i, Direction: model.DirectionIn, Action: model.ActionAllow,
 				Peer: model.Peer{AddressGroups: []string{peerGroup(rule)}}, Ports: []model.Port{{Protocol: model.ProtocolTCP, Port: int32(1000 + rule)}}}
 			if rule == nRules-1 {
-				r.Peer = model.Peer{IPBlocks: []model.IPBlock{{CIDR: netip.PrefixFrom(client, 32)}}}
-				r.Ports = []model.Port{{Protocol: model.ProtocolTCP, Port: iperfPort}}
+				r.Peer = model.Peer{}
+				for _, c := range clients {
+					r.Peer.IPBlocks = append(r.Peer.IPBlocks, model.IPBlock{CIDR: netip.PrefixFrom(c, 32)})
+				}
+				r.Ports = []model.Port{{Protocol: model.ProtocolTCP, Port: iperfPort}, {Protocol: model.ProtocolTCP, Port: connPort}}
 			}
 			pol.Rules = append(pol.Rules, r)
 			rule++
@@ -125,58 +135,171 @@ func ruleSetInput(node string, pods []pipeline.LocalPod, client netip.Addr, nRul
 	return in
 }
 
-// BenchmarkDatapathThroughput measures TCP throughput between two pods on
-// one bridge (userspace datapath) through the agent's pipeline with no
-// policy and with 1000 rules realized, alternately, in the same run.
+// connServer accepts TCP connections on connPort inside a pod and closes
+// each at once: the far end of connRate's short connections.
+func connServer(b *testing.B, pod *ovsenv.Pod) {
+	b.Helper()
+	var lis net.Listener
+	if err := pod.InNetns(func() error {
+		var err error
+		lis, err = net.Listen("tcp4", fmt.Sprintf(":%d", connPort))
+		return err
+	}); err != nil {
+		b.Fatalf("short-connection server in %s: %v", pod.Name, err)
+	}
+	b.Cleanup(func() { lis.Close() })
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+}
+
+// connWorkers is how many connections connRate keeps in flight.
+const connWorkers = 4
+
+// connRate opens and closes TCP connections from client to server's
+// connServer for d, connWorkers at a time (each a new conntrack entry on
+// the bridge), and returns how many completed per second. Every
+// connection must succeed.
+func connRate(b *testing.B, client *ovsenv.Pod, server netip.Addr, d time.Duration) float64 {
+	b.Helper()
+	addr := netip.AddrPortFrom(server, connPort).String()
+	var done atomic.Int64
+	var failed atomic.Value
+	var wg sync.WaitGroup
+	start := time.Now()
+	deadline := start.Add(d)
+	for w := 0; w < connWorkers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// The whole loop runs on a thread in the client's network
+			// namespace: every socket is created there.
+			err := client.InNetns(func() error {
+				for time.Now().Before(deadline) {
+					c, err := net.DialTimeout("tcp4", addr, 2*time.Second)
+					if err != nil {
+						return err
+					}
+					c.Close()
+					done.Add(1)
+				}
+				return nil
+			})
+			if err != nil {
+				failed.Store(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if err, _ := failed.Load().(error); err != nil {
+		b.Fatalf("short connections %s -> %s: %v", client.Name, addr, err)
+	}
+	return float64(done.Load()) / time.Since(start).Seconds()
+}
+
+// BenchmarkDatapathThroughput measures the agent's pipeline on the
+// userspace datapath with no policy and with 1000 rules realized,
+// alternately, in the same run: TCP throughput (iperf3) between two pods
+// of one node and between pods of two nodes (two bridges joined by patch
+// ports, each the other's uplink), and short TCP connections per second
+// between two pods of one node.
 func BenchmarkDatapathThroughput(b *testing.B) {
 	// Rounds alternate the two settings so that the machine's background
 	// load hits both alike; medians are reported.
-	seconds, rounds := 5, 3
+	seconds, connSeconds, rounds := 5, 3, 3
 	if quickScale() {
-		seconds, rounds = 2, 2
+		seconds, connSeconds, rounds = 2, 1, 2
 	}
 	const nRules = 1000
 	waitOVSLock(b)
 	env := ovsenv.Start(b)
 	for b.Loop() {
-		n := newAgentNode(b, env, "dp", 1)
-		client, server := n.br.Pods()[0], n.br.Pods()[1]
-		clientIP, serverIP := n.pods[0].IPs[0], n.pods[1].IPs[0]
+		na := newAgentBridge(b, env, "dpa", 1)
+		nb := newAgentBridge(b, env, "dpb", 2)
+		ua, ub := "tf"+env.ID+"ua", "tf"+env.ID+"ub"
+		if _, err := env.Vsctl("add-port", na.br.Name, ua, "--", "set", "Interface", ua, "type=patch", "options:peer="+ub,
+			"--", "add-port", nb.br.Name, ub, "--", "set", "Interface", ub, "type=patch", "options:peer="+ua); err != nil {
+			b.Fatal(err)
+		}
+		uplinkA, err := na.br.OFPort(ua)
+		if err != nil {
+			b.Fatal(err)
+		}
+		uplinkB, err := nb.br.OFPort(ub)
+		if err != nil {
+			b.Fatal(err)
+		}
+		na.start(b, pipeline.Config{CtZone: 1, UplinkPort: uplinkA})
+		nb.start(b, pipeline.Config{CtZone: 2, UplinkPort: uplinkB})
+		client, server, remote := na.br.Pods()[0], na.br.Pods()[1], nb.br.Pods()[0]
+		clientIP, serverIP, remoteIP := na.pods[0].IPs[0], na.pods[1].IPs[0], nb.pods[0].IPs[0]
+		connServer(b, server)
 		ctx := context.Background()
-		noPolicy := policyflows.Input{Node: "bench-node", Pods: n.pods}
-		rules := ruleSetInput("bench-node", n.pods, clientIP, nRules)
-		var bases, withs, ratios []float64
+		setting := func(rules bool) {
+			b.Helper()
+			for _, n := range []*agentNode{na, nb} {
+				in := policyflows.Input{Node: "bench-node", Pods: n.pods}
+				if rules {
+					in = ruleSetInput("bench-node", n.pods, []netip.Addr{clientIP, remoteIP}, nRules)
+				}
+				if _, err := n.r.Update(ctx, in); err != nil {
+					b.Fatalf("realizing (rules %v) on %s: %v", rules, n.br.Name, err)
+				}
+				if w := n.r.Warnings(); len(w) > 0 {
+					b.Fatalf("compiler warnings: %v", w)
+				}
+			}
+		}
+		type figures struct{ local, remote, conns []float64 }
+		var none, with figures
 		var noPolicyFlows, ruleFlows int
 		for round := 0; round < rounds; round++ {
-			if _, err := n.r.Update(ctx, noPolicy); err != nil {
-				b.Fatalf("realizing no policy: %v", err)
+			for _, rules := range []bool{false, true} {
+				setting(rules)
+				f := &none
+				if rules {
+					f = &with
+					ruleFlows = countFlows(b, na.br)
+					// The rules must decide: a port no rule allows is closed.
+					if err := client.ProbeTCP(netip.AddrPortFrom(serverIP, iperfPort+1), time.Second); err == nil {
+						b.Fatalf("with %d rules, a port no rule allows is open", nRules)
+					}
+				} else {
+					noPolicyFlows = countFlows(b, na.br)
+				}
+				f.local = append(f.local, iperf(b, client, server, serverIP, seconds))
+				f.remote = append(f.remote, iperf(b, remote, server, serverIP, seconds))
+				f.conns = append(f.conns, connRate(b, client, serverIP, time.Duration(connSeconds)*time.Second))
 			}
-			noPolicyFlows = countFlows(b, n.br)
-			base := iperf(b, client, server, serverIP, seconds)
-
-			if _, err := n.r.Update(ctx, rules); err != nil {
-				b.Fatalf("realizing %d rules: %v", nRules, err)
-			}
-			if w := n.r.Warnings(); len(w) > 0 {
-				b.Fatalf("compiler warnings: %v", w)
-			}
-			ruleFlows = countFlows(b, n.br)
-			// The rules must decide: a port no rule allows is closed.
-			if err := client.ProbeTCP(netip.AddrPortFrom(serverIP, iperfPort+1), time.Second); err == nil {
-				b.Fatalf("with %d rules, a port no rule allows is open", nRules)
-			}
-			with := iperf(b, client, server, serverIP, seconds)
-			bases, withs, ratios = append(bases, base), append(withs, with), append(ratios, with/base)
 		}
-		base, with := median(bases), median(withs)
-		b.ReportMetric(base/1e9, "no-policy-Gbps")
-		b.ReportMetric(with/1e9, "rules-Gbps")
-		b.ReportMetric(median(ratios), "rules/no-policy")
+		ratio := func(with, none []float64) float64 {
+			r := make([]float64, len(with))
+			for i := range with {
+				r[i] = with[i] / none[i]
+			}
+			return median(r)
+		}
+		b.ReportMetric(median(none.local)/1e9, "no-policy-Gbps")
+		b.ReportMetric(median(with.local)/1e9, "rules-Gbps")
+		b.ReportMetric(ratio(with.local, none.local), "rules/no-policy")
+		b.ReportMetric(median(none.remote)/1e9, "remote-no-policy-Gbps")
+		b.ReportMetric(median(with.remote)/1e9, "remote-rules-Gbps")
+		b.ReportMetric(ratio(with.remote, none.remote), "remote-rules/no-policy")
+		b.ReportMetric(median(none.conns), "no-policy-conn/s")
+		b.ReportMetric(median(with.conns), "rules-conn/s")
+		b.ReportMetric(ratio(with.conns, none.conns), "conn-rules/no-policy")
 		b.ReportMetric(float64(rounds), "rounds")
 		b.ReportMetric(float64(noPolicyFlows), "no-policy-flows")
 		b.ReportMetric(float64(ruleFlows), "rules-flows")
 		b.ReportMetric(nRules, "rules")
 		b.ReportMetric(float64(seconds), "iperf-s")
+		b.ReportMetric(float64(connSeconds), "conn-s")
 	}
 }
 

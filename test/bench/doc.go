@@ -31,12 +31,17 @@
 //     and with 1000 rules realized.
 //   - BenchmarkEncapThroughput: iperf3 between pods on two nodes (each its
 //     own namespace, OVS and real agent), node network noEncap vs encap.
-//   - BenchmarkFanout: datapath-less agents (pkg/agent/nodatapath) connected to
-//     the real distribution server; time until all have a policy change.
+//   - BenchmarkFanout: datapath-less agents (pkg/agent/nodatapath), in a
+//     process of their own (TestMain starts this binary as that process),
+//     connected to the real distribution server; time until all have a
+//     policy change, and the controller's memory.
 //   - BenchmarkE2ELatency: the simulated cluster (test/testbed) with the
 //     real controller and agents (test/e2e/framework); time from a policy
-//     change's API write until its flows are on every node bridge that
-//     needs them.
+//     change's API write until an OpenFlow flow monitor on every node
+//     bridge that needs the change reports its flows.
+//
+// test/bench/shapes holds the controller's benchmarks on Antrea's harness
+// (BenchmarkControllerFromInformerStart, BenchmarkInformersOnly).
 //
 // Drivers print progress lines starting with "bench: " on stdout (the
 // generator shows them while the driver runs). Drivers that need the

@@ -11,33 +11,18 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tierflow/tierflow/test/bench/measure"
+	"github.com/tierflow/tierflow/test/bench/shapes"
 	"github.com/tierflow/tierflow/test/ovsenv"
 )
 
 // quickScale says whether this process runs the reduced scenario sizes.
-func quickScale() bool {
-	switch os.Getenv("BENCH_SCALE") {
-	case "quick":
-		return true
-	case "full":
-		return false
-	}
-	return os.Getenv("BENCH_QUICK") == "1"
-}
+func quickScale() bool { return shapes.QuickScale() }
 
 const mib = 1 << 20
 
 // reportMemory reports heap in use (after a full GC) and the peak RSS
 // since the last measure.ResetPeakRSS.
-func reportMemory(b *testing.B) {
-	b.Helper()
-	b.ReportMetric(float64(measure.HeapInUseBytes())/mib, "heap-MiB")
-	peak, err := measure.PeakRSSBytes()
-	if err != nil {
-		b.Fatalf("reading peak RSS: %v", err)
-	}
-	b.ReportMetric(float64(peak)/mib, "peak-rss-MiB")
-}
+func reportMemory(b *testing.B) { measure.ReportMemory(b) }
 
 func resetPeak(b *testing.B) {
 	b.Helper()
@@ -46,14 +31,7 @@ func resetPeak(b *testing.B) {
 	}
 }
 
-func cpuTime(b *testing.B) time.Duration {
-	b.Helper()
-	d, err := measure.CPUTime()
-	if err != nil {
-		b.Fatal(err)
-	}
-	return d
-}
+func cpuTime(b *testing.B) time.Duration { return measure.MustCPUTime(b) }
 
 // waitOVSLock waits, showing progress, until no other process holds the
 // host-wide OVS lock (test/ovsenv: one private ovs-vswitchd per host), so

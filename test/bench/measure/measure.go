@@ -1,7 +1,7 @@
 // Package measure holds what every benchmark driver reports besides time:
 // the process's peak resident set (Linux VmHWM, resettable so one phase of
 // a process can be measured alone), heap in use after a full GC, and a
-// description of the machine a report was made on.
+// description of the machine a report was made on, with its load.
 package measure
 
 import (
@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"testing"
 	"time"
 )
 
@@ -123,4 +124,41 @@ func CPUTime() (time.Duration, error) {
 		return 0, fmt.Errorf("getrusage: %w", err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), nil
+}
+
+// LoadAverage is the host's 1-minute load average (/proc/loadavg): how
+// many processes were running or waiting for a core, the other work a
+// figure shared the machine with.
+func LoadAverage() (float64, error) {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0, err
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0, fmt.Errorf("empty /proc/loadavg")
+	}
+	return strconv.ParseFloat(f[0], 64)
+}
+
+// ReportMemory reports, as metrics of b, the heap in use after a full GC
+// (heap-MiB) and the peak RSS since the last ResetPeakRSS (peak-rss-MiB).
+func ReportMemory(b *testing.B) {
+	b.Helper()
+	b.ReportMetric(float64(HeapInUseBytes())/(1<<20), "heap-MiB")
+	peak, err := PeakRSSBytes()
+	if err != nil {
+		b.Fatalf("reading peak RSS: %v", err)
+	}
+	b.ReportMetric(float64(peak)/(1<<20), "peak-rss-MiB")
+}
+
+// MustCPUTime is CPUTime, failing tb on error.
+func MustCPUTime(tb testing.TB) time.Duration {
+	tb.Helper()
+	d, err := CPUTime()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return d
 }

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"os"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -24,6 +25,36 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/network-policy-api/apis/v1alpha1"
 )
+
+// Engine is what a scenario's objects are fed to: the policy engine
+// (pkg/compute.Engine), named by its methods so shapes stays free of it.
+type Engine interface {
+	UpsertNamespace(*corev1.Namespace)
+	UpsertNode(*corev1.Node)
+	UpsertPod(*corev1.Pod)
+	UpsertNetworkPolicy(*networkingv1.NetworkPolicy)
+	UpsertAdminNetworkPolicy(*v1alpha1.AdminNetworkPolicy)
+}
+
+// FeedTo upserts the scenario's objects into e in the order informers
+// typically deliver them at start: namespaces, nodes, pods, then policies.
+func (c *Cluster) FeedTo(e Engine) {
+	for _, o := range c.Namespaces {
+		e.UpsertNamespace(o)
+	}
+	for _, o := range c.Nodes {
+		e.UpsertNode(o)
+	}
+	for _, o := range c.Pods {
+		e.UpsertPod(o)
+	}
+	for _, o := range c.NPs {
+		e.UpsertNetworkPolicy(o)
+	}
+	for _, o := range c.ANPs {
+		e.UpsertAdminNetworkPolicy(o)
+	}
+}
 
 // Cluster is the set of API objects of one scenario.
 type Cluster struct {
@@ -172,6 +203,19 @@ func nsRelabelled(n *corev1.Namespace, lbls map[string]string) *corev1.Namespace
 	q := n.DeepCopy()
 	q.Labels = lbls
 	return q
+}
+
+// QuickScale says whether the benchmark drivers run the reduced shapes:
+// BENCH_SCALE=quick|full (set by cmd/benchreport for each run), else
+// BENCH_QUICK=1.
+func QuickScale() bool {
+	switch os.Getenv("BENCH_SCALE") {
+	case "quick":
+		return true
+	case "full":
+		return false
+	}
+	return os.Getenv("BENCH_QUICK") == "1"
 }
 
 // pick returns full or quick.

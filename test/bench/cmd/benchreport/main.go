@@ -178,12 +178,18 @@ func logf(format string, args ...any) {
 	fmt.Printf("%s %s\n", time.Now().UTC().Format("15:04:05"), fmt.Sprintf(format, args...))
 }
 
+// gitCommit names the commit measured, with "-dirty" when the worktree
+// has changes that commit does not hold.
 func gitCommit() string {
 	out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
 	if err != nil {
 		return ""
 	}
-	return strings.TrimSpace(string(out))
+	commit := strings.TrimSpace(string(out))
+	if st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(strings.TrimSpace(string(st))) > 0 {
+		commit += "-dirty"
+	}
+	return commit
 }
 
 func packagesOf(runs []*Run) []string {
@@ -253,6 +259,16 @@ func execute(parent context.Context, r *Run, bin, logDir, prefix string) {
 		r.Status, r.Reason = StatusFailed, err.Error()
 		return
 	}
+	var loadMu sync.Mutex
+	sampleLoad := func() {
+		if l, err := measure.LoadAverage(); err == nil {
+			loadMu.Lock()
+			r.LoadAvg = append(r.LoadAvg, l)
+			loadMu.Unlock()
+		}
+	}
+	sampleLoad()
+	defer sampleLoad()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -265,6 +281,7 @@ func execute(parent context.Context, r *Run, bin, logDir, prefix string) {
 			case <-stop:
 				return
 			case <-t.C:
+				sampleLoad()
 				logf("%s ... still running (%.0fs)", prefix, time.Since(start).Seconds())
 			}
 		}

@@ -11,6 +11,8 @@ import (
 const (
 	SectionCompute     = "Controller: computation only"
 	SectionEngineBench = "Controller: the engine's own benchmarks (pkg/compute)"
+	SectionVsAntrea    = "Controller: from informer start, on Antrea's harness"
+	SectionHarness     = "Antrea's harness alone (fake clientset and informers, no controller)"
 	SectionInformers   = "Controller: from informer start"
 	SectionIncremental = "Controller: incremental changes"
 	SectionAgent       = "Agent: flow installation into OVS"
@@ -37,6 +39,27 @@ var antreaInformer = map[string]Reference{
 	"one-namespace":    {Time: "4.88 s", Memory: "908 MB (peak RSS 0.99 GB)"},
 	"policy-per-pod":   {Time: "76.84 s", Memory: "190 MB (peak RSS 0.31 GB)"},
 }
+
+// AntreaSideBySide is Antrea's controller in its own performance test
+// (fake clientset in the test's process, peak RSS of the process from
+// /usr/bin/time -v), run on a quiet machine of the project's kind one
+// after tierflow's: the "Side by side" table of the references. Time in
+// seconds, peak RSS in MiB.
+type AntreaSideBySide struct {
+	Seconds    float64 `json:"seconds"`
+	PeakRSSMiB float64 `json:"peak_rss_mib"`
+}
+
+// antreaSideBySide is keyed by shape; these are the four reference shapes.
+var antreaSideBySide = map[string]AntreaSideBySide{
+	"small-namespaces": {12.68, 2102},
+	"large-namespaces": {4.32, 1229},
+	"one-namespace":    {4.15, 945},
+	"policy-per-pod":   {22.59, 282},
+}
+
+// referenceShapes are the shapes of the side-by-side table, in report order.
+var referenceShapes = []string{"small-namespaces", "large-namespaces", "one-namespace", "policy-per-pod"}
 
 // antreaCompute: computation only, per run.
 var antreaCompute = map[string]Reference{
@@ -89,6 +112,21 @@ func plan(quick bool) []*Run {
 				Package: "./pkg/compute", Bench: "^" + e.bench + "$", Timeout: 30 * time.Minute, Reference: refOrNil(antreaCompute[e.shape])})
 		}
 	}
+	for _, name := range referenceShapes {
+		s, err := shapes.Get(name)
+		if err != nil {
+			panic(err) // referenceShapes names shapes of package shapes
+		}
+		a := antreaSideBySide[name]
+		ref := &Reference{Time: fmt.Sprintf("%.2f s", a.Seconds), Memory: fmt.Sprintf("peak RSS %.0f MiB", a.PeakRSSMiB)}
+		add(&Run{ID: "vs-antrea-" + name, Section: SectionVsAntrea, Scenario: name, Description: s.Description, Scale: scale,
+			Package: "./test/bench/shapes", Bench: fmt.Sprintf("^BenchmarkControllerFromInformerStart$/^%s$", name), Timeout: 30 * time.Minute, Reference: ref})
+	}
+	for _, name := range referenceShapes {
+		s, _ := shapes.Get(name)
+		add(&Run{ID: "harness-" + name, Section: SectionHarness, Scenario: name, Description: s.Description, Scale: scale,
+			Package: "./test/bench/shapes", Bench: fmt.Sprintf("^BenchmarkInformersOnly$/^%s$", name), Timeout: 30 * time.Minute})
+	}
 	for _, s := range shapes.All() {
 		sc := scale
 		note := ""
@@ -118,15 +156,15 @@ func plan(quick bool) []*Run {
 		Description: "three nodes, 1,000 pods in 20 namespaces (quick: 60 in 4): from the API write of a policy change until its flows are on every node bridge that needs them; " +
 			"per round NetworkPolicy create / update / delete, a pod relabel into and out of the policy's peers, AdminNetworkPolicy create / update / delete",
 		Package: pkg, Bench: "^BenchmarkE2ELatency$", Timeout: 40 * time.Minute, NeedsOVS: true})
-	add(&Run{ID: "datapath-throughput", Section: SectionDatapath, Scenario: "iperf3 pod → pod", Scale: scale,
-		Description: "TCP throughput between two pods on one bridge (userspace datapath), no policy vs 1000 rules realized, in one run",
+	add(&Run{ID: "datapath-throughput", Section: SectionDatapath, Scenario: "pod → pod", Scale: scale,
+		Description: "TCP throughput between two pods of one node and across two nodes, short TCP connections per second on one node (userspace datapath), no policy vs 1000 rules realized, in one run",
 		Package:     pkg, Bench: "^BenchmarkDatapathThroughput$", Timeout: 20 * time.Minute, NeedsOVS: true})
 	add(&Run{ID: "encap-throughput", Section: SectionEncap, Scenario: "iperf3 pod → pod across nodes", Scale: scale,
 		Description: "TCP throughput between pods on two nodes (each its own namespace, OVS and agent), node network noEncap vs encap (Geneve), on one underlay, in one run",
 		Package:     pkg, Bench: "^BenchmarkEncapThroughput$", Timeout: 20 * time.Minute})
-	add(&Run{ID: "fanout", Section: SectionFanout, Scenario: "fake agents", Scale: scale,
-		Description: "datapath-less agents (pkg/agent/nodatapath) on the real distribution server; controller on a real kube-apiserver",
-		Package:     pkg, Bench: "^BenchmarkFanout$", Timeout: 30 * time.Minute})
+	add(&Run{ID: "fanout", Section: SectionFanout, Scenario: "datapath-less agents", Scale: scale,
+		Description: "1,000 datapath-less agents (pkg/agent/nodatapath, quick: 100) on the real distribution server; controller on a real kube-apiserver holding 100,000 pods in 1,000 namespaces with a NetworkPolicy each (quick: 400 in 20)",
+		Package:     pkg, Bench: "^BenchmarkFanout$", Timeout: 60 * time.Minute})
 	return runs
 }
 

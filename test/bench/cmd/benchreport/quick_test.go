@@ -60,6 +60,17 @@ func TestQuickReport(t *testing.T) {
 	if r, ok := raw["agent_vs_ofctl_ratio"].(float64); !ok || r <= 0 {
 		t.Errorf("agent_vs_ofctl_ratio = %v, want a positive number", raw["agent_vs_ofctl_ratio"])
 	}
+	for _, key := range []string{"e2e_latency_p99_ms", "e2e_latency_resolution_ms"} {
+		if v, ok := raw[key].(float64); !ok || v <= 0 {
+			t.Errorf("%s = %v, want a positive number", key, raw[key])
+		}
+	}
+	ratios, _ := raw["controller_vs_antrea"].(map[string]any)
+	for _, shape := range referenceShapes {
+		if r, ok := ratios[shape].(float64); !ok || r <= 0 {
+			t.Errorf("controller_vs_antrea[%s] = %v, want a positive number", shape, ratios[shape])
+		}
+	}
 	if rep.Mode != "quick" || rep.Machine.Cores == 0 || rep.Date == "" {
 		t.Errorf("report header: mode %q, machine %+v, date %q", rep.Mode, rep.Machine, rep.Date)
 	}
@@ -89,7 +100,7 @@ func TestQuickReport(t *testing.T) {
 			t.Errorf("report.md has no section %q", s)
 		}
 	}
-	for _, want := range []string{SectionCompute, SectionInformers, SectionIncremental, SectionAgent, SectionE2E, SectionDatapath, SectionEncap, SectionFanout} {
+	for _, want := range []string{SectionCompute, SectionVsAntrea, SectionHarness, SectionInformers, SectionIncremental, SectionAgent, SectionE2E, SectionDatapath, SectionEncap, SectionFanout} {
 		if !sections[want] {
 			t.Errorf("the quick plan has no run in section %q", want)
 		}

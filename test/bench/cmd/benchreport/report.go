@@ -46,30 +46,97 @@ type Run struct {
 	// ProcessMaxRSSMiB is the driver process's peak RSS as the kernel
 	// reports it at exit (everything the process did, including building
 	// the scenario's objects).
-	ProcessMaxRSSMiB float64    `json:"process_max_rss_mib,omitempty"`
-	WallSeconds      float64    `json:"wall_seconds"`
-	Log              string     `json:"log,omitempty"`
-	Reference        *Reference `json:"reference,omitempty"`
+	ProcessMaxRSSMiB float64 `json:"process_max_rss_mib,omitempty"`
+	// LoadAvg are the host's 1-minute load averages sampled while the run
+	// ran (at its start, every 30 s, at its end).
+	LoadAvg     []float64  `json:"load_avg,omitempty"`
+	WallSeconds float64    `json:"wall_seconds"`
+	Log         string     `json:"log,omitempty"`
+	Reference   *Reference `json:"reference,omitempty"`
 }
 
 // Report is report.json.
 type Report struct {
-	Date        string          `json:"date"`
-	Mode        string          `json:"mode"`
-	Commit      string          `json:"commit,omitempty"`
+	Date   string `json:"date"`
+	Mode   string `json:"mode"`
+	Commit string `json:"commit,omitempty"`
+	// LoadAvg summarizes every run's load samples (see Run.LoadAvg).
+	LoadAvg     *LoadSummary    `json:"load_avg,omitempty"`
 	Machine     measure.Machine `json:"machine"`
 	WallSeconds float64         `json:"wall_seconds"`
 	// AgentVsOfctlRatio is the agent's installation time over ovs-ofctl's
 	// for the same flows, at the largest flow count measured (~100k in
 	// full mode); null when not measured.
 	AgentVsOfctlRatio *float64 `json:"agent_vs_ofctl_ratio"`
+	// E2ELatencyP99Ms is the end-to-end realization latency's 99th
+	// percentile over every change of the run, and E2ELatencyResolutionMs
+	// how late the bridges' flow monitors may report a change (see the
+	// end-to-end section); null when not measured.
+	E2ELatencyP99Ms        *float64 `json:"e2e_latency_p99_ms"`
+	E2ELatencyResolutionMs *float64 `json:"e2e_latency_resolution_ms"`
 	// AgentVsOfctlRatioByFlows is the same ratio for every flow count
 	// measured, keyed by the number of flows installed.
 	AgentVsOfctlRatioByFlows map[string]float64 `json:"agent_vs_ofctl_ratio_by_flows,omitempty"`
-	Runs                     []*Run             `json:"runs"`
+	// ControllerVsAntrea is, per reference shape, tierflow-controller's
+	// time from informer start on Antrea's harness over Antrea's time in
+	// the side-by-side run (AntreaSideBySide); ControllerRSSVsAntrea the
+	// same for the process's peak RSS. In quick mode the shapes are
+	// smaller than the reference's: the ratios do not compare.
+	ControllerVsAntrea    map[string]float64          `json:"controller_vs_antrea"`
+	ControllerRSSVsAntrea map[string]float64          `json:"controller_rss_vs_antrea"`
+	AntreaSideBySide      map[string]AntreaSideBySide `json:"antrea_side_by_side"`
+	Runs                  []*Run                      `json:"runs"`
+}
+
+// LoadSummary is the 1-minute load average over a report's runs.
+type LoadSummary struct {
+	Min     float64 `json:"min"`
+	Mean    float64 `json:"mean"`
+	Max     float64 `json:"max"`
+	Samples int     `json:"samples"`
 }
 
 func (rep *Report) summarize() {
+	var load LoadSummary
+	for _, r := range rep.Runs {
+		for _, l := range r.LoadAvg {
+			if load.Samples == 0 || l < load.Min {
+				load.Min = l
+			}
+			load.Max = max(load.Max, l)
+			load.Mean += l
+			load.Samples++
+		}
+	}
+	if load.Samples > 0 {
+		load.Mean /= float64(load.Samples)
+		rep.LoadAvg = &load
+	}
+	rep.ControllerVsAntrea, rep.ControllerRSSVsAntrea = map[string]float64{}, map[string]float64{}
+	rep.AntreaSideBySide = antreaSideBySide
+	for _, r := range rep.Runs {
+		a, ok := antreaSideBySide[r.Scenario]
+		if r.Section != SectionVsAntrea || r.Status != StatusOK || !ok {
+			continue
+		}
+		if t, ok := val(r, "informer-s"); ok {
+			rep.ControllerVsAntrea[r.Scenario] = t / a.Seconds
+		}
+		if m, ok := val(r, "peak-rss-MiB"); ok {
+			rep.ControllerRSSVsAntrea[r.Scenario] = m / a.PeakRSSMiB
+		}
+	}
+	for _, r := range rep.Runs {
+		if r.Section != SectionE2E || r.Status != StatusOK {
+			continue
+		}
+		if v, ok := val(r, "p99-ms"); ok {
+			rep.E2ELatencyP99Ms = &v
+		}
+		if v, ok := val(r, "resolution-ms"); ok {
+			rep.E2ELatencyResolutionMs = &v
+		}
+	}
 	best := -1.0
 	for _, r := range rep.Runs {
 		if r.Section != SectionAgent || r.Status != StatusOK {
@@ -119,9 +186,24 @@ func (rep *Report) Markdown() string {
 	if rep.Commit != "" {
 		fmt.Fprintf(&b, "- Commit: %s\n", rep.Commit)
 	}
+	if l := rep.LoadAvg; l != nil {
+		fmt.Fprintf(&b, "- Load average (1 min) while the runs ran: min %.2f, mean %.2f, max %.2f (%d samples: each run's start and end, and every 30 s; per run in report.json)\n", l.Min, l.Mean, l.Max, l.Samples)
+	}
 	b.WriteString("- References: Antrea's network-policy controller (commit fc70f2bb) on a machine of the project's kind (2 cores, 24 GiB), from ../shared/BENCH-REFERENCES.md (relative to the repository root).\n")
 	b.WriteString("- Times are wall-clock on a machine shared with other work; CPU time (user + system of the driver process) is given beside them where it matters: when it is well below the wall time, the run waited for a core.\n")
 	b.WriteString("- Every scenario ran once in its own process (`go test -bench` drivers in test/bench, `-benchtime=1x`); logs are in _output/bench/logs. Numbers are reports, not pass/fail.\n")
+	if len(rep.ControllerVsAntrea) > 0 {
+		var parts []string
+		for _, name := range referenceShapes {
+			if v, ok := rep.ControllerVsAntrea[name]; ok {
+				parts = append(parts, fmt.Sprintf("%s %.3f", name, v))
+			}
+		}
+		fmt.Fprintf(&b, "- **controller_vs_antrea** (time from informer start on Antrea's harness / Antrea's): %s\n", strings.Join(parts, ", "))
+	}
+	if rep.E2ELatencyP99Ms != nil && rep.E2ELatencyResolutionMs != nil {
+		fmt.Fprintf(&b, "- **e2e_latency_p99_ms: %.1f** (end-to-end realization, resolution %.1f ms)\n", *rep.E2ELatencyP99Ms, *rep.E2ELatencyResolutionMs)
+	}
 	if rep.AgentVsOfctlRatio != nil {
 		fmt.Fprintf(&b, "- **agent_vs_ofctl_ratio: %.2f** (agent time / `ovs-ofctl --bundle add-flows` time, largest flow count)\n", *rep.AgentVsOfctlRatio)
 	}
@@ -158,6 +240,26 @@ func (rep *Report) Markdown() string {
 				}
 				return []string{r.Scenario, r.Description, t, secs(r, "cpu-s/op"), a, count(r, "allocs/op"), mibs(r, "heapMB"), fmt.Sprintf("%.0f MiB", r.ProcessMaxRSSMiB), ref(r, "time"), ref(r, "alloc")}
 			}},
+		{SectionVsAntrea,
+			"Antrea's own controller performance test measures from the informers' start over a fake clientset in the test's process, with the process's peak RSS (`/usr/bin/time -v`); here pkg/controller runs on the same harness: every object of the shape in a fake clientset (client-go's object tracker), the controller's informers listing from it, the clock from starting the controller until its initial lists are in the engine and a snapshot holds every computed object. Peak RSS is the whole process's, as Antrea's was: the shape's objects as built (held for the whole run, as the reference test holds its own), the fake clientset's copy of them, the copies its lists hand the informers, and the controller. Harness RSS is what the process held before the clock started (objects and fake clientset); the harness's own cost with no controller is in the next section. Antrea: the side-by-side run of ../shared/BENCH-REFERENCES.md (quiet machine). Ratios are tierflow / Antrea (report.json: controller_vs_antrea, controller_rss_vs_antrea).",
+			[]string{"scenario", "scale", "pods", "policies", "time", "CPU time", "peak RSS (process)", "harness RSS", "heap in use after", "Antrea time", "Antrea peak RSS", "time / Antrea", "peak RSS / Antrea"},
+			func(r *Run) []string {
+				a := antreaSideBySide[r.Scenario]
+				rel := func(unit string, ref float64) string {
+					if v, ok := val(r, unit); ok && ref > 0 {
+						return fmt.Sprintf("**%.3f**", v/ref)
+					}
+					return "–"
+				}
+				return []string{r.Scenario, r.Scale, num(r, "pods"), num(r, "policies"), secs(r, "informer-s"), secs(r, "cpu-s"), mibs(r, "peak-rss-MiB"), mibs(r, "harness-rss-MiB"),
+					mibs(r, "heap-MiB"), fmt.Sprintf("%.2f s", a.Seconds), fmt.Sprintf("%.0f MiB", a.PeakRSSMiB), rel("informer-s", a.Seconds), rel("peak-rss-MiB", a.PeakRSSMiB)}
+			}},
+		{SectionHarness,
+			"The floor of the harness above: the same fake clientset and client-go informers (with the controller's transform of core objects) listing every object, with handlers that only count them. Nothing of this is tierflow's work; it is what the process of the section above spends before the controller does anything.",
+			[]string{"scenario", "scale", "pods", "policies", "time", "CPU time", "peak RSS (process)", "harness RSS", "heap in use after"},
+			func(r *Run) []string {
+				return []string{r.Scenario, r.Scale, num(r, "pods"), num(r, "policies"), secs(r, "informer-s"), secs(r, "cpu-s"), mibs(r, "peak-rss-MiB"), mibs(r, "harness-rss-MiB"), mibs(r, "heap-MiB")}
+			}},
 		{SectionInformers,
 			"Every object is first created in a real kube-apiserver (test/kubeapi; pods created, then their status written). Then pkg/controller starts its informers; the clock stops when the engine holds every policy and every pod in its applied-to groups (polled every 100 ms). Heap in use includes the informer caches; peak RSS is the controller's run (reset after loading).",
 			[]string{"scenario", "scale", "pods", "policies", "time from informer start", "CPU time", "heap in use", "peak RSS", "API load time", "Antrea time", "Antrea memory"},
@@ -172,34 +274,42 @@ func (rep *Report) Markdown() string {
 				return []string{r.Scenario, r.Scale, num(r, "pods"), num(r, "policies"), incr(r, "pod-relabel"), incr(r, "ns-relabel"), incr(r, "policy-add")}
 			}},
 		{SectionAgent,
-			"The agent's realizer (pkg/agent/realizer: compile, diff, one atomic OpenFlow bundle over its pkg/ovs/openflow connection) realizing the policies on a fresh bridge of a private ovs-vswitchd (test/ovsenv, userspace datapath), against `ovs-ofctl -O OpenFlow13 --bundle add-flows` of the very same flows (the realizer's bundle rendered by pkg/ovs/openflow's Flow.String) into another fresh bridge in the same run.",
-			[]string{"scenario", "scale", "policies", "flows installed", "agent", "ovs-ofctl (floor)", "agent / ofctl", "flows on bridge (agent / ofctl)"},
+			"The agent's realizer (pkg/agent/realizer: compile, diff, one atomic OpenFlow bundle over its pkg/ovs/openflow connection) realizing the policies on a fresh bridge of a private ovs-vswitchd (test/ovsenv, userspace datapath), against `ovs-ofctl -O OpenFlow13 --bundle add-flows` of the very same flows (the realizer's bundle rendered by pkg/ovs/openflow's Flow.String) into another fresh bridge in the same run. One policy change: on the bridge holding those flows, one NetworkPolicy's rule moves to another port (Realizer.Update with the agent's whole state, as the agent applies any change); median of 7, with the flows its bundle added, modified and deleted.",
+			[]string{"scenario", "scale", "policies", "flows installed", "agent", "ovs-ofctl (floor)", "agent / ofctl", "flows on bridge (agent / ofctl)", "one policy change on that bridge"},
 			func(r *Run) []string {
+				change := "–"
+				if t, ok := val(r, "change-ms"); ok {
+					change = fmt.Sprintf("%.1f ms (%s flows touched)", t, num(r, "change-flows"))
+				}
 				return []string{r.Scenario, r.Scale, num(r, "policies"), num(r, "bundle-flows"), secs(r, "agent-s"), secs(r, "ofctl-s"), ratio(r, "agent/ofctl"),
-					num(r, "agent-bridge-flows") + " / " + num(r, "ofctl-bridge-flows")}
+					num(r, "agent-bridge-flows") + " / " + num(r, "ofctl-bridge-flows"), change}
 			}},
 		{SectionE2E,
-			"The simulated cluster (test/testbed: real kube-apiserver, kwok nodes, pods as network namespaces on one bridge per node of a private ovs-vswitchd) with the real tierflow-controller and one tierflow-agent per node (test/e2e/framework). Each change is timed from the start of its API write until every node that needs it (the nodes of the pods the rule applies to) has its flows: every agent is polled at once through its query socket (/v1/flows of the rule's table: the flows its acknowledged OpenFlow bundles installed) for the rule's port or peer address (created / updated flows present and replaced ones gone; deleted ones gone), then the same is checked on the bridges with `ovs-ofctl dump-flows` (a disagreement fails the run). p50 / p99 over every change; per kind median / maximum. p50 / p99 are upper bounds: the end of the polling round that saw the change. A round takes the poll time shown (plus a 2 ms pause); the lower bound is the start of the last round in which a node still missed the change (its flows came after that look), so the true latency lies between the two.",
-			[]string{"scale", "nodes", "pods", "pods running after", "changes", "p50", "p99", "max", "lower bound p50 / p99", "poll (p50 / p99)", "NP create", "NP update", "NP delete", "pod joins peers", "pod leaves peers", "ANP create", "ANP update", "ANP delete"},
+			"The simulated cluster (test/testbed: real kube-apiserver, kwok nodes, pods as network namespaces on one bridge per node of a private ovs-vswitchd) with the real tierflow-controller and one tierflow-agent per node (test/e2e/framework). Each change is timed from the start of its API write until the bridge of every node that needs it (the nodes of the pods the rule applies to) has reported the flows that realize it: an OpenFlow flow monitor on each bridge (pkg/ovs/openflow Monitor: the ONF flow monitor extension Open vSwitch implements for OpenFlow 1.3) reports every committed change as the switch commits it, and the change counts as seen when the bridge's flows make the rule's port or peer address present (created, updated, joining) and the replaced ones absent (updated, deleted, leaving); the bridges are then cross-checked with `ovs-ofctl dump-flows` (a disagreement fails the run). Resolution: before each round this process adds one flow to a scratch table of each bridge and deletes it (one flow-mod each), timing from the write until the monitor's report; p99 of those bounds how late the monitor reports a change. Percentiles are nearest rank; per change kind p50 / p90 / p99 / max.",
+			[]string{"scale", "nodes", "pods", "pods running after", "changes", "p50", "p90", "p99", "max", "resolution (p99 of calibration; median)", "NP create", "NP update", "NP delete", "pod joins peers", "pod leaves peers", "ANP create", "ANP update", "ANP delete"},
 			func(r *Run) []string {
 				kind := func(k string) string {
 					p50, ok1 := val(r, k+"-p50-ms")
+					p90, _ := val(r, k+"-p90-ms")
+					p99, _ := val(r, k+"-p99-ms")
 					max, ok2 := val(r, k+"-max-ms")
 					if !ok1 || !ok2 {
 						return "–"
 					}
-					return fmt.Sprintf("%.0f / %.0f ms", p50, max)
+					return fmt.Sprintf("%.0f / %.0f / %.0f / %.0f ms", p50, p90, p99, max)
 				}
-				return []string{r.Scale, num(r, "nodes"), num(r, "pods"), secs(r, "pods-s"), num(r, "changes"), "**" + ms(r, "p50-ms") + "**", "**" + ms(r, "p99-ms") + "**", ms(r, "max-ms"), ms(r, "lower-p50-ms") + " / " + ms(r, "lower-p99-ms"),
-					ms(r, "poll-p50-ms") + " / " + ms(r, "poll-p99-ms"),
+				return []string{r.Scale, num(r, "nodes"), num(r, "pods"), secs(r, "pods-s"), num(r, "changes"), "**" + ms(r, "p50-ms") + "**", ms(r, "p90-ms"), "**" + ms(r, "p99-ms") + "**", ms(r, "max-ms"),
+					ms(r, "resolution-ms") + " (" + ms(r, "calib-p50-ms") + ")",
 					kind("np-create"), kind("np-update"), kind("np-delete"), kind("relabel-join"), kind("relabel-leave"), kind("anp-create"), kind("anp-update"), kind("anp-delete")}
 			}},
 		{SectionDatapath,
-			"iperf3 (TCP) between two pods on one node bridge through the agent's full pipeline, with no policy and with 1000 rules realized (a quarter Admin-tier Deny rules against other peers, the rest NetworkPolicy-tier Allow rules; only the last one allows the client), alternately in one run; medians over the rounds. A port no rule allows is checked closed each round. Userspace datapath on a shared 2-core machine: expect noise.",
-			[]string{"scale", "no policy", "1000 rules", "rules / no policy", "flows (no policy / rules)", "iperf3 duration × rounds"},
+			"Pods on bridges of a private ovs-vswitchd (userspace datapath) through the agent's full pipeline, with no policy and with 1000 rules realized on every node (a quarter Admin-tier Deny rules against other peers, the rest NetworkPolicy-tier Allow rules; only the last one allows the clients), the two settings alternating in one run; medians over the rounds, ratios per round (rules / no policy), median. TCP throughput by iperf3 between two pods of one node and from a pod of another node (two bridges joined by patch ports, each the other's uplink); short TCP connections per second (connect and close, 4 at a time, each a new conntrack entry) between two pods of one node. A port no rule allows is checked closed each round. Shared 2-core machine: expect noise.",
+			[]string{"scale", "same node: no policy", "same node: 1000 rules", "ratio", "across nodes: no policy", "across nodes: 1000 rules", "ratio", "connections/s: no policy", "connections/s: 1000 rules", "ratio", "flows (no policy / rules)", "durations × rounds"},
 			func(r *Run) []string {
 				return []string{r.Scale, gbps(r, "no-policy-Gbps"), gbps(r, "rules-Gbps"), ratio(r, "rules/no-policy"),
-					num(r, "no-policy-flows") + " / " + num(r, "rules-flows"), secs(r, "iperf-s") + " × " + num(r, "rounds") + " each"}
+					gbps(r, "remote-no-policy-Gbps"), gbps(r, "remote-rules-Gbps"), ratio(r, "remote-rules/no-policy"),
+					num(r, "no-policy-conn/s"), num(r, "rules-conn/s"), ratio(r, "conn-rules/no-policy"),
+					num(r, "no-policy-flows") + " / " + num(r, "rules-flows"), "iperf3 " + secs(r, "iperf-s") + ", connections " + secs(r, "conn-s") + " × " + num(r, "rounds")}
 			}},
 		{SectionEncap,
 			"iperf3 (TCP) between pods on two nodes, each node its own network namespace with its own OVS (userspace datapath) and the real agent (watching Nodes on a real kube-apiserver, following the real controller), the nodes joined by one veth pair (one subnet, so both modes work on it). noEncap: pod → gateway → host routes → the other node's host → its gateway → pod. encap: pod → Geneve tunnel (OVS's userspace tunnelling through the node's underlay bridge) → pod. Pods have each mode's MTU (1500; 1450 under Geneve over IPv4). Every noEncap round, then every encap round (encap moves the node's address onto its underlay bridge, which noEncap would then route through too); medians. Shared 2-core machine: expect noise.",
@@ -209,11 +319,11 @@ func (rep *Report) Markdown() string {
 					secs(r, "iperf-s") + " × " + num(r, "rounds") + " each"}
 			}},
 		{SectionFanout,
-			"pkg/controller on a real kube-apiserver, the distribution server (gRPC over TLS, static tokens) and datapath-less agents (pkg/agent/nodatapath), all in one process. Initial: from the agents' start until each has exactly the policies spanning its node. Change: an AdminNetworkPolicy selecting every namespace created through the API, until every agent has it (median / maximum). Memory is the whole process (controller plus the agents' states).",
-			[]string{"scale", "agents", "pods", "initial convergence", "policy change p50", "policy change max", "changes", "heap in use", "peak RSS"},
+			"pkg/controller on a real kube-apiserver and the distribution server (gRPC over TLS, static tokens) in the benchmark's process; datapath-less agents (pkg/agent/nodatapath), one gRPC stream each, in a process of their own, so the memory figures are the controller's (its informer caches, engine and distribution state, and the updates queued to the agents; peak RSS measured from the controller's start). Initial: from the agents' start until each has exactly the policies spanning its node. Change: an AdminNetworkPolicy selecting every namespace, its peers one team's namespaces (a tenth of the pods), created through the API, until every agent's state holds it. The first such policy brings every agent that new address group (in full mode 10,000 members, about 1 MB of JSON per agent, all decoded by the agents' process on the same two cores); the later ones reuse it (median / maximum).",
+			[]string{"scale", "agents", "pods", "policies", "initial convergence", "first change (new address group)", "later changes p50", "later changes max", "changes", "controller heap in use", "controller peak RSS", "agents' process peak RSS"},
 			func(r *Run) []string {
-				return []string{r.Scale, num(r, "agents"), num(r, "pods"), secs(r, "initial-s"), ms(r, "change-p50-ms"), ms(r, "change-max-ms"), num(r, "changes"),
-					mibs(r, "heap-MiB"), mibs(r, "peak-rss-MiB")}
+				return []string{r.Scale, num(r, "agents"), num(r, "pods"), num(r, "policies"), secs(r, "initial-s"), ms(r, "first-change-ms"), ms(r, "change-p50-ms"), ms(r, "change-max-ms"), num(r, "changes"),
+					mibs(r, "heap-MiB"), mibs(r, "peak-rss-MiB"), mibs(r, "agents-rss-MiB")}
 			}},
 	} {
 		runs := bySection[s.name]

@@ -100,3 +100,40 @@ func TestMergeKeepsRunsNotRunAgain(t *testing.T) {
 		t.Errorf("the fresh run must replace the failed one: %+v", got[1])
 	}
 }
+
+func TestControllerVsAntrea(t *testing.T) {
+	rep := &Report{Mode: "full"}
+	rep.Runs = []*Run{
+		{ID: "vs-antrea-small-namespaces", Section: SectionVsAntrea, Scenario: "small-namespaces", Status: StatusOK,
+			Metrics: map[string]float64{"informer-s": 2.536, "peak-rss-MiB": 1051}},
+		{ID: "vs-antrea-large-namespaces", Section: SectionVsAntrea, Scenario: "large-namespaces", Status: StatusFailed},
+		{ID: "harness-small-namespaces", Section: SectionHarness, Scenario: "small-namespaces", Status: StatusOK,
+			Metrics: map[string]float64{"informer-s": 1, "peak-rss-MiB": 900}},
+	}
+	rep.summarize()
+	if got := rep.ControllerVsAntrea["small-namespaces"]; got < 0.1999 || got > 0.2001 {
+		t.Errorf("controller_vs_antrea[small-namespaces] = %v, want 2.536 / 12.68 = 0.2", got)
+	}
+	if got := rep.ControllerRSSVsAntrea["small-namespaces"]; got < 0.4999 || got > 0.5001 {
+		t.Errorf("controller_rss_vs_antrea[small-namespaces] = %v, want 1051 / 2102 = 0.5", got)
+	}
+	if _, ok := rep.ControllerVsAntrea["large-namespaces"]; ok || len(rep.ControllerVsAntrea) != 1 {
+		t.Errorf("controller_vs_antrea = %v: a failed run and the harness floor have no ratio", rep.ControllerVsAntrea)
+	}
+	if md := rep.Markdown(); !strings.Contains(md, "controller_vs_antrea") || !strings.Contains(md, "small-namespaces 0.200") {
+		t.Errorf("report.md does not state the ratio:\n%s", md)
+	}
+}
+
+func TestE2EKeys(t *testing.T) {
+	rep := &Report{Mode: "quick"}
+	rep.Runs = []*Run{{ID: "e2e-latency", Section: SectionE2E, Scenario: "policy change", Status: StatusOK,
+		Metrics: map[string]float64{"p99-ms": 42.5, "resolution-ms": 1.25, "np-create-p50-ms": 20, "np-create-p90-ms": 30, "np-create-p99-ms": 40, "np-create-max-ms": 41}}}
+	rep.summarize()
+	if rep.E2ELatencyP99Ms == nil || *rep.E2ELatencyP99Ms != 42.5 || rep.E2ELatencyResolutionMs == nil || *rep.E2ELatencyResolutionMs != 1.25 {
+		t.Fatalf("e2e keys: %v %v", rep.E2ELatencyP99Ms, rep.E2ELatencyResolutionMs)
+	}
+	if md := rep.Markdown(); !strings.Contains(md, "20 / 30 / 40 / 41 ms") || !strings.Contains(md, "e2e_latency_p99_ms: 42.5") {
+		t.Errorf("report.md lacks the per-kind percentiles or the key:\n%s", md)
+	}
+}
