@@ -56,7 +56,7 @@ func DefaultValues() Values {
 		ControllerMetricsPort: config.DefaultControllerMetricsPort,
 		AgentMetricsPort:      config.DefaultAgentMetricsPort,
 		QueryPort:             config.DefaultQueryPort,
-		NodeNetworkMode:       config.NodeNetworkEncap,
+		NodeNetworkMode:       config.NodeNetworkNoEncap,
 		TunnelType:            config.TunnelGeneve,
 	}
 }
