@@ -213,6 +213,7 @@ type Writer interface {
 	UpsertNamespace(*corev1.Namespace)
 	DeleteNamespace(name string)
 	UpsertPod(*corev1.Pod)
+	UpsertPreparedPod(PreparedPod)
 	DeletePod(namespace, name string)
 	UpsertNode(*corev1.Node)
 	DeleteNode(name string)
@@ -247,6 +248,12 @@ func (b *Batch) UpsertPod(pod *corev1.Pod) {
 	b.run(nil)
 	if u, ok := preparePod(pod); ok {
 		b.e.applyPod(u)
+	}
+}
+func (b *Batch) UpsertPreparedPod(p PreparedPod) {
+	b.run(nil)
+	if p.ok {
+		b.e.applyPod(p.u)
 	}
 }
 func (b *Batch) DeletePod(namespace, name string) {

@@ -322,7 +322,14 @@ func (u *universe) apply(e Writer, op, x, y byte) {
 		}
 		p := mkPod(ns, name("p", y%6), name("n", (x>>3)%3), ip, lbl, withPort("web", "TCP", int32(80+x%2)))
 		u.pods[p.Namespace+"/"+p.Name] = p
-		e.UpsertPod(p)
+		if x&0x80 != 0 {
+			// As the controller feeds pods: prepared on arrival (the
+			// replay, which the incremental result is compared with,
+			// upserts the objects).
+			e.UpsertPreparedPod(PreparePod(p))
+		} else {
+			e.UpsertPod(p)
+		}
 	case 3:
 		key := ns + "/" + name("p", y%6)
 		delete(u.pods, key)

@@ -234,6 +234,34 @@ func (e *Engine) UpsertPod(pod *corev1.Pod) {
 	e.update(func() { e.applyPod(u) })
 }
 
+// PreparedPod is a pod as the engine reads it: what UpsertPod reads from
+// the object, outside the engine's lock, before applying it. A cache of
+// pods can prepare each pod as it arrives and keep the preparation
+// (PreparePod, UpsertPreparedPod) instead of handing the engine an object
+// rebuilt for the purpose. It is immutable and may be applied to any
+// engine, any number of times; the zero value is ignored.
+type PreparedPod struct {
+	u  podUpdate
+	ok bool
+}
+
+// PreparePod reads what the engine needs of a pod (nil: the zero
+// PreparedPod). The pod's labels map is kept, not copied: it must not be
+// changed afterwards (an informer's cached objects never are).
+func PreparePod(pod *corev1.Pod) PreparedPod {
+	u, ok := preparePod(pod)
+	return PreparedPod{u: u, ok: ok}
+}
+
+// UpsertPreparedPod adds or updates the pod p was prepared from, as
+// UpsertPod does with the object.
+func (e *Engine) UpsertPreparedPod(p PreparedPod) {
+	if !p.ok {
+		return
+	}
+	e.update(func() { e.applyPod(p.u) })
+}
+
 // podUpdate is a pod event, read from the object: an upsert, or a delete
 // for a pod that cannot take part in policy.
 type podUpdate struct {

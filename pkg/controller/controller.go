@@ -358,7 +358,7 @@ func (c *Controller) registerCoreHandlers() error {
 	add(c.kubeFactory.Core().V1().Pods().Informer(), c.handlerFuncs("Pod",
 		func(w compute.Writer, obj interface{}) {
 			if p, ok := obj.(*cachedPod); ok {
-				w.UpsertPod(p.Pod())
+				w.UpsertPreparedPod(p.prepared)
 			}
 		},
 		func(w compute.Writer, m metav1.Object) { w.DeletePod(m.GetNamespace(), m.GetName()) }, nil))

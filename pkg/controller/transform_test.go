@@ -63,7 +63,7 @@ func richPods() []*corev1.Pod {
 
 // TestSlimObjectsComputeAlike: the engine computes the same from objects
 // trimmed by the core informers' transform (pods: from the cachedPod's
-// Pod; NetworkPolicies: from the cachedNetworkPolicy's compilation) as
+// preparation; NetworkPolicies: from the cachedNetworkPolicy's compilation) as
 // from the full objects, and tierctl's queries (pkg/explain/load)
 // read the same pods from them. A field the engine starts reading but the
 // transform drops fails here.
@@ -131,11 +131,12 @@ func TestSlimObjectsComputeAlike(t *testing.T) {
 					t.Fatalf("cached pod %s changes in a deep copy", o.Name)
 				}
 				p = cached.Pod()
+				e.UpsertPreparedPod(cached.prepared)
 			} else {
 				p = o.DeepCopy()
+				e.UpsertPod(p)
 			}
 			fed = append(fed, p)
-			e.UpsertPod(p)
 		}
 		if slim {
 			cached := trim(np.DeepCopy()).(*cachedNetworkPolicy)

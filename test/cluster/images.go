@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -150,8 +151,9 @@ func (b *imageBuilder) ensureBase(ctx context.Context) (string, error) {
 	// tierflow's go.mod downloaded and the packages the Dockerfiles build
 	// from them compiled (with the Dockerfiles' flags) in its Go build
 	// cache: `make images` then compiles tierflow's own packages only.
-	// The image is rebuilt when go.mod, go.sum or that package list
-	// change; the binaries are the same either way.
+	// The image is rebuilt when go.mod or go.sum change, not when the
+	// code imports another package (the Dockerfiles' build compiles what
+	// the list lacks); the binaries are the same either way.
 	_, err = b.build(ctx, []string{GoImage}, false,
 		"FROM "+base+"\nCOPY go/ /usr/local/go/\n"+
 			"COPY ca-certificates.crt /etc/ssl/certs/ca-certificates.crt\n"+
@@ -159,9 +161,12 @@ func (b *imageBuilder) ensureBase(ctx context.Context) (string, error) {
 			"COPY warm/ /warm/\n"+
 			"RUN cd /warm && go mod download && CGO_ENABLED=0 GOFLAGS=-buildvcs=false go build -trimpath $(cat packages.txt) && rm -rf /warm\n"+
 			"WORKDIR /go\n",
-		map[string]string{"go": goroot, "ca-certificates.crt": hostCABundle}, warm)
+		map[string]string{"go": goroot, "ca-certificates.crt": hostCABundle}, warm, warmPackageList)
 	return base, err
 }
+
+// warmPackageList is GoImage's list of packages to compile.
+const warmPackageList = "warm/packages.txt"
 
 // dockerfilePackages are what build/*/Dockerfile compile (their builder
 // stage, identical in both).
@@ -198,7 +203,7 @@ func warmBuildInputs(ctx context.Context) (map[string][]byte, error) {
 			deps = append(deps, p)
 		}
 	}
-	blobs["warm/packages.txt"] = []byte(strings.Join(deps, "\n") + "\n")
+	blobs[warmPackageList] = []byte(strings.Join(deps, "\n") + "\n")
 	return blobs, nil
 }
 
@@ -253,15 +258,22 @@ func imageExists(ctx context.Context, tag string) bool {
 // build builds an image from dockerfile and a context of files (context
 // path → path on this machine, a file or a directory) and inline blobs,
 // tagging it with every name in tags. The image carries a hash of its
-// inputs: an image with the same hash is reused. With hashTag the first tag
-// is a repository that gets the hash as its tag, and that tag is returned.
-func (b *imageBuilder) build(ctx context.Context, tags []string, hashTag bool, dockerfile string, files map[string]string, blobs map[string][]byte) (string, error) {
+// inputs (but for the blobs named unhashed): an image with the same hash
+// is reused. With hashTag the first tag is a repository that gets the
+// hash as its tag, and that tag is returned.
+func (b *imageBuilder) build(ctx context.Context, tags []string, hashTag bool, dockerfile string, files map[string]string, blobs map[string][]byte, unhashed ...string) (string, error) {
 	for _, src := range files {
 		if _, err := os.Stat(src); err != nil {
 			return "", fmt.Errorf("image %s: %w", tags[0], err)
 		}
 	}
-	hash, err := contentHash(dockerfile, files, blobs)
+	hashed := map[string][]byte{}
+	for name, content := range blobs {
+		if !slices.Contains(unhashed, name) {
+			hashed[name] = content
+		}
+	}
+	hash, err := contentHash(dockerfile, files, hashed)
 	if err != nil {
 		return "", err
 	}

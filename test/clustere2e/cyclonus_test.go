@@ -46,7 +46,7 @@ func testCyclonus(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer logf.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Minute)
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Hour)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, bin, "generate",
 				"--server-protocol=tcp,udp", "--destination-type="+dest,

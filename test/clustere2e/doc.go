@@ -19,9 +19,10 @@
 //   - uninstall as the manifests README documents it, leaving nothing on
 //     any node.
 //
-// The tests build with the tag clustere2e only (they take the better part
-// of an hour): `make e2e-cluster` runs them and ends with one line `N
-// passed, M failed, K skipped` (cmd/testsummary). They bring up their own
+// The tests build with the tag clustere2e only (they take hours: cyclonus
+// probes 126 generated cases twice, each by some 300 kubectl execs):
+// `make e2e-cluster` runs them and ends with one line `N passed, M failed,
+// K skipped` (cmd/testsummary). They bring up their own
 // cluster (test/cluster, name tierflow-e2e) and remove it at the end;
 // TIERFLOW_E2E_CLUSTER_DIR names a cluster that is already up with tierflow
 // installed instead (make cluster-up and the README's install), which is
