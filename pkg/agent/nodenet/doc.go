@@ -141,10 +141,11 @@
 // full checksums and be no larger than its MTU: the userspace datapath
 // neither completes checksums a sender left to offload nor segments
 // oversized TCP frames, which a veth (a container as a node: kind, Docker)
-// passes on as the sending stack made them. There the far end's sender
-// must not offload: TX checksum offload (and with it segmentation
-// offload) off on the network's bridge (test/cluster does this for its
-// Docker network) or on the peer veth.
+// passes on as the sending stack made them. There no sender may
+// offload: TX checksum offload (and with it segmentation offload) off on
+// the network's bridge (for what the host sends) and on every node's
+// interface (for what nodes whose agent has not moved it yet send);
+// test/cluster does both for its Docker network.
 //
 // # Not done here
 //
