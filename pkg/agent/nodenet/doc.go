@@ -133,9 +133,13 @@
 // before it needs the API server: the bridge's interface (a tap device
 // of ovs-vswitchd) keeps its addresses across a plain restart of
 // ovs-vswitchd, but not when it is re-created (ovs-vswitchd stopped with
-// `exit --cleanup`, the bridge deleted). The node's traffic is dropped for
-// a few milliseconds while the addresses move, and while ovs-vswitchd is
-// down. A DHCP client or
+// `exit --cleanup`, the bridge deleted). A stopping agent moves everything
+// back to the interface and deletes the bridge (RevertUnderlay): it stops
+// with its pod, whose OVS stops too, and the node keeps its network while
+// OVS is away (a rolling update, or for good: an uninstall); the next
+// agent moves it again. The node's traffic is dropped for a few
+// milliseconds each time the addresses move, and pods' traffic while OVS
+// is down. A DHCP client or
 // network manager that owns the interface must be told to manage the
 // bridge's interface instead. Frames reaching the interface must carry
 // full checksums and be no larger than its MTU: the userspace datapath
@@ -152,13 +156,11 @@
 // Uninstalling is not the running agent's job: Cleanup removes the routes
 // and the masquerade chain for pkg/agent/uninstall (`tierflow-agent
 // cleanup`), which also removes the gateway and tunnel ports' devices with
-// the bridge's. The underlay bridge is the exception: on a netdev node in
-// encap mode the node's address lives on it, and once ovs-vswitchd stops
-// the node has no network (not even to run the cleanup). An agent whose
+// the bridge's. The underlay bridge is gone by then: the stopping agent
+// moved the node's address back (see "Encap"). An agent whose
 // configuration has no underlay (another nodeNetwork.mode, or the kernel
-// datapath) therefore moves back what its record says was moved onto the
-// underlay bridge and deletes it (RevertUnderlay): set mode noEncap and
-// let the agents restart before deleting tierflow from such nodes.
+// datapath) also moves back what a record says was moved (an agent that
+// did not stop cleanly).
 //
 // # Masquerade
 //

@@ -340,12 +340,16 @@ func (r underlayRoute) netlink(link int) (*netlink.Route, error) {
 // RevertUnderlay undoes what an agent moved onto the underlay bridge, as
 // the bridge's record says: the interface gets back its addresses and
 // routes, its host guard goes, and then it leaves the bridge, which is
-// deleted. The agent runs it at start when its configuration has no
-// underlay (another nodeNetwork.mode, or the kernel datapath), so that
-// switching a netdev node from encap to noEncap gives the node its
-// interface back. Without a record (nothing moved, or an operator's
-// bridge) it does nothing. The node's traffic is dropped for a few
-// milliseconds while the addresses move.
+// deleted. The agent runs it when it stops (a stopping agent is a
+// stopping pod, whose OVS stops with it: without this the node would have
+// no network until OVS is back, or ever, after an uninstall), and at
+// start when its configuration has no underlay (another nodeNetwork.mode,
+// or the kernel datapath). The host part needs only the record, which
+// the OVSDB client's cache still holds when ovsdb-server is already
+// stopping; the bridge's removal is then left to the next start or to the
+// uninstall's cleanup, and reported. Without a record (nothing moved, or
+// an operator's bridge) it does nothing. The node's traffic is dropped
+// for a few milliseconds while the addresses move.
 func RevertUnderlay(ctx context.Context, db *ovsdb.Client, bridge, netns string, log *slog.Logger) error {
 	rec, err := (&underlay{db: db, bridge: bridge}).record()
 	if err != nil || rec == nil {

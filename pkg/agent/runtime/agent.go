@@ -46,6 +46,11 @@ type Options struct {
 	// empty: the agent's own, as in a DaemonSet with hostNetwork. Tests
 	// run several nodes in one process with it.
 	NodeNetNS string
+	// KeepUnderlay leaves the node's address on the underlay bridge when
+	// the agent stops, as an agent that crashed would (tests of the
+	// restore at start). A real agent moves it back (RevertUnderlay): it
+	// stops with its pod, whose OVS stops too.
+	KeepUnderlay bool
 	// RetryInterval between attempts after a failed realization (default
 	// 2s); CheckInterval between checks that the bridge still holds the
 	// flows (default 10s).
@@ -172,6 +177,19 @@ func (a *Agent) Run(ctx context.Context) error {
 			return err
 		}
 		defer d.close()
+		if underlay := a.underlayBridge(); underlay != "" && !a.opts.KeepUnderlay {
+			// Deferred after d.close, so it runs before it, and after the
+			// node network stopped: a stopping agent is a stopping pod,
+			// whose OVS stops too, and the node must keep its network
+			// (the next agent moves it again; see RevertUnderlay).
+			defer func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				if err := nodenet.RevertUnderlay(ctx, d.db, underlay, a.opts.NodeNetNS, a.log); err != nil {
+					a.log.Error("moving the node's interface back from the underlay bridge", "err", err)
+				}
+			}()
+		}
 		a.mu.Lock()
 		a.ovs = d
 		a.mu.Unlock()

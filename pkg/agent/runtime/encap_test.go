@@ -111,6 +111,10 @@ func encapConfig(c *livecluster.Cluster, n *simNode, kubeconfig string, zone uin
 	opts.Config.NodeNetwork.TunnelType = tunnelType
 	opts.Config.Kubeconfig = kubeconfig
 	opts.NodeNetNS = n.env.NetnsPath()
+	// As if each stop were a crash: the tests stop agents but not their
+	// node's OVS, and check what the next agent finds (a test that wants
+	// the stopping agent's revert turns this off).
+	opts.KeepUnderlay = true
 	return opts
 }
 
@@ -394,7 +398,11 @@ func TestEncapTwoNodes(t *testing.T) {
 	// the gateway, and change the tunnel port's type.
 	ag1.Stop()
 	ag2.Stop()
-	ag1, ag2 = start(n1, 1, config.NodeNetworkEncap, config.TunnelVXLAN), start(n2, 2, config.NodeNetworkEncap, config.TunnelVXLAN)
+	// Node 1's agent stops as a real one does (below: it moves the node's
+	// address back).
+	opts1 := encapConfig(c, n1, kubeconfig, 1, config.NodeNetworkEncap, config.TunnelVXLAN)
+	opts1.KeepUnderlay = false
+	ag1, ag2 = livecluster.StartAgent(t, n1.name, opts1), start(n2, 2, config.NodeNetworkEncap, config.TunnelVXLAN)
 	ag1.RealizedOn(t)
 	ag2.RealizedOn(t, "NetworkPolicy/default/b-friends")
 	livecluster.Eventually(t, 60*time.Second, "vxlan tunnel port", func() error {
@@ -496,25 +504,42 @@ func TestEncapTwoNodes(t *testing.T) {
 	}
 	probe(t, "node 3 gone", flow{cc, b, 8080, "tcp", true}, flow{b, a, 8080, "tcp6", true})
 
-	// Back to noEncap (as before uninstalling): the agents move the
-	// nodes' addresses back from the underlay bridge and delete it; the
-	// nodes reach each other through the router again, their pods do not.
+	// Node 1's agent stops (as when its pod is deleted, at an uninstall or
+	// an update): it moves the node's address back from the underlay
+	// bridge and deletes it. Node 2's agent "crashed" (kept it): its next
+	// agent, in noEncap mode, moves it back at start. The nodes reach
+	// each other through the router again, their pods do not.
 	ag1.Stop()
+	revertedErr := func(n *simNode) error {
+		link := "tfen" + n.env.ID
+		out, err := exec.Command("ip", "-n", n.env.Netns(), "addr", "show", "dev", link).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), n.ip4.String()) || !strings.Contains(string(out), n.ip6.String()) {
+			return fmt.Errorf("node %s: %s after the revert: %s (%v), want %s and %s", n.name, link, out, err, n.ip4, n.ip6)
+		}
+		if out, err := n.env.Vsctl("list-br"); err != nil || strings.Contains(out, "tierflow-phy0") {
+			return fmt.Errorf("node %s: bridges %q (%v) after the revert, want no tierflow-phy0", n.name, out, err)
+		}
+		if out, err := exec.Command("ip", "-n", n.env.Netns(), "route", "show", "default").CombinedOutput(); err != nil || !strings.Contains(string(out), "dev "+link) {
+			return fmt.Errorf("node %s: default route %q (%v) after the revert, want through %s", n.name, out, err, link)
+		}
+		return nil
+	}
+	if err := revertedErr(n1); err != nil {
+		t.Errorf("node 1's agent stopped: %v", err)
+	}
+	if err := underlayErr(n2); err != nil {
+		t.Fatalf("node 2 before its agent stops: %v", err)
+	}
 	ag2.Stop()
+	if err := underlayErr(n2); err != nil {
+		t.Fatalf("node 2's agent kept the underlay at stop: %v", err)
+	}
 	ag1, ag2 = start(n1, 1, config.NodeNetworkNoEncap, config.TunnelGeneve), start(n2, 2, config.NodeNetworkNoEncap, config.TunnelGeneve)
 	ag1.RealizedOn(t)
 	ag2.RealizedOn(t, "NetworkPolicy/default/b-friends")
 	for _, n := range []*simNode{n1, n2} {
-		link := "tfen" + n.env.ID
-		out, err := exec.Command("ip", "-n", n.env.Netns(), "addr", "show", "dev", link).CombinedOutput()
-		if err != nil || !strings.Contains(string(out), n.ip4.String()) || !strings.Contains(string(out), n.ip6.String()) {
-			t.Errorf("node %s: %s after the revert: %s (%v), want %s and %s", n.name, link, out, err, n.ip4, n.ip6)
-		}
-		if out, err := n.env.Vsctl("list-br"); err != nil || strings.Contains(out, "tierflow-phy0") {
-			t.Errorf("node %s: bridges %q (%v) after the revert, want no tierflow-phy0", n.name, out, err)
-		}
-		if out, err := exec.Command("ip", "-n", n.env.Netns(), "route", "show", "default").CombinedOutput(); err != nil || !strings.Contains(string(out), "dev "+link) {
-			t.Errorf("node %s: default route %q (%v) after the revert, want through %s", n.name, out, err, link)
+		if err := revertedErr(n); err != nil {
+			t.Error(err)
 		}
 	}
 	if err := inNetNS(n1.env.NetnsPath(), func() error { return echo(netip.MustParseAddrPort("192.168.92.1:9090"), 3*time.Second) }); err != nil {
