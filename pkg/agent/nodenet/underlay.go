@@ -73,6 +73,14 @@ type underlay struct {
 // address is back: the agent runs it when it starts, before anything that
 // needs the API. Without a record (nothing was moved) it does nothing.
 func RestoreUnderlay(ctx context.Context, db *ovsdb.Client, bridge, netns string, log *slog.Logger) error {
+	return withRecord(db, bridge, netns, log, func(u *underlay, rec *underlayRecord) error {
+		return u.complete(ctx, rec)
+	})
+}
+
+// withRecord runs f with the underlay bridge's record and the node's
+// host, only when there is a record (the host is opened only then).
+func withRecord(db *ovsdb.Client, bridge, netns string, log *slog.Logger, f func(*underlay, *underlayRecord) error) error {
 	rec, err := (&underlay{db: db, bridge: bridge}).record()
 	if err != nil || rec == nil {
 		return err
@@ -82,7 +90,7 @@ func RestoreUnderlay(ctx context.Context, db *ovsdb.Client, bridge, netns string
 		return err
 	}
 	defer h.close()
-	return (&underlay{db: db, host: h, log: log, bridge: bridge}).complete(ctx, rec)
+	return f(&underlay{db: db, host: h, log: log, bridge: bridge}, rec)
 }
 
 // ensure makes the interface holding endpoint a port of the underlay
@@ -351,15 +359,14 @@ func (r underlayRoute) netlink(link int) (*netlink.Route, error) {
 // an operator's bridge) it does nothing. The node's traffic is dropped
 // for a few milliseconds while the addresses move.
 func RevertUnderlay(ctx context.Context, db *ovsdb.Client, bridge, netns string, log *slog.Logger) error {
-	rec, err := (&underlay{db: db, bridge: bridge}).record()
-	if err != nil || rec == nil {
-		return err
-	}
-	h, err := openHost(netns)
-	if err != nil {
-		return err
-	}
-	defer h.close()
+	return withRecord(db, bridge, netns, log, func(u *underlay, rec *underlayRecord) error {
+		return u.revert(ctx, netns, rec)
+	})
+}
+
+// revert is RevertUnderlay with the record.
+func (u *underlay) revert(ctx context.Context, netns string, rec *underlayRecord) error {
+	db, h, bridge, log := u.db, u.host, u.bridge, u.log
 	log.Info("moving the node's interface back from the underlay bridge", "interface", rec.Interface, "bridge", bridge, "addresses", rec.Addresses)
 	if err := hostguard.Remove(netns, rec.Interface); err != nil {
 		return fmt.Errorf("underlay: %w", err)
