@@ -117,7 +117,7 @@ LOG_LEVEL ?= info
 CONTROLLER_METRICS_PORT ?= 10350
 AGENT_METRICS_PORT ?= 10351
 POD_MTU ?= 0
-NODE_NETWORK_MODE ?= noEncap
+NODE_NETWORK_MODE ?= encap
 TUNNEL_TYPE ?= geneve
 MANIFESTS_OUT ?= manifests/tierflow.yaml
 # The uninstall step's manifest goes next to the release manifest.

@@ -56,7 +56,7 @@ func DefaultValues() Values {
 		ControllerMetricsPort: config.DefaultControllerMetricsPort,
 		AgentMetricsPort:      config.DefaultAgentMetricsPort,
 		QueryPort:             config.DefaultQueryPort,
-		NodeNetworkMode:       config.NodeNetworkNoEncap,
+		NodeNetworkMode:       config.NodeNetworkEncap,
 		TunnelType:            config.TunnelGeneve,
 	}
 }
