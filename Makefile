@@ -185,7 +185,7 @@ $(OUT)/bin/agnhost-wrapper: test/cluster/cmd/agnhost-wrapper/main.go
 	CGO_ENABLED=0 $(GO) build -ldflags '-s -w' -o $@ ./test/cluster/cmd/agnhost-wrapper
 
 cluster-up: cluster-prereqs ## bring up the real cluster (NODES=n, 3 by default; state, kubeconfig and cluster.env in $(CLUSTER_DIR))
-	$(CLUSTER_TOOL) up --dir $(CLUSTER_DIR) --nodes $(NODES) --bin-dir $(OUT)/bin
+	$(CLUSTER_TOOL) up --dir $(CLUSTER_DIR) --nodes='$(NODES)' --bin-dir $(OUT)/bin
 
 cluster-down: ## remove the real cluster and everything it left on this machine
 	@test -x $(CLUSTER_TOOL) || $(GO) build -o $(OUT)/bin/ ./test/cluster/cmd/tierflow-cluster

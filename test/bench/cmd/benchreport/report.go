@@ -82,10 +82,16 @@ type Report struct {
 	// the side-by-side run (AntreaSideBySide); ControllerRSSVsAntrea the
 	// same for the process's peak RSS. In quick mode the shapes are
 	// smaller than the reference's: the ratios do not compare.
-	ControllerVsAntrea    map[string]float64          `json:"controller_vs_antrea"`
-	ControllerRSSVsAntrea map[string]float64          `json:"controller_rss_vs_antrea"`
-	AntreaSideBySide      map[string]AntreaSideBySide `json:"antrea_side_by_side"`
-	Runs                  []*Run                      `json:"runs"`
+	ControllerVsAntrea    map[string]float64 `json:"controller_vs_antrea"`
+	ControllerRSSVsAntrea map[string]float64 `json:"controller_rss_vs_antrea"`
+	// ControllerCPUSeconds is, per reference shape, the CPU time (all
+	// threads, GC included) of the same timed part, and HarnessCPUSeconds
+	// that of the harness alone: on a loaded machine the wall time
+	// includes waiting for a core, the CPU time much less so.
+	ControllerCPUSeconds map[string]float64          `json:"controller_cpu_seconds"`
+	HarnessCPUSeconds    map[string]float64          `json:"harness_cpu_seconds"`
+	AntreaSideBySide     map[string]AntreaSideBySide `json:"antrea_side_by_side"`
+	Runs                 []*Run                      `json:"runs"`
 }
 
 // LoadSummary is the 1-minute load average over a report's runs.
@@ -113,11 +119,23 @@ func (rep *Report) summarize() {
 		rep.LoadAvg = &load
 	}
 	rep.ControllerVsAntrea, rep.ControllerRSSVsAntrea = map[string]float64{}, map[string]float64{}
+	rep.ControllerCPUSeconds, rep.HarnessCPUSeconds = map[string]float64{}, map[string]float64{}
 	rep.AntreaSideBySide = antreaSideBySide
 	for _, r := range rep.Runs {
 		a, ok := antreaSideBySide[r.Scenario]
-		if r.Section != SectionVsAntrea || r.Status != StatusOK || !ok {
+		if r.Status != StatusOK || !ok {
 			continue
+		}
+		if r.Section == SectionHarness {
+			if c, ok := val(r, "cpu-s"); ok {
+				rep.HarnessCPUSeconds[r.Scenario] = c
+			}
+		}
+		if r.Section != SectionVsAntrea {
+			continue
+		}
+		if c, ok := val(r, "cpu-s"); ok {
+			rep.ControllerCPUSeconds[r.Scenario] = c
 		}
 		if t, ok := val(r, "informer-s"); ok {
 			rep.ControllerVsAntrea[r.Scenario] = t / a.Seconds
@@ -200,6 +218,19 @@ func (rep *Report) Markdown() string {
 			}
 		}
 		fmt.Fprintf(&b, "- **controller_vs_antrea** (time from informer start on Antrea's harness / Antrea's): %s\n", strings.Join(parts, ", "))
+	}
+	if len(rep.ControllerCPUSeconds) > 0 {
+		var parts []string
+		for _, name := range referenceShapes {
+			if v, ok := rep.ControllerCPUSeconds[name]; ok {
+				part := fmt.Sprintf("%s %.2f", name, v)
+				if h, ok := rep.HarnessCPUSeconds[name]; ok {
+					part += fmt.Sprintf(" (harness alone %.2f)", h)
+				}
+				parts = append(parts, part)
+			}
+		}
+		fmt.Fprintf(&b, "- controller_cpu_seconds (the same runs' CPU time, all threads; less inflated by load than wall time): %s\n", strings.Join(parts, ", "))
 	}
 	if rep.E2ELatencyP99Ms != nil && rep.E2ELatencyResolutionMs != nil {
 		fmt.Fprintf(&b, "- **e2e_latency_p99_ms: %.1f** (end-to-end realization, resolution %.1f ms)\n", *rep.E2ELatencyP99Ms, *rep.E2ELatencyResolutionMs)

@@ -105,10 +105,10 @@ func TestControllerVsAntrea(t *testing.T) {
 	rep := &Report{Mode: "full"}
 	rep.Runs = []*Run{
 		{ID: "vs-antrea-small-namespaces", Section: SectionVsAntrea, Scenario: "small-namespaces", Status: StatusOK,
-			Metrics: map[string]float64{"informer-s": 2.536, "peak-rss-MiB": 1051}},
+			Metrics: map[string]float64{"informer-s": 2.536, "peak-rss-MiB": 1051, "cpu-s": 3.5}},
 		{ID: "vs-antrea-large-namespaces", Section: SectionVsAntrea, Scenario: "large-namespaces", Status: StatusFailed},
 		{ID: "harness-small-namespaces", Section: SectionHarness, Scenario: "small-namespaces", Status: StatusOK,
-			Metrics: map[string]float64{"informer-s": 1, "peak-rss-MiB": 900}},
+			Metrics: map[string]float64{"informer-s": 1, "peak-rss-MiB": 900, "cpu-s": 1.25}},
 	}
 	rep.summarize()
 	if got := rep.ControllerVsAntrea["small-namespaces"]; got < 0.1999 || got > 0.2001 {
@@ -120,7 +120,11 @@ func TestControllerVsAntrea(t *testing.T) {
 	if _, ok := rep.ControllerVsAntrea["large-namespaces"]; ok || len(rep.ControllerVsAntrea) != 1 {
 		t.Errorf("controller_vs_antrea = %v: a failed run and the harness floor have no ratio", rep.ControllerVsAntrea)
 	}
-	if md := rep.Markdown(); !strings.Contains(md, "controller_vs_antrea") || !strings.Contains(md, "small-namespaces 0.200") {
+	if rep.ControllerCPUSeconds["small-namespaces"] != 3.5 || rep.HarnessCPUSeconds["small-namespaces"] != 1.25 || len(rep.ControllerCPUSeconds) != 1 {
+		t.Errorf("controller_cpu_seconds = %v, harness_cpu_seconds = %v", rep.ControllerCPUSeconds, rep.HarnessCPUSeconds)
+	}
+	if md := rep.Markdown(); !strings.Contains(md, "controller_vs_antrea") || !strings.Contains(md, "small-namespaces 0.200") ||
+		!strings.Contains(md, "small-namespaces 3.50 (harness alone 1.25)") {
 		t.Errorf("report.md does not state the ratio:\n%s", md)
 	}
 }
