@@ -186,7 +186,11 @@ func run(ctx context.Context, c *config.Controller, log *slog.Logger) error {
 	// notifies the controller of changes: the notifier ties the two.
 	notifier := &statusbridge.Notifier{}
 	srv := server.New(engine, authn, server.Options{
-		OnSummary:              notifier.Sink,
+		OnSummary: notifier.Sink,
+		// What agents find attached gives new pods their addresses before
+		// the kubelet reports them (the CNI ADD waits for the pod's
+		// admission, which needs them).
+		OnNodePods:             engine.SetReportedPods,
 		Ready:                  serving,
 		ReauthInterval:         c.AgentReauthInterval,
 		MaxConcurrentFullSyncs: c.AgentMaxConcurrentFullSyncs,

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
 )
@@ -29,7 +30,17 @@ type NetConf struct {
 	// OpenFlow pipeline does; the IPAM gateway is then left out of the
 	// result).
 	DefaultRoute string `json:"defaultRoute,omitempty"`
+	// AdmissionTimeout bounds how long ADD waits for the agent to admit
+	// the pod (a Go duration; default DefaultAdmissionTimeout; "0s": do
+	// not wait, for bridges no tierflow agent manages). See Add.
+	AdmissionTimeout string `json:"admissionTimeout,omitempty"`
+
+	admissionTimeout time.Duration
 }
+
+// DefaultAdmissionTimeout is how long ADD waits for the pod's admission
+// unless the configuration says otherwise.
+const DefaultAdmissionTimeout = 30 * time.Second
 
 // Default route modes.
 const (
@@ -77,6 +88,15 @@ func ParseConfig(stdin []byte) (*NetConf, error) {
 	if conf.OVSDBSocket == "" {
 		conf.OVSDBSocket = DefaultOVSDBSocket
 	}
+	conf.admissionTimeout = DefaultAdmissionTimeout
+	if conf.AdmissionTimeout != "" {
+		d, err := time.ParseDuration(conf.AdmissionTimeout)
+		if err != nil || d < 0 || d > 10*time.Minute {
+			return nil, types.NewError(types.ErrInvalidNetworkConfig,
+				fmt.Sprintf("network configuration: admissionTimeout %q is not a duration in 0s..10m", conf.AdmissionTimeout), "")
+		}
+		conf.admissionTimeout = d
+	}
 	return conf, nil
 }
 
@@ -89,12 +109,18 @@ func (c *NetConf) ovsdbEndpoint() string {
 }
 
 // parseK8sArgs reads the pod identity from CNI_ARGS; unknown keys are
-// ignored as the CNI conventions require.
+// ignored as the CNI conventions require. A pod named without its UID is
+// refused: the agent admits a port only for the pod of its UID, never for
+// a later pod of the same name (containerd and CRI-O pass K8S_POD_UID).
 func parseK8sArgs(args string) (*K8sArgs, error) {
 	k := &K8sArgs{}
 	k.IgnoreUnknown = true
 	if err := types.LoadArgs(args, k); err != nil {
 		return nil, types.NewError(types.ErrInvalidEnvironmentVariables, "invalid CNI_ARGS", err.Error())
+	}
+	if k.K8S_POD_NAME != "" && k.K8S_POD_UID == "" {
+		return nil, types.NewError(types.ErrInvalidEnvironmentVariables,
+			"CNI_ARGS name the pod without K8S_POD_UID: tierflow-cni needs the pod's UID to tell it from a deleted pod of the same name", "")
 	}
 	return k, nil
 }

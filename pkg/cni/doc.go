@@ -16,9 +16,14 @@
 // hostguard: otherwise the host answers the pod's ARP for node addresses on
 // the veth and takes its packets around OVS and every policy),
 // and adds the host end to the bridge as an OVS port whose
-// Interface external_ids tell the agent which pod it belongs to. Any failure
-// after the first side effect rolls everything back, so a pod is never left
-// half attached.
+// Interface external_ids tell the agent which pod it belongs to (namespace,
+// name and UID). It then waits until the agent admits the pod (the agent
+// writes tierflow.io/admission=admitted once the policies that apply to the
+// pod are installed with it; pkg/agent/pipeline/DESIGN.md, "Admission"), at
+// most admissionTimeout; past it ADD fails with ErrNotAdmitted and the
+// agent's reason, so the kubelet reports it and retries. Any failure after
+// the first side effect rolls everything back, so a pod is never left half
+// attached.
 //
 // DEL undoes ADD and is idempotent: a missing namespace, veth, port, guard
 // or allocation is not an error. CHECK verifies the veth pair, the addresses
@@ -36,16 +41,19 @@
 //	  "ovsdbSocket": "/run/openvswitch/db.sock", // default; "unix:" prefix optional
 //	  "mtu": 1450,                             // optional, 68..65535
 //	  "defaultRoute": "via-gateway",           // or "on-link" (see NetConf)
+//	  "admissionTimeout": "30s",               // default; "0s": do not wait (no agent)
 //	  "ipam": {"type": "host-local", ...}       // required
 //	}
 //
-// The pod's namespace and name come from the Kubernetes CNI_ARGS
-// (K8S_POD_NAMESPACE, K8S_POD_NAME); when absent the external_ids carry
-// empty values and the agent treats the port as not belonging to a pod.
+// The pod's namespace, name and UID come from the Kubernetes CNI_ARGS
+// (K8S_POD_NAMESPACE, K8S_POD_NAME, K8S_POD_UID, which containerd and
+// CRI-O pass); a pod named without its UID is refused. When no pod is
+// named the external_ids carry no pod keys, the agent treats the port as
+// not belonging to a pod, and ADD does not wait.
 //
 // Errors are CNI errors: 4 for missing/invalid CNI_ARGS, 6 for JSON that
 // cannot be decoded, 7 for an invalid configuration, 8 for a missing or
 // invalid network namespace, 11 when the bridge does not exist (yet: the
-// agent creates it), and the plugin-specific codes ErrIPAM (100) and ErrOVS
-// (101); see errors.go.
+// agent creates it), and the plugin-specific codes ErrIPAM (100), ErrOVS
+// (101) and ErrNotAdmitted (102); see errors.go.
 package cni

@@ -8,4 +8,8 @@ const (
 	ErrIPAM uint = 100
 	// ErrOVS means an OVSDB operation failed.
 	ErrOVS uint = 101
+	// ErrNotAdmitted means the agent did not admit the pod within the
+	// configuration's admissionTimeout (the details say why, as the agent
+	// wrote it); everything ADD did is undone, so the runtime retries.
+	ErrNotAdmitted uint = 102
 )

@@ -99,3 +99,23 @@ func sortedKeys(m map[string]string) []string {
 	sort.Strings(keys)
 	return keys
 }
+
+// waitAdmitted waits until the agent marks port admitted (its
+// external_ids, ovsdb.KeyAdmission) and returns "" then; otherwise, at
+// timeout, what the agent last wrote ("" when it wrote nothing).
+func (o *ovsDB) waitAdmitted(port string, timeout time.Duration) (string, bool) {
+	deadline := time.Now().Add(timeout)
+	var last string
+	for {
+		if iface, err := o.client.Interface(port); err == nil {
+			last = iface.ExternalIDs[ovsdb.KeyAdmission]
+			if last == ovsdb.AdmissionAdmitted {
+				return "", true
+			}
+		}
+		if time.Now().After(deadline) {
+			return last, false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -27,7 +27,7 @@ import (
 )
 
 // Interface external_ids tierflow-cni sets on the host end's OVS Interface.
-// The first four identify the pod for the agent and are defined by package
+// The first five identify the pod for the agent and are defined by package
 // ovsdb (the contract the agent reads); the last two let CHECK and
 // operators find the CNI attachment a port belongs to.
 const (
@@ -35,6 +35,7 @@ const (
 	ExternalIDPodName      = ovsdb.KeyPodName
 	ExternalIDPodIPs       = ovsdb.KeyPodIPs
 	ExternalIDPodMAC       = ovsdb.KeyPodMAC
+	ExternalIDPodUID       = ovsdb.KeyPodUID
 	ExternalIDContainerID  = "tierflow.io/container-id"
 	ExternalIDIfName       = "tierflow.io/container-ifname"
 )
@@ -198,7 +199,35 @@ func Add(args *skel.CmdArgs) (retErr error) {
 		})
 		return types.NewError(ErrOVS, fmt.Sprintf("failed to add port %s to bridge %s", hostName, conf.Bridge), err.Error())
 	}
+	undo = append(undo, func() { _ = ovs.delPort(hostName) })
+	if err := waitAdmission(ovs, conf, k8s, hostName); err != nil {
+		return err
+	}
 	return types.PrintResult(result, conf.CNIVersion)
+}
+
+// waitAdmission waits until the agent admits the pod's port: its node's
+// policy state lists the pod (by UID) with the port's addresses, and the
+// flows policing it are installed (pkg/agent/runtime). The pod's
+// containers must not start before: until then it has no connectivity at
+// all, and what it sends is not yet denied where it should be. After
+// conf's admissionTimeout ADD fails with ErrNotAdmitted and the agent's
+// reason, and everything is undone: the kubelet shows the error as an
+// event and retries, rather than start a pod whose network stays dark
+// while, say, the controller is down. Interfaces of no pod (no pod name
+// in CNI_ARGS) are not admitted by anyone and are not waited for.
+func waitAdmission(ovs *ovsDB, conf *NetConf, k8s *K8sArgs, port string) error {
+	if conf.admissionTimeout == 0 || k8s.K8S_POD_NAME == "" {
+		return nil
+	}
+	why, ok := ovs.waitAdmitted(port, conf.admissionTimeout)
+	if ok {
+		return nil
+	}
+	if why == "" {
+		why = "the agent wrote nothing (is tierflow-agent running on this node?)"
+	}
+	return types.NewError(ErrNotAdmitted, fmt.Sprintf("pod %s/%s not admitted by tierflow-agent within %v", k8s.K8S_POD_NAMESPACE, k8s.K8S_POD_NAME, conf.admissionTimeout), why)
 }
 
 // Del detaches the pod; it succeeds when there is nothing (left) to delete.
@@ -366,6 +395,7 @@ func externalIDs(k8s *K8sArgs, ips []*current.IPConfig, mac string, args *skel.C
 	if k8s.K8S_POD_NAME != "" && k8s.K8S_POD_NAMESPACE != "" {
 		ids[ExternalIDPodNamespace] = string(k8s.K8S_POD_NAMESPACE)
 		ids[ExternalIDPodName] = string(k8s.K8S_POD_NAME)
+		ids[ExternalIDPodUID] = string(k8s.K8S_POD_UID)
 	}
 	return ids
 }

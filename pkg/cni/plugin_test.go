@@ -82,9 +82,12 @@ func netnsName(path string) string { return filepath.Base(path) }
 type netConf struct {
 	bridge, socket, dataDir string
 	defaultRoute            string
-	ranges                  [][]map[string]string
-	mtu                     int
-	prevResult              json.RawMessage
+	// admission is admissionTimeout; empty: "0s" (no agent runs in
+	// these tests unless one says so).
+	admission  string
+	ranges     [][]map[string]string
+	mtu        int
+	prevResult json.RawMessage
 }
 
 func (c netConf) json() []byte {
@@ -102,6 +105,10 @@ func (c netConf) json() []byte {
 	}
 	if c.defaultRoute != "" {
 		conf["defaultRoute"] = c.defaultRoute
+	}
+	conf["admissionTimeout"] = "0s"
+	if c.admission != "" {
+		conf["admissionTimeout"] = c.admission
 	}
 	if c.mtu != 0 {
 		conf["mtu"] = c.mtu
@@ -172,7 +179,7 @@ func mustFailWith(t *testing.T, o outcome, code uint, msgPart string) {
 }
 
 func podArgs(name string) string {
-	return "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=" + name + ";K8S_POD_INFRA_CONTAINER_ID=x"
+	return "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=" + name + ";K8S_POD_INFRA_CONTAINER_ID=x;K8S_POD_UID=uid-" + name
 }
 
 func inNetns(t *testing.T, path string, args ...string) (string, error) {
@@ -533,6 +540,76 @@ func TestAddErrors(t *testing.T) {
 			t.Errorf("external_ids without pod identity: %s", out)
 		}
 		mustSucceed(t, run(t, invocation{command: "DEL", containerID: "anon", netns: nsA, ifName: "eth0", stdin: good.json()}), "DEL anon")
+	})
+
+	t.Run("pod without UID", func(t *testing.T) {
+		args := "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=nouid"
+		mustFailWith(t, run(t, invocation{command: "ADD", containerID: "nouid", netns: nsA, ifName: "eth0", args: args, stdin: good.json()}),
+			types.ErrInvalidEnvironmentVariables, "K8S_POD_UID")
+		assertNothingAttached(t, env, br.Name, nsA, "nouid", good.dataDir, 0)
+	})
+
+	t.Run("waits for the pod's admission", func(t *testing.T) {
+		// The agent (here the test) admits the port a while after it
+		// appears: ADD returns only then, and the port carries the UID
+		// the agent admits it by.
+		conf := good
+		conf.admission = "20s"
+		host := cni.HostVethName("w1", "eth0")
+		admitted := make(chan time.Time, 1)
+		go func() {
+			for i := 0; i < 400; i++ {
+				if out, err := env.Vsctl("get", "Interface", host, `external_ids:"tierflow.io/pod-uid"`); err == nil && strings.Contains(out, "uid-w1") {
+					time.Sleep(500 * time.Millisecond)
+					admitted <- time.Now()
+					_, _ = env.Vsctl("set", "Interface", host, `external_ids:"tierflow.io/admission"=admitted`)
+					return
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}()
+		mustSucceed(t, add(conf.json(), nsA, "w1"), "ADD w1")
+		select {
+		case at := <-admitted:
+			if time.Now().Before(at) {
+				t.Errorf("ADD returned before the admission")
+			}
+		default:
+			t.Fatal("ADD returned before the port was admitted")
+		}
+		mustSucceed(t, run(t, invocation{command: "DEL", containerID: "w1", netns: nsA, ifName: "eth0", stdin: good.json()}), "DEL w1")
+	})
+
+	t.Run("not admitted in time rolls back", func(t *testing.T) {
+		// The agent says why it does not admit the pod: ADD fails with
+		// that, after the timeout, and leaves nothing behind (the runtime
+		// retries, as for any failed ADD).
+		conf := good
+		conf.admission = "1s"
+		host := cni.HostVethName("n1", "eth0")
+		go func() {
+			for i := 0; i < 100; i++ {
+				if _, err := env.Vsctl("set", "Interface", host, `external_ids:"tierflow.io/admission"="pending: the controller's state for this node does not list the pod (yet)"`); err == nil {
+					return
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}()
+		start := time.Now()
+		mustFailWith(t, add(conf.json(), nsA, "n1"), cni.ErrNotAdmitted, "does not list the pod")
+		if d := time.Since(start); d < time.Second {
+			t.Errorf("ADD failed after %v, before its admission timeout", d)
+		}
+		assertNothingAttached(t, env, br.Name, nsA, "n1", good.dataDir, 0)
+		// Nobody answers at all: said so.
+		mustFailWith(t, add(conf.json(), nsA, "n2"), cni.ErrNotAdmitted, "is tierflow-agent running")
+		assertNothingAttached(t, env, br.Name, nsA, "n2", good.dataDir, 0)
+	})
+
+	t.Run("bad admission timeout", func(t *testing.T) {
+		conf := good
+		conf.admission = "soon"
+		mustFailWith(t, add(conf.json(), nsA, "bt"), types.ErrInvalidNetworkConfig, "admissionTimeout")
 	})
 
 	t.Run("OVS failure rolls back", func(t *testing.T) {

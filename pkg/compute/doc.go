@@ -54,6 +54,16 @@
 // 10,000 identical policies use does not report those policies once per
 // new node.
 //
+// # Node pods
+//
+// NodePods (Change kind KindNodePods, ID a node's name) lists a node's pods
+// with their UID, addresses and the generation at which each entry took
+// its value: what the node's agent admits pod ports by (nodepods.go). An
+// entry changes with the pod's UID, node, addresses or an address
+// conflict with another pod, in the same call as the group changes that
+// go with it. SetReportedPods takes what a node's agent found attached:
+// those addresses are the pod's until its status has them.
+//
 // # Spans
 //
 // An applied-to group spans its members' nodes; a policy spans its

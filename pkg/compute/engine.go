@@ -1,6 +1,7 @@
 package compute
 
 import (
+	"net/netip"
 	"sync"
 	"sync/atomic"
 
@@ -19,6 +20,9 @@ const (
 	KindPolicy         ObjectKind = "Policy"
 	KindAppliedToGroup ObjectKind = "AppliedToGroup"
 	KindAddressGroup   ObjectKind = "AddressGroup"
+	// KindNodePods is a node's pods (model.NodePods); its ID is the
+	// node's name. Read it with Engine.NodePods.
+	KindNodePods ObjectKind = "NodePods"
 )
 
 // ChangeType says what happened to a computed object.
@@ -67,6 +71,13 @@ type Engine struct {
 	clusterPodGroups selectorIndex[*group]
 	nodeGroups       selectorIndex[*group]
 	nsLabels         labelIndex[*nsState]
+
+	// nodePods are the NodePods objects, by node; reported holds, by
+	// node, the pods each node's agent attached (see nodepods.go);
+	// ipOwners the pods claiming each address.
+	nodePods map[string]*nodePodsState
+	reported map[string]map[podKey]reportedPod
+	ipOwners map[netip.Addr]*set[*podState]
 
 	policies     map[model.PolicyRef]*policyState // by ref without UID
 	policyByID   map[string]*policyState
@@ -128,6 +139,9 @@ func New() *Engine {
 		clusterPodGroups: newSelectorIndex[*group](),
 		nodeGroups:       newSelectorIndex[*group](),
 		nsLabels:         newLabelIndex[*nsState](),
+		nodePods:         map[string]*nodePodsState{},
+		reported:         map[string]map[podKey]reportedPod{},
+		ipOwners:         map[netip.Addr]*set[*podState]{},
 		policies:         map[model.PolicyRef]*policyState{},
 		policyByID:       map[string]*policyState{},
 		byPriority:       map[prioKey]*set[*policyState]{},

@@ -87,12 +87,15 @@ func npYAML(t testing.TB, doc string) *networkingv1.NetworkPolicy {
 	return np
 }
 
-// recorder collects the changes the engine reports.
+// recorder collects the changes of policies and groups the engine
+// reports (NodePods changes are checked by nodepods_test.go).
 type recorder struct{ batches [][]Change }
 
 func record(e *Engine) *recorder {
 	r := &recorder{}
-	e.Subscribe(func(cs []Change) { r.batches = append(r.batches, slices.Clone(cs)) })
+	e.Subscribe(func(cs []Change) {
+		r.batches = append(r.batches, slices.DeleteFunc(slices.Clone(cs), func(c Change) bool { return c.Kind == KindNodePods }))
+	})
 	return r
 }
 

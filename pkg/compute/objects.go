@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/tierflow/tierflow/pkg/model"
 )
@@ -36,10 +37,17 @@ type podState struct {
 	// labelSet is the shared label map (Engine.labelSets) this pod uses.
 	labelSet *labelSet
 	node     string
-	ips      []netip.Addr
-	ports    []model.NamedPort
-	member   model.GroupMember
-	groups   set[*group]
+	uid      types.UID
+	// ips are the pod's addresses in its groups: statusIPs, unless its
+	// node's agent reported the pod (same UID) with addresses (see
+	// nodepods.go).
+	ips       []netip.Addr
+	statusIPs []netip.Addr
+	ports     []model.NamedPort
+	member    model.GroupMember
+	groups    set[*group]
+	// entryGen is the generation of the pod's NodePods entry.
+	entryGen int64
 }
 
 type nodeState struct {
@@ -272,7 +280,8 @@ type podUpdate struct {
 	labels     map[string]string
 	labelsHash uint64
 	node       string
-	ips        []netip.Addr
+	uid        types.UID
+	ips        []netip.Addr // status
 	ports      []model.NamedPort
 }
 
@@ -286,7 +295,7 @@ func preparePod(pod *corev1.Pod) (podUpdate, bool) {
 		return u, true
 	}
 	u.labels, u.labelsHash = pod.Labels, labelsHash(pod.Labels)
-	u.node, u.ips, u.ports = pod.Spec.NodeName, podIPs(pod), podNamedPorts(pod)
+	u.node, u.uid, u.ips, u.ports = pod.Spec.NodeName, pod.UID, podIPs(pod), podNamedPorts(pod)
 	return u, true
 }
 
@@ -295,18 +304,26 @@ func (e *Engine) applyPod(u podUpdate) {
 		e.removePodState(u.key)
 		return
 	}
-	key, node, ips, ports := u.key, u.node, u.ips, u.ports
+	key, node, ports := u.key, u.node, u.ports
+	ips := e.effectiveIPs(u)
 	p := e.pods[key]
 	if p == nil {
 		ns := e.nsFor(key.namespace)
 		ls := e.labelSets.intern(u.labels, u.labelsHash)
-		p = &podState{key: key, ns: ns, labels: ls.labels, labelSet: ls}
-		p.setInfo(node, ips, ports)
+		p = &podState{key: key, ns: ns, labels: ls.labels, labelSet: ls, uid: u.uid, statusIPs: u.ips}
+		e.setPodInfo(p, node, ips, ports)
 		ns.pods.add(p)
 		ns.podLabels.add(p.labels, p)
 		e.pods[key] = p
 		e.addToMatchingGroups(p)
 		return
+	}
+	p.statusIPs = u.ips
+	if p.uid != u.uid {
+		// A new pod of the same name whose delete was missed: another
+		// pod as far as its node's agent is concerned.
+		p.uid = u.uid
+		e.touchPodEntry(p)
 	}
 	infoChanged := p.node != node || !slices.Equal(p.ips, ips) || !slices.Equal(p.ports, ports)
 	labelsChanged := !maps.Equal(p.labels, u.labels)
@@ -325,13 +342,13 @@ func (e *Engine) applyPod(u podUpdate) {
 		for g := range p.groups.all() {
 			e.removePod(g, p)
 		}
-		p.setInfo(node, ips, ports)
+		e.setPodInfo(p, node, ips, ports)
 	} else {
 		if infoChanged {
 			for g := range p.groups.all() {
 				g.notePod(p)
 			}
-			p.setInfo(node, ips, ports)
+			e.setPodInfo(p, node, ips, ports)
 			for g := range p.groups.all() {
 				e.touchGroup(g)
 			}
@@ -410,6 +427,7 @@ func (e *Engine) removePodState(key podKey) {
 	e.labelSets.release(p.labelSet)
 	delete(e.pods, p.key)
 	e.maybeDropNamespace(p.ns)
+	e.dropPodEntry(p)
 }
 
 // nodeAddresses lists the IP addresses in a node's status.addresses. The
@@ -433,9 +451,35 @@ func nodeAddresses(node *corev1.Node) []netip.Addr {
 	return ips
 }
 
+// nodePeerAddresses are what a nodes peer resolves a node to: the IPs of
+// its status.addresses and its gateway address in each of its pod CIDRs
+// (model.NodeGatewayAddress). A pod reaches its own node's host through
+// the gateway address, and any node's through it as well (it is routed
+// to that node like its pods): leaving it out would let a pod reach the
+// kubelet around a Deny to the node. Pod CIDRs that do not parse add
+// nothing.
+func nodePeerAddresses(node *corev1.Node) []netip.Addr {
+	ips := nodeAddresses(node)
+	cidrs := node.Spec.PodCIDRs
+	if len(cidrs) == 0 && node.Spec.PodCIDR != "" {
+		cidrs = []string{node.Spec.PodCIDR}
+	}
+	for _, c := range cidrs {
+		p, err := netip.ParsePrefix(strings.TrimSpace(c))
+		if err != nil || p.Addr().Zone() != "" || p.Addr().Is4In6() || p.Masked() != p {
+			continue // the agent makes no gateway of it either (pkg/agent/nodenet)
+		}
+		if gw := model.NodeGatewayAddress(p); gw.IsValid() && !slices.Contains(ips, gw) {
+			ips = append(ips, gw)
+		}
+	}
+	slices.SortFunc(ips, netip.Addr.Compare)
+	return ips
+}
+
 // UpsertNode adds or updates a node: its labels decide which node
-// selectors (egress "nodes" peers) select it, its addresses are what they
-// resolve to.
+// selectors (egress "nodes" peers) select it, its addresses
+// (nodePeerAddresses) are what they resolve to.
 func (e *Engine) UpsertNode(node *corev1.Node) { e.update(e.upsertNode(node)) }
 
 func (e *Engine) upsertNode(node *corev1.Node) func() {
@@ -446,7 +490,7 @@ func (e *Engine) upsertNode(node *corev1.Node) func() {
 	if lbls == nil {
 		lbls = map[string]string{}
 	}
-	ips := nodeAddresses(node)
+	ips := nodePeerAddresses(node)
 	return func() {
 		n := e.nodes[node.Name]
 		if n == nil {

@@ -443,6 +443,12 @@ func (e *Engine) Snapshot() *model.Snapshot {
 			s.AddressGroups[g.agID] = g.agCache
 		}
 	}
+	if len(e.nodePods) > 0 {
+		s.NodePods = make(map[string]*model.NodePods, len(e.nodePods))
+		for name, n := range e.nodePods {
+			s.NodePods[name] = e.nodePodsModel(n)
+		}
+	}
 	return s
 }
 

@@ -99,6 +99,12 @@ type NodeNetwork struct {
 	// Masquerade is needed unless the network beyond the nodes routes the
 	// pod CIDRs (replies to a pod address would be lost).
 	Masquerade bool `json:"masquerade" flag:"masquerade" usage:"noEncap and encap: give pods' traffic to destinations outside every Node's pod CIDRs the node's address (iptables MASQUERADE)"`
+	// KubeProxyMasqueradeBit must be kube-proxy's
+	// --iptables-masquerade-bit: the connections kube-proxy would
+	// masquerade into the gateway (NodePort and external traffic to a pod
+	// of this node) get the node's InternalIP as source instead of the
+	// gateway's address, which only the node's own traffic may carry.
+	KubeProxyMasqueradeBit int `json:"kubeProxyMasqueradeBit" flag:"kube-proxy-masquerade-bit" usage:"noEncap and encap: kube-proxy's --iptables-masquerade-bit; the connections it marks that enter the gateway get the node's InternalIP as source, not the gateway's address (trusted as the node itself)"`
 	// TunnelType is the encapsulation of encap mode. Both add 50 bytes
 	// per packet over an IPv4 underlay and 70 over IPv6 (see cni.mtu).
 	TunnelType string `json:"tunnelType" flag:"tunnel-type" usage:"encap: geneve (UDP 6081) or vxlan (UDP 4789)"`
@@ -153,6 +159,8 @@ func DefaultAgent() Agent {
 			Masquerade:     true,
 			TunnelType:     TunnelGeneve,
 			UnderlayBridge: "tierflow-phy0",
+			// kube-proxy's default.
+			KubeProxyMasqueradeBit: 14,
 		},
 	}
 }
@@ -227,6 +235,9 @@ func (a *Agent) Validate() error {
 	}
 	if a.NodeNetwork.GatewayName == a.BridgeName {
 		return &FieldError{Key: "nodeNetwork.gatewayName", Value: a.NodeNetwork.GatewayName, Reason: "must differ from bridgeName (the bridge's own interface)"}
+	}
+	if b := a.NodeNetwork.KubeProxyMasqueradeBit; b < 0 || b > 31 {
+		return &FieldError{Key: "nodeNetwork.kubeProxyMasqueradeBit", Value: b, Reason: "must be in 0..31 (kube-proxy's --iptables-masquerade-bit)"}
 	}
 	if a.NodeNetwork.TunnelType != TunnelGeneve && a.NodeNetwork.TunnelType != TunnelVXLAN {
 		return &FieldError{Key: "nodeNetwork.tunnelType", Value: a.NodeNetwork.TunnelType, Reason: fmt.Sprintf("must be %q or %q", TunnelGeneve, TunnelVXLAN)}

@@ -413,6 +413,9 @@ func (c *Controller) onEngineChanges(changes []compute.Change) {
 	}
 	c.mu.Lock()
 	for _, ch := range changes {
+		if ch.Kind == compute.KindNodePods {
+			continue // node pods are the agents' business
+		}
 		switch ch.Type {
 		case compute.Added:
 			delta[kindIndex(ch.Kind)]++

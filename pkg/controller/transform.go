@@ -20,7 +20,9 @@ import (
 //     host network, phase, addresses and named container ports (of its
 //     containers and of its sidecars, init containers with restartPolicy
 //     Always); a namespace's and a node's name and labels; a node's
-//     addresses; a NetworkPolicy's metadata and spec;
+//     addresses and pod CIDRs (its gateway address is a nodes peer); a
+//     pod's UID (its node's agent admits its port by it); a
+//     NetworkPolicy's metadata and spec;
 //   - tierctl's queries (Controller.Pods, pkg/explain/load): the same pod
 //     fields;
 //   - NetworkPolicy Events (syncNetworkPolicyEvents): the object's
@@ -47,7 +49,8 @@ func CoreTransform(obj interface{}) (interface{}, error) {
 	case *corev1.Namespace:
 		*o = corev1.Namespace{ObjectMeta: slimMeta(&o.ObjectMeta)}
 	case *corev1.Node:
-		*o = corev1.Node{ObjectMeta: slimMeta(&o.ObjectMeta), Status: corev1.NodeStatus{Addresses: o.Status.Addresses}}
+		*o = corev1.Node{ObjectMeta: slimMeta(&o.ObjectMeta), Spec: corev1.NodeSpec{PodCIDR: o.Spec.PodCIDR, PodCIDRs: o.Spec.PodCIDRs},
+			Status: corev1.NodeStatus{Addresses: o.Status.Addresses}}
 	case *networkingv1.NetworkPolicy:
 		return &cachedNetworkPolicy{ObjectMeta: slimMeta(&o.ObjectMeta), compiled: compute.CompileNetworkPolicy(o)}, nil
 	default:

@@ -60,10 +60,12 @@
 // and never reaches the datapath, so it is allowed in both directions.
 //
 // Not modelled: traffic a node's own host stack sends to its local pods
-// (kubelet probes; "the traffic source is the pod's local node" in the
-// NetworkPolicy text). The datapath lets it through before every policy
-// table (pkg/agent/pipeline/DESIGN.md, Host traffic); explain has no node
-// inventory and evaluates such an address like any other non-pod source.
+// from the node's gateway address (kubelet probes; "the traffic source is
+// the pod's local node" in the NetworkPolicy text). The datapath lets it
+// through before every ingress policy table (pkg/agent/pipeline/DESIGN.md,
+// Host traffic); explain has no node inventory and evaluates such an
+// address like any other non-pod source. The gateway addresses are in the
+// nodes peers explain evaluates (pkg/compute), as the datapath has them.
 //
 // passedThrough is always present (an empty list when no Pass was taken).
 // isolatedBy is present whenever the pod is isolated in that direction, also

@@ -13,6 +13,10 @@
 //   - AddressGroup: the addresses (pod IPs, node IPs) a rule's peers resolve
 //     to, with each pod's named container ports.
 //
+// Besides, NodePods lists each node's pods (UID, addresses) as the
+// controller computed them: a node's agent lets a pod's port on its bridge
+// send and receive only when the pod is listed there.
+//
 // Every object carries a stable ID, a generation that increases when its
 // content changes, and a span: the set of nodes that need it.
 package model

@@ -41,7 +41,10 @@ func TestRealCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer unlock()
+	// Released after the cluster's teardown (cleanups run last in, first
+	// out; a deferred unlock would run before them): the next test of
+	// this name must not start while this one's containers are removed.
+	t.Cleanup(unlock)
 	dir := filepath.Join(root, "_output", "cluster-smoke")
 	if err := cluster.RemoveStale(ctx, name, dir, t.Logf); err != nil {
 		t.Fatal(err)

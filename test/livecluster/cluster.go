@@ -23,6 +23,7 @@ import (
 
 	"github.com/tierflow/tierflow/pkg/agent/runtime"
 	"github.com/tierflow/tierflow/pkg/config"
+	"github.com/tierflow/tierflow/pkg/ovs/ovsdb"
 	"github.com/tierflow/tierflow/pkg/queryapi"
 	"github.com/tierflow/tierflow/pkg/queryapi/agentquery"
 	"github.com/tierflow/tierflow/test/kubeapi"
@@ -125,25 +126,46 @@ func (c *Cluster) AddNode(t testing.TB, name string) (tokenFile string) {
 }
 
 // AddPod creates the API object of a pod ovsenv attached on node, with a
-// named container port "web" (TCP 80).
+// named container port "web" (TCP 80), and records its UID on the pod's
+// OVS interface, as tierflow-cni does (the agent admits the port only for
+// the pod of that UID).
 func (c *Cluster) AddPod(t testing.TB, p *ovsenv.Pod, node string, labels map[string]string) {
 	t.Helper()
-	ctx := context.Background()
-	pods := c.Kube.Kube.CoreV1().Pods(ovsenv.PodNamespace)
-	obj, err := pods.Create(ctx, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Labels: labels},
+	obj := c.CreatePod(t, p.Name, node, labels)
+	if err := p.SetExternalID(ovsdb.KeyPodUID, string(obj.UID)); err != nil {
+		t.Fatal(err)
+	}
+	c.SetPodRunning(t, obj, p.Addrs)
+}
+
+// CreatePod creates a pod scheduled on node, without status (what the
+// kubelet finds before it starts the pod's sandbox), with a named
+// container port "web" (TCP 80).
+func (c *Cluster) CreatePod(t testing.TB, name, node string, labels map[string]string) *corev1.Pod {
+	t.Helper()
+	obj, err := c.Kube.Kube.CoreV1().Pods(ovsenv.PodNamespace).Create(context.Background(), &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
 		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "app", Image: "agnhost",
 			Ports: []corev1.ContainerPort{{Name: "web", ContainerPort: 80, Protocol: corev1.ProtocolTCP}}}}},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return obj
+}
+
+// SetPodRunning writes what the kubelet reports once the pod's sandbox is
+// up: phase Running and its addresses.
+func (c *Cluster) SetPodRunning(t testing.TB, obj *corev1.Pod, addrs []netip.Prefix) {
+	t.Helper()
+	obj = obj.DeepCopy()
 	obj.Status.Phase = corev1.PodRunning
-	for _, a := range p.Addrs {
+	obj.Status.PodIPs = nil
+	for _, a := range addrs {
 		obj.Status.PodIPs = append(obj.Status.PodIPs, corev1.PodIP{IP: a.Addr().String()})
 	}
 	obj.Status.PodIP = obj.Status.PodIPs[0].IP
-	if _, err := pods.UpdateStatus(ctx, obj, metav1.UpdateOptions{}); err != nil {
+	if _, err := c.Kube.Kube.CoreV1().Pods(obj.Namespace).UpdateStatus(context.Background(), obj, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -163,6 +163,13 @@ type Pod struct {
 	Addrs  []netip.Prefix
 }
 
+// SetExternalID sets one external_ids key of the pod's OVS interface (as
+// the CNI plugin records the pod's UID: ovsdb.KeyPodUID).
+func (p *Pod) SetExternalID(key, value string) error {
+	_, err := p.bridge.env.Vsctl("set", "Interface", p.HostIf, fmt.Sprintf("external_ids:%q=%q", key, value))
+	return err
+}
+
 // PodNamespace is the namespace AddPod records in the interface's
 // external_ids.
 const PodNamespace = "default"

@@ -462,7 +462,7 @@ func (t *Testbed) addNode(i int, ip string, opts Options) (*Node, error) {
 	for _, c := range n.PodCIDRs {
 		ranges = append(ranges, []any{map[string]any{"subnet": c}})
 	}
-	conf, _ := json.MarshalIndent(map[string]any{
+	cniConf := map[string]any{
 		"cniVersion":   "1.0.0",
 		"name":         "tierflow",
 		"type":         "tierflow-cni",
@@ -474,7 +474,11 @@ func (t *Testbed) addNode(i int, ip string, opts Options) (*Node, error) {
 			"dataDir": filepath.Join(n.StateDir, "ipam"),
 			"ranges":  ranges,
 		},
-	}, "", "  ")
+	}
+	if opts.NormalFlows {
+		cniConf["admissionTimeout"] = "0s" // no agent admits the pods
+	}
+	conf, _ := json.MarshalIndent(cniConf, "", "  ")
 	if err := t.startNode(n, conf); err != nil {
 		return nil, err
 	}

@@ -10,8 +10,9 @@ import (
 
 // Cleanup removes the node network's host state for good, when tierflow
 // is uninstalled (a running or restarting agent keeps it; see "Restarts"):
-// every route of RouteProtocol and the nat chain MasqueradeChain with its
-// POSTROUTING jump, in both address families. The gateway interface is an
+// every route of RouteProtocol, the nat chain MasqueradeChain with its
+// POSTROUTING jump and the raw chain SpoofChain with its PREROUTING jump,
+// in both address families. The gateway interface is an
 // OVS port; pkg/agent/uninstall removes it with the bridge's other ports.
 // netNS is the node's network namespace ("": this process's). It returns
 // what it removed; a second call removes nothing and succeeds.
@@ -45,21 +46,26 @@ func Cleanup(netNS string) ([]string, error) {
 			if err != nil {
 				return fmt.Errorf("iptables (%v): %w", proto, err)
 			}
-			exists, err := ipt.ChainExists("nat", MasqueradeChain)
-			if err != nil {
-				return fmt.Errorf("iptables nat %s: %w", MasqueradeChain, err)
+			for _, c := range []struct{ table, chain, parent string }{
+				{"nat", MasqueradeChain, "POSTROUTING"},
+				{"raw", SpoofChain, "PREROUTING"},
+			} {
+				exists, err := ipt.ChainExists(c.table, c.chain)
+				if err != nil {
+					return fmt.Errorf("iptables %s %s: %w", c.table, c.chain, err)
+				}
+				if !exists {
+					continue
+				}
+				if err := syncChain(proto, c.table, c.chain, c.parent, nil); err != nil {
+					return err
+				}
+				family := "IPv4"
+				if proto == iptables.ProtocolIPv6 {
+					family = "IPv6"
+				}
+				removed = append(removed, fmt.Sprintf("%s %s chain %s", family, c.table, c.chain))
 			}
-			if !exists {
-				continue
-			}
-			if err := syncChain(proto, false, nil); err != nil {
-				return err
-			}
-			family := "IPv4"
-			if proto == iptables.ProtocolIPv6 {
-				family = "IPv6"
-			}
-			removed = append(removed, fmt.Sprintf("%s nat chain %s", family, MasqueradeChain))
 		}
 		return nil
 	})

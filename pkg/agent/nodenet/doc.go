@@ -79,6 +79,12 @@
 // (same OpenFlow port), addresses and routes, and changes only what
 // differs. Stopping the agent leaves gateway and routes in place, as it
 // leaves flows in place, so a rolling update does not cut the node off.
+// The agent's pipeline does not wait for the first sync either:
+// AdoptGateway reads the gateway the previous run left (its port from
+// OVSDB, its addresses and MAC from the kernel) before the agent applies
+// anything, so its first realization (the saved state, while the
+// controller or the API server may be unreachable) keeps the gateway's
+// flows; the first sync then corrects what changed.
 //
 // # Encap
 //
@@ -154,23 +160,38 @@
 // # Not done here
 //
 // Uninstalling is not the running agent's job: Cleanup removes the routes
-// and the masquerade chain for pkg/agent/uninstall (`tierflow-agent
-// cleanup`), which also removes the gateway and tunnel ports' devices with
-// the bridge's. The underlay bridge is gone by then: the stopping agent
-// moved the node's address back (see "Encap"). An agent whose
-// configuration has no underlay (another nodeNetwork.mode, or the kernel
-// datapath) also moves back what a record says was moved (an agent that
-// did not stop cleanly).
+// and the agent's chains (nat MasqueradeChain, raw SpoofChain) for
+// pkg/agent/uninstall (`tierflow-agent cleanup`), which also removes the
+// gateway and tunnel ports' devices with the bridge's. The underlay bridge
+// is gone by then: the stopping agent moved the node's address back (see
+// "Encap"). An agent whose configuration has no underlay (another
+// nodeNetwork.mode, or the kernel datapath) also moves back what a record
+// says was moved (an agent that did not stop cleanly).
 //
-// # Masquerade
+// # NAT and spoofed sources
 //
-// With Options.Masquerade (config nodeNetwork.masquerade, on by default)
-// the nat chain MasqueradeChain, jumped to first from POSTROUTING, lets
-// traffic to any Node's pod CIDRs keep its pod source address and
-// masquerades what local pods send elsewhere out of the node (not back
-// through the gateway): the internet and the nodes' upstream DNS server
-// have no route to pod CIDRs. The chain is rewritten only when its rules
-// differ. It uses the iptables command (the agent image's is nft).
+// The nat chain MasqueradeChain, jumped to first from POSTROUTING (the
+// jump is moved back to the top at every sync), first SNATs to the node's
+// InternalIP the connections the host forwards into the gateway that
+// kube-proxy marked for masquerading (Options.KubeProxyMasqueradeBit):
+// kube-proxy's own MASQUERADE would give them the gateway's address, which
+// the pipeline trusts as the node itself (pkg/agent/pipeline/DESIGN.md,
+// "Host traffic"). With Options.Masquerade (config
+// nodeNetwork.masquerade, on by default) it then lets traffic to any
+// Node's pod CIDRs keep its pod source address and masquerades what local
+// pods send elsewhere out of the node (not back through the gateway): the
+// internet and the nodes' upstream DNS server have no route to pod CIDRs.
+//
+// The raw chain SpoofChain, jumped to first from PREROUTING, drops
+// packets with a source of this node's pod CIDRs that do not come out of
+// the gateway, and packets with a source of another node's pod CIDR that
+// do not arrive on the interface of the route to that node: the host
+// would forward them into the gateway as if a pod had sent them. That a
+// packet from another node's pod CIDR arriving on the node network was
+// sent by that node cannot be checked: noEncap trusts the node network.
+//
+// Chains are rewritten only when their rules differ. They use the
+// iptables command (the agent image's is nft).
 //
 // Options.NetNS lets one process manage several simulated nodes' network
 // namespaces (tests): netlink operations use a handle in that namespace,

@@ -102,7 +102,7 @@ func DesiredPeers(local Node, endpoint netip.Addr, others []Node, bad map[string
 		}
 		peers = append(peers, p)
 		for _, c := range p.PodCIDRs {
-			routes = append(routes, Route{Node: p.Node, Dst: c, Via: c.Addr().Next(), Dev: gateway, OnLink: true})
+			routes = append(routes, Route{Node: p.Node, Dst: c, Via: c.Addr().Next(), Iface: gateway, OnLink: true})
 		}
 	}
 	sort.Slice(peers, func(i, j int) bool { return peers[i].Node < peers[j].Node })

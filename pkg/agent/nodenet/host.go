@@ -195,14 +195,14 @@ func (h *host) syncRoutes(want []Route) error {
 	var errs []error
 	links := map[string]int{}
 	for _, r := range want {
-		if r.Dev != "" {
-			if _, ok := links[r.Dev]; !ok {
-				l, err := h.h.LinkByName(r.Dev)
+		if r.Iface != "" {
+			if _, ok := links[r.Iface]; !ok {
+				l, err := h.h.LinkByName(r.Iface)
 				if err != nil {
-					errs = append(errs, fmt.Errorf("route %s: device %s: %w", r, r.Dev, err))
+					errs = append(errs, fmt.Errorf("route %s: device %s: %w", r, r.Iface, err))
 					continue
 				}
-				links[r.Dev] = l.Attrs().Index
+				links[r.Iface] = l.Attrs().Index
 			}
 		}
 		wanted[r.Dst] = r
@@ -213,7 +213,7 @@ func (h *host) syncRoutes(want []Route) error {
 		via, okVia := netip.AddrFromSlice(r.Gw)
 		w, isWanted := wanted[dst]
 		if ok && okVia && isWanted && w.Via == via.Unmap() && len(r.MultiPath) == 0 &&
-			(w.Dev == "" || r.LinkIndex == links[w.Dev]) && w.OnLink == (r.Flags&unix.RTNH_F_ONLINK != 0) {
+			(w.Iface == "" || r.LinkIndex == links[w.Iface]) && w.OnLink == (r.Flags&unix.RTNH_F_ONLINK != 0) {
 			current[dst] = true
 			continue
 		}
@@ -229,8 +229,8 @@ func (h *host) syncRoutes(want []Route) error {
 			continue // its device is missing: reported above
 		}
 		nr := &netlink.Route{Dst: ipNet(r.Dst), Gw: net.IP(r.Via.AsSlice()), Protocol: RouteProtocol}
-		if r.Dev != "" {
-			nr.LinkIndex = links[r.Dev]
+		if r.Iface != "" {
+			nr.LinkIndex = links[r.Iface]
 		}
 		if r.OnLink {
 			nr.Flags = unix.RTNH_F_ONLINK
@@ -257,13 +257,11 @@ func (h *host) routes() ([]Route, error) {
 		if !ok || !okVia {
 			continue
 		}
-		route := Route{Dst: dst, Via: via.Unmap(), OnLink: r.Flags&unix.RTNH_F_ONLINK != 0}
-		if route.OnLink {
-			if l, err := h.h.LinkByIndex(r.LinkIndex); err == nil {
-				route.Dev = l.Attrs().Name
-			}
+		rt := Route{Dst: dst, Via: via.Unmap(), OnLink: r.Flags&unix.RTNH_F_ONLINK != 0}
+		if link, err := h.h.LinkByIndex(r.LinkIndex); err == nil {
+			rt.Iface = link.Attrs().Name
 		}
-		out = append(out, route)
+		out = append(out, rt)
 	}
 	return out, nil
 }

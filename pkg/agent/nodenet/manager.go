@@ -1,11 +1,11 @@
 package nodenet
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"slices"
 	"sort"
@@ -53,6 +53,16 @@ type Options struct {
 	// addresses change (pipeline.Gateway{} never: once up, a gateway stays
 	// until a new one is ready). The agent rebuilds its pipeline with it.
 	OnGateway func(pipeline.Gateway)
+	// KubeProxyMasqueradeBit is kube-proxy's --iptables-masquerade-bit
+	// (config nodeNetwork.kubeProxyMasqueradeBit): connections kube-proxy
+	// marks with it that the host forwards into the gateway get the
+	// node's InternalIP as source, not the gateway's address (see
+	// natRules).
+	KubeProxyMasqueradeBit int
+	// Adopted is the gateway the pipeline started with (AdoptGateway):
+	// Status reports it until the first sync, and OnGateway is called
+	// only when a sync finds a different one.
+	Adopted pipeline.Gateway
 	// Resync is how often everything is re-applied even without a Node
 	// event, repairing routes or addresses changed behind the agent's back
 	// (default 30s); RetryInterval after a failure (default 2s).
@@ -133,7 +143,8 @@ func New(o Options) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Manager{o: o, log: o.Logger.With("component", "nodenet"), host: h, kick: make(chan struct{}, 1)}, nil
+	return &Manager{o: o, log: o.Logger.With("component", "nodenet"), host: h, kick: make(chan struct{}, 1),
+		status: Status{Gateway: o.Adopted}}, nil
 }
 
 // Status returns the outcome of the last sync.
@@ -261,7 +272,7 @@ func (m *Manager) sync(ctx context.Context, nodes []*corev1.Node) error {
 		return err
 	}
 	m.mu.Lock()
-	changed := !sameGateway(m.status.Gateway, gw)
+	changed := !m.status.Gateway.Equal(gw)
 	m.status.Gateway = gw
 	m.mu.Unlock()
 	if changed {
@@ -290,10 +301,30 @@ func (m *Manager) sync(ctx context.Context, nodes []*corev1.Node) error {
 	for _, n := range others {
 		cluster = append(cluster, n.PodCIDRs...)
 	}
-	if err := m.host.syncMasquerade(m.o.Masquerade, local.PodCIDRs, cluster, m.o.GatewayName); err != nil {
-		rerr = errors.Join(rerr, err)
+	for _, v4 := range []bool{true, false} {
+		nc := natConfig{local: local.PodCIDRs, cluster: cluster, gateway: m.o.GatewayName,
+			kubeProxyMark: 1 << m.o.KubeProxyMasqueradeBit, masquerade: m.o.Masquerade}
+		for _, ip := range local.InternalIPs {
+			if ip.Is4() == v4 {
+				nc.nodeIP = ip
+			}
+		}
+		if !nc.nodeIP.IsValid() && hasFamily(local.PodCIDRs, v4) {
+			m.log.Warn("the node has no InternalIP of a family of its pod CIDRs: connections kube-proxy masquerades into the gateway keep the gateway's address and reach pods as the node itself",
+				"ipv4", v4)
+		}
+		if err := m.host.syncNAT(nc, v4); err != nil {
+			rerr = errors.Join(rerr, err)
+		}
 	}
 	installed, lerr := m.host.routes()
+	var remote []remoteRoute
+	for _, r := range installed {
+		remote = append(remote, remoteRoute{dst: r.Dst, iface: r.Iface})
+	}
+	if err := m.host.syncSpoofGuard(local.PodCIDRs, m.o.GatewayName, remote); err != nil {
+		rerr = errors.Join(rerr, err)
+	}
 	byDst := map[netip.Prefix]string{}
 	for _, r := range routes {
 		byDst[r.Dst] = r.Node
@@ -309,6 +340,9 @@ func (m *Manager) sync(ctx context.Context, nodes []*corev1.Node) error {
 	return errors.Join(rerr, lerr)
 }
 
+// gatewayKey marks the gateway's OVS port as the agent's (external_ids).
+const gatewayKey = "tierflow.io/gateway"
+
 // ensureGateway creates (or adopts) the gateway's internal port, waits for
 // its OpenFlow port and configures its addresses.
 func (m *Manager) ensureGateway(ctx context.Context, local Node) (pipeline.Gateway, error) {
@@ -316,7 +350,7 @@ func (m *Manager) ensureGateway(ctx context.Context, local Node) (pipeline.Gatew
 	if err := m.o.OVSDB.AddPort(ctx, m.o.Bridge, ovsdb.PortConfig{Name: name, Type: ovsdb.PortInternal,
 		// Not a tierflow.io/role key: the port watcher only tracks pods
 		// and the uplink, and must not mistake the gateway for either.
-		ExternalIDs: map[string]string{"tierflow.io/managed-by": "tierflow-agent", "tierflow.io/gateway": "true"}}); err != nil {
+		ExternalIDs: map[string]string{"tierflow.io/managed-by": "tierflow-agent", gatewayKey: "true"}}); err != nil {
 		return pipeline.Gateway{}, fmt.Errorf("gateway port %s on %s: %w", name, m.o.Bridge, err)
 	}
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -336,16 +370,20 @@ func (m *Manager) ensureGateway(ctx context.Context, local Node) (pipeline.Gatew
 	if err != nil {
 		return pipeline.Gateway{}, err
 	}
+	return gatewayOf(port, mac, prefixes), nil
+}
+
+// gatewayOf is the pipeline's gateway with its addresses (the prefixes'
+// addresses) and pod CIDRs (their networks), each sorted.
+func gatewayOf(port uint32, mac net.HardwareAddr, prefixes []netip.Prefix) pipeline.Gateway {
 	gw := pipeline.Gateway{Port: port, MAC: mac}
 	for _, p := range prefixes {
 		gw.IPs = append(gw.IPs, p.Addr())
+		gw.PodCIDRs = append(gw.PodCIDRs, p.Masked())
 	}
 	sort.Slice(gw.IPs, func(i, j int) bool { return gw.IPs[i].Less(gw.IPs[j]) })
-	return gw, nil
-}
-
-func sameGateway(a, b pipeline.Gateway) bool {
-	return a.Port == b.Port && slices.Equal(a.IPs, b.IPs) && bytes.Equal(a.MAC, b.MAC)
+	sort.Slice(gw.PodCIDRs, func(i, j int) bool { return gw.PodCIDRs[i].Addr().Less(gw.PodCIDRs[j].Addr()) })
+	return gw
 }
 
 // String summarizes a status for logs and errors.

@@ -10,6 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/tierflow/tierflow/pkg/model"
 )
 
 // Node is what node networking needs to know about a Node object.
@@ -83,7 +85,7 @@ func ParseNode(n *corev1.Node) (Node, error) {
 func GatewayPrefixes(podCIDRs []netip.Prefix) []netip.Prefix {
 	out := make([]netip.Prefix, 0, len(podCIDRs))
 	for _, p := range podCIDRs {
-		out = append(out, netip.PrefixFrom(p.Addr().Next(), p.Bits()))
+		out = append(out, netip.PrefixFrom(model.NodeGatewayAddress(p), p.Bits()))
 	}
 	return out
 }
@@ -93,21 +95,20 @@ type Route struct {
 	Node string
 	Dst  netip.Prefix
 	Via  netip.Addr
-	// Dev is the route's device ("": the kernel picks the interface of
-	// Via's connected network). OnLink makes Via a next hop on Dev though
-	// no address of Dev covers it (encap: the other node's gateway
-	// address, through the local gateway).
-	Dev    string
+	// Iface is the interface the route leaves by: set for installed
+	// routes (packets from that node's pods must arrive on it); in a
+	// wanted route "" lets the kernel pick the interface of Via's
+	// connected network (noEncap). OnLink makes Via a next hop on Iface
+	// though no address of Iface covers it (encap: the other node's
+	// gateway address, through the local gateway).
+	Iface  string
 	OnLink bool
 }
 
 func (r Route) String() string {
 	s := fmt.Sprintf("%s via %s", r.Dst, r.Via)
-	if r.Dev != "" {
-		s += " dev " + r.Dev
-	}
 	if r.OnLink {
-		s += " onlink"
+		s += " dev " + r.Iface + " onlink"
 	}
 	return s + fmt.Sprintf(" (node %s)", r.Node)
 }

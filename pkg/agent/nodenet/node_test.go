@@ -202,3 +202,27 @@ func TestEncapOverhead(t *testing.T) {
 		}
 	}
 }
+
+// The adopted gateway's addresses must be what ensureGateway configures:
+// the first address of each pod CIDR, at most one per family.
+func TestIsGatewayPrefixes(t *testing.T) {
+	for _, c := range []struct {
+		ps   []string
+		want bool
+	}{
+		{[]string{"10.77.1.1/24"}, true},
+		{[]string{"10.77.1.1/24", "fd00:77:1::1/64"}, true},
+		{[]string{"10.77.1.2/24"}, false},                 // not the first address
+		{[]string{"10.77.1.1/24", "10.77.2.1/24"}, false}, // two of a family
+		{[]string{"10.77.1.1/31"}, false},                 // no room for pods
+		{nil, false},
+	} {
+		var ps []netip.Prefix
+		for _, p := range c.ps {
+			ps = append(ps, netip.MustParsePrefix(p))
+		}
+		if got := isGatewayPrefixes(ps); got != c.want {
+			t.Errorf("isGatewayPrefixes(%v) = %v, want %v", c.ps, got, c.want)
+		}
+	}
+}

@@ -1,10 +1,12 @@
 package pipeline
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 
 	"github.com/tierflow/tierflow/pkg/model"
 )
@@ -67,6 +69,15 @@ type Gateway struct {
 	// came in through the gateway are sent back to it with this
 	// destination MAC.
 	MAC net.HardwareAddr
+	// PodCIDRs are this node's pod CIDRs (the networks the IPs are the
+	// first address of). A source in them arriving from the gateway that
+	// is neither a gateway address nor a local pod's is spoofed: it drops.
+	PodCIDRs []netip.Prefix
+}
+
+// Equal reports whether g and o are the same gateway.
+func (g Gateway) Equal(o Gateway) bool {
+	return g.Port == o.Port && slices.Equal(g.IPs, o.IPs) && bytes.Equal(g.MAC, o.MAC) && slices.Equal(g.PodCIDRs, o.PodCIDRs)
 }
 
 // Validate reports why the configuration cannot be installed.
@@ -86,9 +97,17 @@ func (c Config) Validate() error {
 	if c.Gateway.Port != 0 && len(c.Gateway.MAC) != 6 {
 		return fmt.Errorf("pipeline: gateway MAC %v is not an Ethernet address", c.Gateway.MAC)
 	}
+	for _, p := range c.Gateway.PodCIDRs {
+		if !p.IsValid() || p.Addr().Is4In6() || p.Masked() != p {
+			return fmt.Errorf("pipeline: invalid pod CIDR %v", p)
+		}
+	}
 	for _, ip := range c.Gateway.IPs {
 		if !ip.IsValid() || ip.Is4In6() || ip.Zone() != "" {
 			return fmt.Errorf("pipeline: invalid gateway address %v", ip)
+		}
+		if !slices.ContainsFunc(c.Gateway.PodCIDRs, func(p netip.Prefix) bool { return p.Contains(ip) }) {
+			return fmt.Errorf("pipeline: gateway address %v is in none of the pod CIDRs %v", ip, c.Gateway.PodCIDRs)
 		}
 	}
 	return c.Tunnel.validate(c)

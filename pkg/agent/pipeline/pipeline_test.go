@@ -63,7 +63,8 @@ func TestStaticFlowsClassifyOnlyAfterSync(t *testing.T) {
 }
 
 func TestGatewayConfigValidate(t *testing.T) {
-	gw := Gateway{Port: 2, IPs: []netip.Addr{netip.MustParseAddr("10.244.1.1")}, MAC: net.HardwareAddr{2, 0, 0, 0, 0, 1}}
+	gw := Gateway{Port: 2, IPs: []netip.Addr{netip.MustParseAddr("10.244.1.1")}, MAC: net.HardwareAddr{2, 0, 0, 0, 0, 1},
+		PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24")}}
 	for _, tc := range []struct {
 		name string
 		cfg  Config
@@ -77,6 +78,10 @@ func TestGatewayConfigValidate(t *testing.T) {
 		{"gateway without MAC", Config{Gateway: Gateway{Port: 2, IPs: gw.IPs}}, false},
 		{"reserved gateway port", Config{Gateway: Gateway{Port: 0xfffe, IPs: gw.IPs, MAC: gw.MAC}}, false},
 		{"invalid address", Config{Gateway: Gateway{Port: 2, IPs: []netip.Addr{{}}, MAC: gw.MAC}}, false},
+		{"address outside the pod CIDRs", Config{Gateway: Gateway{Port: 2, IPs: gw.IPs, MAC: gw.MAC,
+			PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.2.0/24")}}}, false},
+		{"pod CIDR with host bits", Config{Gateway: Gateway{Port: 2, IPs: gw.IPs, MAC: gw.MAC,
+			PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.1.1/24")}}}, false},
 	} {
 		if err := tc.cfg.Validate(); (err == nil) != tc.ok {
 			t.Errorf("%s: Validate() = %v, want ok=%v", tc.name, err, tc.ok)
@@ -92,12 +97,36 @@ func TestGatewayFlows(t *testing.T) {
 	pod := LocalPod{Pod: model.PodRef{Namespace: "ns", Name: "a"}, OFPort: 3, MAC: net.HardwareAddr{2, 0, 0, 0, 0, 3},
 		IPs: []netip.Addr{netip.MustParseAddr("10.244.1.3")}}
 	gw := Gateway{Port: 2, IPs: []netip.Addr{netip.MustParseAddr("fd00:10:244:1::1"), netip.MustParseAddr("10.244.1.1")},
-		MAC: net.HardwareAddr{2, 0, 0, 0, 0, 1}}
+		MAC:      net.HardwareAddr{2, 0, 0, 0, 0, 1},
+		PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24"), netip.MustParsePrefix("fd00:10:244:1::/64")}}
 	flows := StaticFlows(Config{Gateway: gw, CtZone: 1}, []LocalPod{pod}, true, 1)
 	var classified, toGateway, leaving, outGW, replyToGW, markFromGW bool
 	hostBypass := map[string]bool{}
+	// Sources the gateway may send from: by priority, so the highest
+	// matching flow decides.
+	type source struct {
+		prio uint16
+		pass bool
+	}
+	var sources []struct {
+		p netip.Prefix
+		source
+	}
 	for _, f := range flows {
 		text := f.String()
+		if f.Table == SpoofGuard.ID() && f.Match.Regs[RegFlags] == MatchSrc(SrcGateway) && f.Match.IPProto == 0 && f.Match.EthType != ethARP {
+			p := f.Match.IPSrc
+			if !p.IsValid() {
+				p = netip.MustParsePrefix("0.0.0.0/0")
+				if f.Match.EthType == ethIPv6 {
+					p = netip.MustParsePrefix("::/0")
+				}
+			}
+			sources = append(sources, struct {
+				p netip.Prefix
+				source
+			}{p, source{f.Priority, len(f.Actions) > 0}})
+		}
 		switch {
 		case f.Table == Classifier.ID() && f.Match.InPort == 2:
 			classified = true
@@ -121,6 +150,26 @@ func TestGatewayFlows(t *testing.T) {
 	}
 	if len(hostBypass) != 2 || !hostBypass["10.244.1.1"] || !hostBypass["fd00:10:244:1::1"] {
 		t.Fatalf("host bypass for %v, want both gateway addresses", hostBypass)
+	}
+	// From the gateway: its own addresses and the local pods' (a Service
+	// DNAT back to this node), other nodes' pods and non-pod addresses
+	// pass; any other address of this node's pod CIDRs is spoofed.
+	for src, want := range map[string]bool{
+		"10.244.1.1": true, "fd00:10:244:1::1": true, "10.244.1.3": true,
+		"10.244.2.7": true, "192.168.0.10": true, "fd00:10:244:2::7": true,
+		"10.244.1.9": false, "fd00:10:244:1::9": false,
+	} {
+		ip := netip.MustParseAddr(src)
+		best := source{}
+		found := false
+		for _, s := range sources {
+			if s.p.Contains(ip) && (!found || s.prio > best.prio) {
+				best, found = s.source, true
+			}
+		}
+		if !found || best.pass != want {
+			t.Errorf("source %s from the gateway: passes %v (a flow: %v), want %v", src, best.pass, found, want)
+		}
 	}
 	// Without a gateway none of it exists.
 	for _, f := range StaticFlows(Config{UplinkPort: 9}, []LocalPod{pod}, true, 1) {

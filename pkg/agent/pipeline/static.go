@@ -86,6 +86,7 @@ func StaticFlows(cfg Config, pods []LocalPod, synced bool, round uint8) []openfl
 	}
 	if cfg.Gateway.Port != 0 {
 		s.gateway(cfg.Gateway, cfg.CtZone, synced)
+		s.gatewaySources(cfg.Gateway, pods)
 	}
 	if cfg.Tunnel.Port != 0 {
 		s.tunnel(cfg.Tunnel, cfg.Gateway, pods, synced)
@@ -175,8 +176,8 @@ func (s *staticFlows) output(port uint32) {
 }
 
 // trusted lets a port's traffic through SpoofGuard unchecked: traffic
-// through the uplink was guarded at its source node, traffic through the
-// gateway is the host's own or routed by it. ARP and ND bypass policy.
+// through the uplink was guarded at its source node. ARP and ND bypass
+// policy.
 func (s *staticFlows) trusted(kind uint32) {
 	up := flags(MatchSrc(kind))
 	s.add(SpoofGuard, PriorityNormal, openflow.Match{Regs: up, EthType: ethARP}, LoadBypass(), goTo(Forwarding))
@@ -262,7 +263,6 @@ func (s *staticFlows) gateway(gw Gateway, zone uint16, synced bool) {
 	if synced {
 		s.add(Classifier, PriorityNormal, openflow.Match{InPort: gw.Port}, LoadSrc(SrcGateway), goTo(SpoofGuard))
 	}
-	s.trusted(SrcGateway)
 	s.add(EgressAdmin, PriorityBypass, openflow.Match{Regs: flags(MatchSrc(SrcGateway))}, goTo(Forwarding))
 
 	// Everything from a local pod that is not for a local pod (the
@@ -289,11 +289,7 @@ func (s *staticFlows) gateway(gw Gateway, zone uint16, synced bool) {
 	// ingress policy, as Kubernetes expects: a pod cannot block its own
 	// node. It is still committed, so the pod's replies are tracked.
 	for _, ip := range sortedAddrs(gw.IPs) {
-		et, bits := uint16(ethIPv4), 32
-		if ip.Is6() {
-			et, bits = ethIPv6, 128
-		}
-		s.add(IngressAdmin, PriorityBypass-2, openflow.Match{Regs: flags(MatchSrc(SrcGateway)), EthType: et, IPSrc: netip.PrefixFrom(ip, bits)}, goTo(ConntrackCommit))
+		s.add(IngressAdmin, PriorityBypass-2, openflow.Match{Regs: flags(MatchSrc(SrcGateway)), EthType: ethType(ip), IPSrc: hostPrefix(ip)}, goTo(ConntrackCommit))
 	}
 
 	// Connections entering through the gateway are marked, so their
@@ -322,7 +318,7 @@ func (s *staticFlows) tunnel(t Tunnel, gw Gateway, pods []LocalPod, synced bool)
 	sort.Slice(peers, func(i, j int) bool { return peers[i].IP.Less(peers[j].IP) })
 	for _, p := range peers {
 		for _, c := range p.PodCIDRs {
-			et := familyEthType(c.Addr())
+			et := ethType(c.Addr())
 			// SpoofGuard: the peer vouches for its own pod CIDRs only.
 			s.add(SpoofGuard, PriorityNormal, openflow.Match{Regs: fromTunnel, TunSrc: p.IP, EthType: et, IPSrc: c}, goTo(Conntrack))
 			// Forwarding: the peer's pods, from local pods and from the
@@ -338,7 +334,7 @@ func (s *staticFlows) tunnel(t Tunnel, gw Gateway, pods []LocalPod, synced bool)
 	// node's MACs; the pod gets it as from its gateway.
 	for _, p := range pods {
 		for _, ip := range p.IPs {
-			s.add(Forwarding, PriorityNormal+10, openflow.Match{Regs: fromTunnel, EthType: familyEthType(ip), IPDst: netip.PrefixFrom(ip, ip.BitLen())},
+			s.add(Forwarding, PriorityNormal+10, openflow.Match{Regs: fromTunnel, EthType: ethType(ip), IPDst: hostPrefix(ip)},
 				openflow.SetEthSrc{MAC: gw.MAC}, openflow.SetEthDst{MAC: p.MAC}, toPort(p.OFPort), LoadDst(DstLocalPod), goTo(IngressAdmin))
 		}
 	}
@@ -347,7 +343,7 @@ func (s *staticFlows) tunnel(t Tunnel, gw Gateway, pods []LocalPod, synced bool)
 	// replies of connections that entered through the gateway (the host
 	// may have DNATed them to the peer's pod and must undo it).
 	for _, ip := range sortedAddrs(gw.IPs) {
-		s.add(Forwarding, PriorityNormal+10, openflow.Match{Regs: fromTunnel, EthType: familyEthType(ip), IPDst: netip.PrefixFrom(ip, ip.BitLen())},
+		s.add(Forwarding, PriorityNormal+10, openflow.Match{Regs: fromTunnel, EthType: ethType(ip), IPDst: hostPrefix(ip)},
 			openflow.SetEthDst{MAC: gw.MAC}, toPort(gw.Port), LoadDst(DstGateway), goTo(IngressAdmin))
 	}
 	fromGW := &openflow.Masked{Value: CtMarkFromGateway, Mask: CtMarkFromGateway}
@@ -356,13 +352,46 @@ func (s *staticFlows) tunnel(t Tunnel, gw Gateway, pods []LocalPod, synced bool)
 	s.output(t.Port)
 }
 
-// familyEthType is the Ethernet type of ip's family.
-func familyEthType(ip netip.Addr) uint16 {
+// gatewaySources adds SpoofGuard's flows for the gateway: which source
+// addresses the host may send into the bridge (see DESIGN.md, "Host
+// traffic"). Its ARP and neighbour discovery pass (bypass). An address of
+// this node's pod CIDRs can only be the gateway's own (the node itself)
+// or a local pod's (a connection of that pod the host translated and sent
+// back, such as a Service DNAT to a pod of this node; the host drops such
+// sources arriving on any other interface, see pkg/agent/nodenet); any
+// other address of them is spoofed and drops. Every other source — other
+// nodes' pods routed here, other nodes' hosts, clients outside the cluster
+// — goes on to conntrack and policy, which see it as what it is.
+func (s *staticFlows) gatewaySources(gw Gateway, pods []LocalPod) {
+	from := flags(MatchSrc(SrcGateway))
+	s.add(SpoofGuard, PriorityNormal, openflow.Match{Regs: from, EthType: ethARP}, LoadBypass(), goTo(Forwarding))
+	for _, t := range []uint8{icmp6NS, icmp6NA} {
+		s.add(SpoofGuard, PriorityHigh, openflow.Match{Regs: from, EthType: ethIPv6, IPProto: protoICMPv6, ICMPType: u8(t)}, LoadBypass(), goTo(Forwarding))
+	}
+	own := sortedAddrs(gw.IPs)
+	for _, p := range pods {
+		own = append(own, sortedAddrs(p.IPs)...)
+	}
+	for _, ip := range own {
+		s.add(SpoofGuard, PriorityNormal+20, openflow.Match{Regs: from, EthType: ethType(ip), IPSrc: hostPrefix(ip)}, goTo(Conntrack))
+	}
+	for _, c := range gw.PodCIDRs {
+		s.add(SpoofGuard, PriorityNormal+10, openflow.Match{Regs: from, EthType: ethType(c.Addr()), IPSrc: c.Masked()})
+	}
+	s.add(SpoofGuard, PriorityNormal, openflow.Match{Regs: from, EthType: ethIPv4}, goTo(Conntrack))
+	s.add(SpoofGuard, PriorityNormal, openflow.Match{Regs: from, EthType: ethIPv6}, goTo(Conntrack))
+}
+
+// ethType is the Ethernet type of ip's family.
+func ethType(ip netip.Addr) uint16 {
 	if ip.Is4() {
 		return ethIPv4
 	}
 	return ethIPv6
 }
+
+// hostPrefix is ip as a one-address prefix.
+func hostPrefix(ip netip.Addr) netip.Prefix { return netip.PrefixFrom(ip, ip.BitLen()) }
 
 // sortedAddrs returns a sorted copy, so the flows come out in one order.
 func sortedAddrs(ips []netip.Addr) []netip.Addr {

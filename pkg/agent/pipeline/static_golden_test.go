@@ -45,7 +45,17 @@ func staticCases() []struct {
 		pod("v4", 3, "10.244.1.3"),
 		pod("v6", 5, "fd00:10:244:1::5"),
 	}
-	gw := func(ips ...string) Gateway { return Gateway{Port: 2, IPs: addrs(ips...), MAC: mac(2)} }
+	gw := func(ips ...string) Gateway {
+		g := Gateway{Port: 2, IPs: addrs(ips...), MAC: mac(2)}
+		for _, ip := range g.IPs {
+			bits := 24
+			if ip.Is6() {
+				bits = 64
+			}
+			g.PodCIDRs = append(g.PodCIDRs, netip.PrefixFrom(ip, bits).Masked())
+		}
+		return g
+	}
 	// Two peers, given out of order: a dual-stack node with an IPv4
 	// endpoint and an IPv6-only node with an IPv6 endpoint.
 	tunnel := Tunnel{Port: 9, Peers: []TunnelPeer{

@@ -299,7 +299,10 @@ func (a *Agent) nodeNetwork(d *ovsDatapath, kube kubernetes.Interface) (*nodenet
 	o := nodenet.Options{
 		Kube: kube, NodeName: a.cfg.NodeName, OVSDB: d.db, Bridge: a.cfg.BridgeName,
 		GatewayName: a.cfg.NodeNetwork.GatewayName, MTU: a.podMTU, NetNS: a.opts.NodeNetNS,
-		Masquerade:    a.cfg.NodeNetwork.Masquerade,
+		Masquerade:             a.cfg.NodeNetwork.Masquerade,
+		KubeProxyMasqueradeBit: a.cfg.NodeNetwork.KubeProxyMasqueradeBit,
+		// The gateway openOVS adopted: the pipeline already has it.
+		Adopted:       d.wantGatewayNow(),
 		RetryInterval: a.opts.RetryInterval, Logger: a.log,
 		OnGateway: func(gw pipeline.Gateway) {
 			d.setGateway(gw)
@@ -422,6 +425,14 @@ func (r receiver) Apply(d *wire.Delta, st *wire.NodeState) error {
 // for a large state on a busy node, take far less.
 const realizeTimeout = 2 * time.Minute
 
+// reportPods tells the controller which pods are attached to the bridge
+// (their addresses admit them before the kubelet reports them).
+func (a *Agent) reportPods() {
+	if d := a.datapath(); d != nil && a.client != nil {
+		a.client.ReportPods(d.attachedPods())
+	}
+}
+
 // requestRealize asks the loop to realize again (a port changed).
 func (a *Agent) requestRealize() {
 	select {
@@ -442,6 +453,7 @@ func (a *Agent) loop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-a.kick:
+			a.reportPods()
 			a.realizeBounded(ctx, "ports")
 		case <-retry.C:
 			a.mu.Lock()
@@ -451,7 +463,7 @@ func (a *Agent) loop(ctx context.Context) {
 				a.realizeBounded(ctx, "retry")
 			}
 		case <-check.C:
-			if d := a.datapath(); d != nil && a.Ready() {
+			if d := a.datapath(); d != nil && a.realizedOnce() {
 				d.check(ctx)
 			}
 		}
@@ -485,6 +497,7 @@ func (a *Agent) realize(ctx context.Context, trigger string) error {
 	have := a.haveState
 	a.mu.Unlock()
 	if !have {
+		d.pendAll(ctx, "not admitted: the agent holds no complete policy state yet")
 		return nil
 	}
 	st := a.current()
@@ -592,8 +605,31 @@ func equalStrings(a, b []string) bool {
 	return true
 }
 
-// Ready reports whether the datapath enforces a complete state.
+// Ready reports whether the agent does its job: the datapath enforces a
+// complete state and, in noEncap mode, the pipeline has the gateway
+// (without it pods reach nothing beyond their node). /readyz, the
+// agent_ready metric and the query API's status say this.
 func (a *Agent) Ready() bool {
+	ok, _ := a.readiness()
+	return ok
+}
+
+// readiness is Ready with the reason when not.
+func (a *Agent) readiness() (bool, string) {
+	a.mu.Lock()
+	ready := a.ready
+	a.mu.Unlock()
+	if !ready {
+		return false, "no complete policy state enforced yet"
+	}
+	if d := a.datapath(); d != nil && !d.hasGateway() {
+		return false, "no gateway yet: pods reach nothing beyond the node (see the node network status)"
+	}
+	return true, ""
+}
+
+// realizedOnce reports whether a complete state has been realized.
+func (a *Agent) realizedOnce() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.ready

@@ -20,6 +20,7 @@ import (
 
 	"github.com/tierflow/tierflow/pkg/agent/pipeline"
 	"github.com/tierflow/tierflow/pkg/controller"
+	"github.com/tierflow/tierflow/pkg/ovs/ovsdb"
 	"github.com/tierflow/tierflow/pkg/queryapi/agentquery"
 	"github.com/tierflow/tierflow/test/livecluster"
 	"github.com/tierflow/tierflow/test/ovsenv"
@@ -130,16 +131,53 @@ func TestTwoNodes(t *testing.T) {
 	checkQueryAndMetrics(t, ag1, anpRef)
 	checkTraces(t, ag1, ag2, a, b, cc, anpRef, npRef)
 
-	// A pod attached while the agents run: its port appears on n1 (the
-	// agent classifies it), then its API object puts it in the ANP's peer
-	// group (the controller's update reaches n1).
+	// A pod attached while the agents run. Its port appears on n1 with a
+	// UID that is not its pod's (not admitted: no traffic), its API object
+	// puts it among n1's pods and in the ANP's peer group (the
+	// controller's update reaches n1), then the port gets its pod's UID:
+	// the agent admits and classifies it.
 	//
-	// First, n1's classifier table gets a flow limit at its current size
-	// (OVS then refuses more flows, as a switch out of room would), so
-	// d's port breaks n1's realization: the port change alone, with no
-	// update from the controller, must turn the ANP's Realized condition
-	// False. Lifting the limit lets the agent's own retry succeed, and the
-	// condition must turn True again, still without any update.
+	// Before that last step, n1's classifier table gets a flow limit at
+	// its current size (OVS then refuses more flows, as a switch out of
+	// room would), so d's admission breaks n1's realization: the port
+	// change alone, with no update from the controller, must turn the
+	// ANP's Realized condition False. Lifting the limit lets the agent's
+	// own retry succeed, and the condition must turn True again, still
+	// without any update.
+	d := br1.AddPod("d", mac(4), pfx(4))
+	if err := d.SetExternalID(ovsdb.KeyPodUID, "not-yet-its-pod"); err != nil {
+		t.Fatal(err)
+	}
+	for _, port := range []uint16{80, 8080} {
+		srv := d.ListenTCP(port)
+		t.Cleanup(srv.Close)
+	}
+	dObj := c.CreatePod(t, "d", "n1", map[string]string{"app": "c"})
+	c.SetPodRunning(t, dObj, d.Addrs)
+	livecluster.Eventually(t, 60*time.Second, "n1 lists d (another UID than its port's)", func() error {
+		pods, err := ag1.Q.Pods(ctx)
+		if err != nil {
+			return err
+		}
+		for _, p := range pods.Pods {
+			if p.Name == "d" && strings.Contains(p.Error, "a deleted pod's port") {
+				return nil
+			}
+		}
+		return fmt.Errorf("pods %+v", pods.Pods)
+	})
+	livecluster.Eventually(t, 60*time.Second, "n1 adds d to the ANP's peers", func() error {
+		fl, err := ag1.Q.Flows(ctx, agentquery.FlowFilter{Policy: anpRef})
+		if err != nil {
+			return err
+		}
+		for _, f := range fl.Flows {
+			if strings.Contains(f.Text, "nw_dst=10.0.0.4") {
+				return nil
+			}
+		}
+		return fmt.Errorf("no flow of %s matches 10.0.0.4", anpRef)
+	})
 	before, err := ag1.Q.Status(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -152,10 +190,8 @@ func TestTwoNodes(t *testing.T) {
 		"--", "set", "Bridge", br1.Name, fmt.Sprintf("flow_tables:%d=@ft", pipeline.Classifier.ID())); err != nil {
 		t.Fatal(err)
 	}
-	d := br1.AddPod("d", mac(4), pfx(4))
-	for _, port := range []uint16{80, 8080} {
-		srv := d.ListenTCP(port)
-		t.Cleanup(srv.Close)
+	if err := d.SetExternalID(ovsdb.KeyPodUID, string(dObj.UID)); err != nil {
+		t.Fatal(err)
 	}
 	anpRealized := func(want metav1.ConditionStatus, reason, msg string) func() error {
 		return func() error {
@@ -181,19 +217,6 @@ func TestTwoNodes(t *testing.T) {
 	if st, err := ag1.Q.Status(ctx); err != nil || st.Epoch != before.Epoch || st.Version != before.Version || !st.ControllerConnected {
 		t.Fatalf("n1's stream moved from %s/%d to %+v (%v): both flips must come without an update", before.Epoch, before.Version, st, err)
 	}
-	c.AddPod(t, d, "n1", map[string]string{"app": "c"})
-	livecluster.Eventually(t, 60*time.Second, "n1 adds d to the ANP's peers", func() error {
-		fl, err := ag1.Q.Flows(ctx, agentquery.FlowFilter{Policy: anpRef})
-		if err != nil {
-			return err
-		}
-		for _, f := range fl.Flows {
-			if strings.Contains(f.Text, "nw_dst=10.0.0.4") {
-				return nil
-			}
-		}
-		return fmt.Errorf("no flow of %s matches 10.0.0.4", anpRef)
-	})
 	pods, err := ag1.Q.Pods(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -9,14 +9,19 @@
 //  0. Serve /healthz, /readyz, /metrics and the query socket, and connect
 //     to OVS with backoff: ovs-vswitchd starts with the agent (another
 //     container of its pod), and waiting must not look like a dead agent.
-//     /readyz succeeds once a complete state is enforced.
+//     /readyz succeeds once a complete state is enforced and, in noEncap
+//     mode, the pipeline has the gateway.
 //  1. Ensure the bridge (create or adopt; fail_mode=secure, so a bridge
 //     without flows passes nothing) and start the port watcher, which maps
 //     pods to OpenFlow ports from the CNI plugin's interface external_ids.
 //  2. Connect OpenFlow and start the realizer: on a bridge holding a previous
 //     run's flows those keep enforcing until the first state replaces them
 //     atomically; on a fresh bridge a pipeline that classifies no pod is
-//     installed (no pod traffic before the first complete state).
+//     installed (no pod traffic before the first complete state). In
+//     noEncap and encap modes the realizer starts with the gateway a
+//     previous run left (nodenet.AdoptGateway): the first realization must
+//     not drop the gateway's flows while the Node informer syncs, or for as
+//     long as the API server is unreachable.
 //  3. The noEncap and encap node networks (pkg/agent/nodenet): with the
 //     userspace datapath in encap mode, first put back from OVSDB what the
 //     agent had moved onto the underlay bridge (the node's address may be
@@ -49,7 +54,16 @@
 // Ports are trusted only as far as the CNI plugin vouched for them: a port
 // without an OpenFlow number, with an interface error, with identity keys
 // that do not parse, or claiming a pod or an address another port claims is
-// not classified, so no traffic passes through it (fail closed).
+// not classified, so no traffic passes through it (fail closed). Nor is a
+// port the state does not admit: the node's pods in the state
+// (wire.NodeState.Pods) must list its pod with the port's UID and
+// addresses, so a new pod has no connectivity before the policies that
+// apply to it, as a subject and as a peer, are computed with it
+// (pkg/agent/pipeline/DESIGN.md, "Admission"). Each pod port's admission is
+// written to its OVSDB external_ids (tierflow.io/admission), where
+// tierflow-cni's ADD waits for it, and the pod ports of the bridge are
+// reported to the controller (client.ReportPods), which takes a new pod's
+// addresses from them before the kubelet reports them.
 //
 // Every realization's per-policy outcome is compared with the previous
 // one, and the policies whose outcome changed are pushed to the controller

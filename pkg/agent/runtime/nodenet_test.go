@@ -46,27 +46,27 @@ type simNode struct {
 	tokenDir string
 }
 
-// TestNoEncapTwoNodes runs two nodes the way a real cluster does in noEncap
-// mode: pods attached by the real tierflow-cni with the configuration
-// tierflow-install-cni writes (default route via the gateway), agents
-// watching Node objects with the agent's RBAC from manifests/, kernel
-// routes between the nodes. It checks pod-to-pod traffic across nodes
-// (TCP and UDP, IPv4 and IPv6), node-to-pod traffic, a NetworkPolicy
-// enforced at the destination node (the node's own traffic still passes,
-// another node's does not), a gateway port that cannot be created (nothing
-// leaves the node until it can), an agent restart (gateway and routes
-// unchanged), a Node without pod CIDRs (ignored), and a deleted Node (its
-// route goes).
-func TestNoEncapTwoNodes(t *testing.T) {
-	c := livecluster.New(t)
-	kubeconfig := livecluster.AgentKubeconfig(t, c.Kube, c.Dir)
-	cniBin := buildCNI(t)
-	ctx := context.Background()
+// noEncapBed is two simulated noEncap nodes (see simNode) on a real
+// kube-apiserver, with their Node objects, the agents' RBAC and the
+// tierflow-cni binaries; the controller and agents are started by the
+// test.
+type noEncapBed struct {
+	c *livecluster.Cluster
+	// kubeconfig authenticates as the agents' service account.
+	kubeconfig string
+	cniBin     string
+	n1, n2     *simNode
+}
 
+func newNoEncapBed(t *testing.T) *noEncapBed {
+	t.Helper()
+	c := livecluster.New(t)
+	bed := &noEncapBed{c: c, kubeconfig: livecluster.AgentKubeconfig(t, c.Kube, c.Dir), cniBin: buildCNI(t)}
 	n1 := &simNode{name: "nn-1", ip4: netip.MustParsePrefix("192.168.77.1/24"), ip6: netip.MustParsePrefix("fd00:77::1/64"),
 		podCIDRs: []string{"10.77.1.0/24", "fd00:77:1::/64"}}
 	n2 := &simNode{name: "nn-2", ip4: netip.MustParsePrefix("192.168.77.2/24"), ip6: netip.MustParsePrefix("fd00:77::2/64"),
 		podCIDRs: []string{"10.77.2.0/24", "fd00:77:2::/64"}}
+	bed.n1, bed.n2 = n1, n2
 	nodes := []*simNode{n1, n2}
 	for _, n := range nodes {
 		n.env = ovsenv.Start(t, ovsenv.WithOwnNetns())
@@ -98,14 +98,61 @@ func TestNoEncapTwoNodes(t *testing.T) {
 		}
 		n.cniConf = conf
 	}
+	return bed
+}
+
+// attach attaches a pod on n with tierflow-cni and creates its Pod.
+func (bed *noEncapBed) attach(t *testing.T, n *simNode, name string, labels map[string]string) *ovsenv.Pod {
+	t.Helper()
+	return attachPod(t, bed.c, n, bed.cniBin, name, labels)
+}
+
+// startAgent runs n's agent in noEncap mode with the given kubeconfig
+// (bed.kubeconfig, or one pointing nowhere: the API server unreachable).
+func (bed *noEncapBed) startAgent(t *testing.T, n *simNode, zone uint16, kubeconfig string) *livecluster.Agent {
+	t.Helper()
+	opts := bed.c.AgentOptions(n.env, n.br, n.name, n.tokenDir, zone)
+	opts.Config.NodeNetwork.Mode = config.NodeNetworkNoEncap
+	opts.Config.Kubeconfig = kubeconfig
+	opts.NodeNetNS = n.env.NetnsPath()
+	return livecluster.StartAgent(t, n.name, opts)
+}
+
+// TestNoEncapTwoNodes runs two nodes the way a real cluster does in noEncap
+// mode: pods attached by the real tierflow-cni with the configuration
+// tierflow-install-cni writes (default route via the gateway), agents
+// watching Node objects with the agent's RBAC from manifests/, kernel
+// routes between the nodes. It checks pod-to-pod traffic across nodes
+// (TCP and UDP, IPv4 and IPv6), node-to-pod traffic, a NetworkPolicy
+// enforced at the destination node (the node's own traffic still passes,
+// another node's does not), a gateway port that cannot be created (nothing
+// leaves the node until it can), an agent restart (gateway and routes
+// unchanged), a Node without pod CIDRs (ignored), and a deleted Node (its
+// route goes).
+func TestNoEncapTwoNodes(t *testing.T) {
+	bed := newNoEncapBed(t)
+	c, n1, n2 := bed.c, bed.n1, bed.n2
+	ctx := context.Background()
+
 	// A node that has no pod CIDRs yet: the agents route nothing to it.
 	if _, err := c.Kube.Kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "nn-unallocated"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 
-	a := attachPod(t, c, n1, cniBin, "a", map[string]string{"app": "a"})
-	b := attachPod(t, c, n2, cniBin, "b", map[string]string{"app": "b"})
-	cc := attachPod(t, c, n1, cniBin, "c", map[string]string{"app": "c", "role": "friend"})
+	// Node 2's gateway cannot be created at first: a device of its name
+	// exists.
+	mustRun(t, "ip", "-n", n2.env.Netns(), "link", "add", "tierflow-gw0", "type", "veth", "peer", "name", "tfnn-squatter")
+
+	c.StartController(t)
+	start := func(n *simNode, zone uint16) *livecluster.Agent { return bed.startAgent(t, n, zone, bed.kubeconfig) }
+	ag1, ag2 := start(n1, 1), start(n2, 2)
+	ag1.RealizedOn(t)
+
+	// Pods are admitted by their nodes' agents (node 2's too: it enforces
+	// its policies, it only has no gateway yet).
+	a := bed.attach(t, n1, "a", map[string]string{"app": "a"})
+	b := bed.attach(t, n2, "b", map[string]string{"app": "b"})
+	cc := bed.attach(t, n1, "c", map[string]string{"app": "c", "role": "friend"})
 	servers := map[*ovsenv.Pod]*ovsenv.Server{}
 	for _, p := range []*ovsenv.Pod{a, b, cc} {
 		servers[p] = p.ListenTCP(8080)
@@ -116,23 +163,6 @@ func TestNoEncapTwoNodes(t *testing.T) {
 			t.Fatalf("pod %s: default route %q (%v), want via its node's gateway", p.Name, out, err)
 		}
 	}
-
-	// Node 2's gateway cannot be created at first: a device of its name
-	// exists.
-	mustRun(t, "ip", "-n", n2.env.Netns(), "link", "add", "tierflow-gw0", "type", "veth", "peer", "name", "tfnn-squatter")
-
-	ctrl := c.StartController(t)
-	_ = ctrl
-	start := func(n *simNode, zone uint16) *livecluster.Agent {
-		opts := c.AgentOptions(n.env, n.br, n.name, n.tokenDir, zone)
-		opts.Config.NodeNetwork.Mode = config.NodeNetworkNoEncap
-		opts.Config.Kubeconfig = kubeconfig
-		opts.NodeNetNS = n.env.NetnsPath()
-		return livecluster.StartAgent(t, n.name, opts)
-	}
-	ag1, ag2 := start(n1, 1), start(n2, 2)
-	ag1.RealizedOn(t)
-	ag2.RealizedOn(t)
 
 	// Node 1 is fully up: gateway and a route to node 2.
 	livecluster.Eventually(t, 60*time.Second, "node 1 gateway and routes", func() error {
@@ -150,7 +180,9 @@ func TestNoEncapTwoNodes(t *testing.T) {
 		{b, a, 8080, "tcp", false},
 		{a, cc, 8080, "tcp", true},
 	}...)
-	// The agent says why (query socket, as tierctl reads it).
+	// The agent says why (query socket, as tierctl reads it), and it is
+	// not ready: it enforces its policies, but its pods reach nothing
+	// beyond the node.
 	livecluster.Eventually(t, 30*time.Second, "node 2's gateway error in the agent status", func() error {
 		st, err := ag2.Q.Status(ctx)
 		if err != nil {
@@ -158,6 +190,12 @@ func TestNoEncapTwoNodes(t *testing.T) {
 		}
 		if st.NodeNetwork == nil || st.NodeNetwork.GatewayPort != 0 || !strings.Contains(st.NodeNetwork.Error, "gateway port tierflow-gw0") {
 			return fmt.Errorf("node network status %+v", st.NodeNetwork)
+		}
+		if st.LastRealization.IsZero() {
+			return errors.New("nothing realized yet")
+		}
+		if st.Ready {
+			return errors.New("ready without a gateway")
 		}
 		return nil
 	})
@@ -171,6 +209,7 @@ func TestNoEncapTwoNodes(t *testing.T) {
 		return checkNodeNet(n2, []string{"10.77.2.1/24", "fd00:77:2::1/64"},
 			[]string{"10.77.1.0/24 via 192.168.77.1", "fd00:77:1::/64 via fd00:77::1"})
 	})
+	ag2.RealizedOn(t)
 
 	all := []flow{
 		{a, b, 8080, "tcp", true},
@@ -460,12 +499,35 @@ func buildCNI(t *testing.T) string {
 	return dir
 }
 
-// attachPod creates a pod namespace, runs tierflow-cni ADD in the node's
-// namespace (as the node's container runtime would) and creates the Pod
-// object with the addresses it got.
+// attachPod does what the kubelet and container runtime do for a new
+// pod: the Pod object exists (scheduled, no address yet); tierflow-cni
+// ADD attaches a new network namespace in the node's namespace, with the
+// pod's namespace, name and UID in CNI_ARGS, and waits for the agent to
+// admit the pod; then the pod's status gets its addresses.
 func attachPod(t *testing.T, c *livecluster.Cluster, n *simNode, cniBin, name string, labels map[string]string) *ovsenv.Pod {
 	t.Helper()
-	nsName := fmt.Sprintf("tfpod-nn-%d-%s-%s", os.Getpid(), n.env.ID, name)
+	obj := c.CreatePod(t, name, n.name, labels)
+	p, err := cniAdd(t, n, cniBin, name, string(obj.UID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetPodRunning(t, obj, p.Addrs)
+	return p
+}
+
+// cniAdd runs tierflow-cni ADD for a new namespace of pod name with uid
+// in n's network namespace; a failed ADD leaves the namespace to the test
+// cleanup.
+func cniAdd(t *testing.T, n *simNode, cniBin, name, uid string) (*ovsenv.Pod, error) {
+	t.Helper()
+	return cniAddArgs(t, n, cniBin, name, uid, "")
+}
+
+// cniAddArgs is cniAdd with more CNI_ARGS (";"-separated; host-local
+// takes IP=ADDR as the address to allocate).
+func cniAddArgs(t *testing.T, n *simNode, cniBin, name, uid, args string) (*ovsenv.Pod, error) {
+	t.Helper()
+	nsName := podNetnsName(n, name, uid)
 	mustRun(t, "ip", "netns", "add", nsName)
 	adopted := false
 	t.Cleanup(func() {
@@ -473,16 +535,9 @@ func attachPod(t *testing.T, c *livecluster.Cluster, n *simNode, cniBin, name st
 			_ = exec.Command("ip", "netns", "delete", nsName).Run()
 		}
 	})
-	cmd := exec.Command("ip", "netns", "exec", n.env.Netns(), filepath.Join(cniBin, "tierflow-cni"))
-	cmd.Env = append(os.Environ(), "CNI_COMMAND=ADD", "CNI_CONTAINERID=ctr-"+name, "CNI_NETNS=/run/netns/"+nsName,
-		"CNI_IFNAME=eth0", "CNI_PATH="+cniBin,
-		fmt.Sprintf("CNI_ARGS=IgnoreUnknown=1;K8S_POD_NAMESPACE=%s;K8S_POD_NAME=%s", ovsenv.PodNamespace, name))
-	cmd.Stdin = bytes.NewReader(n.cniConf)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	out, err := runCNI(n, cniBin, "ADD", name, uid, args)
 	if err != nil {
-		t.Fatalf("tierflow-cni ADD %s: %v\n%s%s", name, err, out, stderr.String())
+		return nil, err
 	}
 	var res struct {
 		Interfaces []struct {
@@ -508,16 +563,50 @@ func attachPod(t *testing.T, c *livecluster.Cluster, n *simNode, cniBin, name st
 	}
 	p := n.br.AdoptPod(name, nsName, hostIf, addrs...)
 	adopted = true
-	c.AddPod(t, p, n.name, labels)
-	return p
+	return p, nil
+}
+
+// cniDel runs tierflow-cni DEL for the pod cniAdd attached as name with
+// uid (the kubelet's teardown: port and addresses released).
+func cniDel(t *testing.T, n *simNode, cniBin, name, uid string) {
+	t.Helper()
+	if _, err := runCNI(n, cniBin, "DEL", name, uid, ""); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// podNetnsName is the network namespace cniAdd makes for pod name.
+func podNetnsName(n *simNode, name, uid string) string {
+	return fmt.Sprintf("tfpod-nn-%d-%s-%s-%.8s", os.Getpid(), n.env.ID, name, uid)
+}
+
+// runCNI runs tierflow-cni's command for pod name (uid) in n's network
+// namespace, as a container runtime does; its stdout is the result.
+func runCNI(n *simNode, cniBin, command, name, uid, args string) ([]byte, error) {
+	cmd := exec.Command("ip", "netns", "exec", n.env.Netns(), filepath.Join(cniBin, "tierflow-cni"))
+	cniArgs := fmt.Sprintf("IgnoreUnknown=1;K8S_POD_NAMESPACE=%s;K8S_POD_NAME=%s;K8S_POD_UID=%s", ovsenv.PodNamespace, name, uid)
+	if args != "" {
+		cniArgs += ";" + args
+	}
+	cmd.Env = append(os.Environ(), "CNI_COMMAND="+command, "CNI_CONTAINERID=ctr-"+name+"-"+uid,
+		"CNI_NETNS=/run/netns/"+podNetnsName(n, name, uid), "CNI_IFNAME=eth0", "CNI_PATH="+cniBin, "CNI_ARGS="+cniArgs)
+	cmd.Stdin = bytes.NewReader(n.cniConf)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("tierflow-cni %s %s: %v\n%s%s", command, name, err, out, stderr.String())
+	}
+	return out, nil
 }
 
 // outsideNet is a network beyond node 1 that has no route to the pod CIDRs
 // (the internet, the upstream DNS server), with a TCP echo server.
 type outsideNet struct {
-	addr netip.AddrPort
-	mu   sync.Mutex
-	seen []netip.Addr
+	netns string
+	addr  netip.AddrPort
+	mu    sync.Mutex
+	seen  []netip.Addr
 }
 
 func (o *outsideNet) peers() []netip.Addr {
@@ -543,9 +632,22 @@ func outsideNetwork(t *testing.T, n *simNode) *outsideNet {
 // listenIn serves TCP echo at addr in network namespace ns.
 func listenIn(t *testing.T, ns, addr string) *outsideNet {
 	t.Helper()
-	o := &outsideNet{addr: netip.MustParseAddrPort(addr)}
+	o := &outsideNet{netns: ns, addr: netip.MustParseAddrPort(addr)}
+	serveEcho(t, "/run/netns/"+ns, o.addr.String(), func(from netip.Addr) {
+		o.mu.Lock()
+		o.seen = append(o.seen, from)
+		o.mu.Unlock()
+	})
+	return o
+}
+
+// serveEcho runs a TCP echo server on addr in the network namespace at
+// netnsPath until the test ends (one line per connection); seen, when
+// set, gets every client's address.
+func serveEcho(t *testing.T, netnsPath, addr string, seen func(netip.Addr)) {
+	t.Helper()
 	var ln net.Listener
-	if err := inNetNS("/run/netns/"+ns, func() error {
+	if err := inNetNS(netnsPath, func() error {
 		var err error
 		ln, err = net.Listen("tcp", addr)
 		return err
@@ -559,9 +661,9 @@ func listenIn(t *testing.T, ns, addr string) *outsideNet {
 			if err != nil {
 				return
 			}
-			o.mu.Lock()
-			o.seen = append(o.seen, conn.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap())
-			o.mu.Unlock()
+			if seen != nil {
+				seen(conn.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap())
+			}
 			go func() {
 				defer conn.Close()
 				_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
@@ -569,5 +671,4 @@ func listenIn(t *testing.T, ns, addr string) *outsideNet {
 			}()
 		}
 	}()
-	return o
 }

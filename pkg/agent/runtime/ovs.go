@@ -1,7 +1,6 @@
 package runtime
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,7 +10,10 @@ import (
 	"sort"
 	"sync"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/tierflow/tierflow/pkg/agent/flowsync"
+	"github.com/tierflow/tierflow/pkg/agent/nodenet"
 	"github.com/tierflow/tierflow/pkg/agent/pipeline"
 	"github.com/tierflow/tierflow/pkg/agent/policyflows"
 	"github.com/tierflow/tierflow/pkg/agent/realizer"
@@ -55,8 +57,10 @@ type ovsDatapath struct {
 	// change without a new realizer) and the one nodenet has ready
 	// (encap).
 	tunnel, wantTunnel pipeline.Tunnel
-	// pods is the port classification of the last realization.
-	pods []agentquery.Pod
+	// pods is the port classification of the last realization;
+	// admission what was written to each pod port's external_ids.
+	pods      []agentquery.Pod
+	admission map[string]string
 	// onFlowsLost is called when ovs-vswitchd lost the bridge's flows
 	// (it restarted): the node network resyncs (re-created internal ports
 	// come back without addresses).
@@ -70,7 +74,12 @@ func (d *ovsDatapath) setOnFlowsLost(f func()) {
 }
 
 // openOVS ensures the bridge, starts watching its ports (onPorts is called
-// on every change) and starts the realizer.
+// on every change) and starts the realizer. In routed mode (noEncap, encap) the
+// realizer starts with the gateway a previous run left on the node
+// (nodenet.AdoptGateway), so that a restarted agent's first realization
+// keeps the node's pods connected; without one it starts without a
+// gateway (pods reach only local pods: nothing is opened before the
+// gateway is ready).
 func openOVS(ctx context.Context, o *Options, log *slog.Logger, m *agentMetrics, onPorts func()) (*ovsDatapath, error) {
 	cfg := o.Config
 	d := &ovsDatapath{node: cfg.NodeName, bridge: cfg.BridgeName, zone: o.CtZone, log: log, m: m,
@@ -123,13 +132,28 @@ func openOVS(ctx context.Context, o *Options, log *slog.Logger, m *agentMetrics,
 		d.close()
 		return nil, err
 	}
-	// In routed mode the first realizer has no gateway yet (pods reach
-	// only local pods: nothing is opened before the gateway is ready).
-	if err := d.startRealizer(ctx, uplink, pipeline.Gateway{}, pipeline.Tunnel{}); err != nil {
+	if d.routed {
+		d.wantGateway = adoptGateway(o, db, log)
+	}
+	// The tunnel comes from the node network, once it knows the peers.
+	if err := d.startRealizer(ctx, uplink, d.wantGateway, pipeline.Tunnel{}); err != nil {
 		d.close()
 		return nil, err
 	}
 	return d, nil
+}
+
+// adoptGateway is the gateway a previous run left (zero: none usable).
+func adoptGateway(o *Options, db *ovsdb.Client, log *slog.Logger) pipeline.Gateway {
+	gw, ok, err := nodenet.AdoptGateway(nodenet.Options{OVSDB: db, Bridge: o.Config.BridgeName,
+		GatewayName: o.Config.NodeNetwork.GatewayName, NetNS: o.NodeNetNS})
+	switch {
+	case err != nil:
+		log.Warn("cannot read the gateway a previous run left; starting without one", "err", err)
+	case ok:
+		log.Info("gateway adopted", "interface", o.Config.NodeNetwork.GatewayName, "ofport", gw.Port, "addresses", gw.IPs)
+	}
+	return gw
 }
 
 // startRealizer replaces the realizer by one for uplink port uplink,
@@ -163,6 +187,15 @@ func (d *ovsDatapath) setGateway(gw pipeline.Gateway) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.wantGateway = gw
+}
+
+// hasGateway reports whether the pipeline has a gateway, or needs none
+// (uplink mode): in routed mode without one, pods reach nothing beyond
+// their node.
+func (d *ovsDatapath) hasGateway() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return !d.routed || d.gateway.Port != 0
 }
 
 func (d *ovsDatapath) current() *realizer.Realizer {
@@ -212,7 +245,7 @@ func (d *ovsDatapath) realize(ctx context.Context, st *wire.NodeState) ([]string
 	if d.wantGateway.Port == 0 {
 		tunnel = pipeline.Tunnel{}
 	}
-	if uplink != d.uplink || !sameGateway(d.gateway, d.wantGateway) || tunnel.Port != d.tunnel.Port || d.r == nil {
+	if uplink != d.uplink || !d.gateway.Equal(d.wantGateway) || tunnel.Port != d.tunnel.Port || d.r == nil {
 		d.log.Info("uplink, gateway or tunnel port changed; restarting the realizer", "oldUplink", d.uplink, "uplink", uplink,
 			"oldGateway", d.gateway.Port, "gateway", d.wantGateway.Port, "oldTunnel", d.tunnel.Port, "tunnel", tunnel.Port)
 		if err := d.startRealizer(ctx, uplink, d.wantGateway, tunnel); err != nil {
@@ -224,14 +257,69 @@ func (d *ovsDatapath) realize(ctx context.Context, st *wire.NodeState) ([]string
 		}
 		d.tunnel = tunnel
 	}
-	local, pods := classifyPorts(ports, namedPorts(st))
+	local, pods := classifyPorts(ports, namedPorts(st), st.Pods)
 	d.pods = pods
 	in := policyflows.Input{Node: d.node, Policies: sortedPolicies(st), AppliedToGroups: st.AppliedToGroups,
 		AddressGroups: st.AddressGroups, Pods: local}
-	if _, err := d.r.Update(ctx, in); err != nil {
+	_, err = d.r.Update(ctx, in)
+	d.writeAdmission(ctx, pods, err == nil)
+	if err != nil {
 		return nil, err
 	}
 	return d.r.Warnings(), nil
+}
+
+// pendAll records every pod port as not admitted, for why: before the
+// agent holds a complete state, nothing is.
+func (d *ovsDatapath) pendAll(ctx context.Context, why string) {
+	ports, _, err := d.ports()
+	if err != nil {
+		return
+	}
+	_, pods := classifyPorts(ports, nil, nil)
+	for i := range pods {
+		if pods[i].Error == "" {
+			pods[i].Error = why
+		}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.writeAdmission(ctx, pods, false)
+}
+
+// writeAdmission records each pod port's admission in its OVSDB
+// external_ids (ovsdb.KeyAdmission), where tierflow-cni's ADD waits for
+// it: "admitted" once the realization that classifies the port is
+// installed (realized), else "pending: " and why. Only changes are
+// written. Called with d.mu held.
+func (d *ovsDatapath) writeAdmission(ctx context.Context, pods []agentquery.Pod, realized bool) {
+	if d.admission == nil {
+		d.admission = map[string]string{}
+	}
+	seen := map[string]bool{}
+	for _, p := range pods {
+		seen[p.Interface] = true
+		want := ovsdb.AdmissionAdmitted
+		switch {
+		case p.Error != "":
+			want = "pending: " + p.Error
+		case !realized:
+			continue // the previous flows stay, and so does what was written
+		}
+		if d.admission[p.Interface] == want {
+			continue
+		}
+		if err := d.db.SetInterfaceExternalID(ctx, p.Interface, ovsdb.KeyAdmission, want); err != nil {
+			d.log.Warn("cannot record a pod port's admission", "interface", p.Interface, "err", err)
+			continue
+		}
+		d.admission[p.Interface] = want
+	}
+	for iface := range d.admission {
+		if !seen[iface] {
+			delete(d.admission, iface)
+		}
+	}
 }
 
 // ports returns the watched ports of this bridge (the watcher sees every
@@ -260,10 +348,6 @@ func (d *ovsDatapath) ports() ([]ovsdb.PortInfo, uint32, error) {
 
 func samePeer(a, b pipeline.TunnelPeer) bool {
 	return a.Node == b.Node && a.IP == b.IP && slices.Equal(a.PodCIDRs, b.PodCIDRs)
-}
-
-func sameGateway(a, b pipeline.Gateway) bool {
-	return a.Port == b.Port && slices.Equal(a.IPs, b.IPs) && bytes.Equal(a.MAC, b.MAC)
 }
 
 // pod returns the port of a local pod.
@@ -295,8 +379,17 @@ func (d *ovsDatapath) close() {
 
 // classifyPorts turns the watcher's ports into the realizer's local pods.
 // Ports that cannot be trusted are left out (their traffic is dropped by
-// the classifier) and returned with the reason.
-func classifyPorts(ports []ovsdb.PortInfo, named map[model.PodRef][]model.NamedPort) ([]pipeline.LocalPod, []agentquery.Pod) {
+// the classifier) and returned with the reason. So are the ports the
+// controller's state does not admit (admission): a pod has no
+// connectivity until the node's state lists it, by UID, with its
+// addresses.
+func classifyPorts(ports []ovsdb.PortInfo, named map[model.PodRef][]model.NamedPort, admitted *model.NodePods) ([]pipeline.LocalPod, []agentquery.Pod) {
+	byRef := map[model.PodRef]model.NodePod{}
+	if admitted != nil {
+		for _, p := range admitted.Pods {
+			byRef[p.Pod] = p
+		}
+	}
 	var cands []pipeline.LocalPod
 	var out []agentquery.Pod
 	byPod := map[model.PodRef]int{}
@@ -319,6 +412,8 @@ func classifyPorts(ports []ovsdb.PortInfo, named map[model.PodRef][]model.NamedP
 		default:
 			if err := lp.Validate(); err != nil {
 				errs[i] = err.Error()
+			} else if why := admission(p, byRef); why != "" {
+				errs[i] = why
 			}
 		}
 		if _, bad := errs[i]; bad {
@@ -355,6 +450,45 @@ func classifyPorts(ports []ovsdb.PortInfo, named map[model.PodRef][]model.NamedP
 	return local, out
 }
 
+// admission says why the node's state does not admit a pod's port ("":
+// it does): the pod must be listed with the port's UID, and with the
+// port's addresses, so that the groups of every node carry them.
+func admission(p ovsdb.PortInfo, byRef map[model.PodRef]model.NodePod) string {
+	ref := model.PodRef{Namespace: p.PodNamespace, Name: p.PodName}
+	e, ok := byRef[ref]
+	switch {
+	case p.PodUID == "":
+		return "not admitted: the port carries no pod UID (" + ovsdb.KeyPodUID + ")"
+	case !ok:
+		return "not admitted: the controller's state for this node does not list the pod (yet)"
+	case string(e.UID) != p.PodUID:
+		return fmt.Sprintf("not admitted: the controller's pod %s has UID %s, the port's is %s (a deleted pod's port?)", ref, e.UID, p.PodUID)
+	case len(e.IPs) == 0:
+		return "not admitted: the controller has no addresses for the pod yet (or another pod still claims them)"
+	case !slices.Equal(e.IPs, p.IPs):
+		return fmt.Sprintf("not admitted: the controller has the pod's addresses as %v, the port's are %v", e.IPs, p.IPs)
+	}
+	return ""
+}
+
+// attachedPods are the pod ports of the bridge with the identity and
+// addresses their CNI plugin recorded (wire.PodsReport): what the
+// controller takes a new pod's addresses from until its status has them.
+func (d *ovsDatapath) attachedPods() []model.NodePod {
+	ports, _, err := d.ports()
+	if err != nil {
+		return nil
+	}
+	var out []model.NodePod
+	for _, p := range ports {
+		if p.PodUID == "" || p.Error != "" || len(p.IPs) == 0 {
+			continue
+		}
+		out = append(out, model.NodePod{Pod: model.PodRef{Namespace: p.PodNamespace, Name: p.PodName}, UID: types.UID(p.PodUID), IPs: p.IPs})
+	}
+	return out
+}
+
 // podsInfo answers /v1/pods.
 func (d *ovsDatapath) podsInfo() agentquery.Pods {
 	d.mu.Lock()
@@ -363,7 +497,7 @@ func (d *ovsDatapath) podsInfo() agentquery.Pods {
 	ports, uplink, err := d.ports()
 	if pods == nil && err == nil {
 		// Before the first realization: classify now for the answer.
-		_, pods = classifyPorts(ports, nil)
+		_, pods = classifyPorts(ports, nil, nil)
 	}
 	out := agentquery.Pods{Uplink: uplink, Pods: pods, Invalid: map[string]string{}}
 	mine, _ := d.db.BridgeInterfaces(d.bridge)
@@ -436,4 +570,11 @@ func (r *recordingInstaller) installed(round uint8) []openflow.Flow {
 		}
 	}
 	return out
+}
+
+// wantGatewayNow is the gateway the next realization uses.
+func (d *ovsDatapath) wantGatewayNow() pipeline.Gateway {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.wantGateway
 }

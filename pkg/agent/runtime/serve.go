@@ -55,11 +55,12 @@ func (a *Agent) serve() (*servers, error) {
 		// but ok or not ready.
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 		// Ready once the datapath enforces a complete state (restored or
-		// from the controller): a rolling update waits for that before
-		// replacing the next node's agent.
+		// from the controller) and, in noEncap mode, has the gateway: a
+		// rolling update waits for that before replacing the next node's
+		// agent.
 		mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-			if !a.Ready() {
-				http.Error(w, "no complete policy state enforced yet", http.StatusServiceUnavailable)
+			if ok, why := a.readiness(); !ok {
+				http.Error(w, why, http.StatusServiceUnavailable)
 				return
 			}
 			_, _ = w.Write([]byte("ok"))
@@ -311,9 +312,9 @@ func (a *Agent) status() agentquery.Status {
 		st.Epoch, st.Version, _ = a.client.State()
 		st.Restored = a.client.Stats().Restored
 	}
+	st.Ready = a.Ready()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	st.Ready = a.ready
 	st.MetricsAddress = a.metricsAddr
 	st.Policies = len(a.state.Policies)
 	st.LastRealization = a.lastTime

@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/containernetworking/cni/libcni"
 	current "github.com/containernetworking/cni/pkg/types/100"
@@ -70,9 +71,21 @@ func TestInstalledConfigurationAttachesAPod(t *testing.T) {
 		ContainerID: "c0ffee",
 		NetNS:       "/var/run/netns/" + netnsName,
 		IfName:      "eth0",
-		Args:        [][2]string{{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE", "team-a"}, {"K8S_POD_NAME", "web-0"}},
+		Args:        [][2]string{{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE", "team-a"}, {"K8S_POD_NAME", "web-0"}, {"K8S_POD_UID", "uid-web-0"}},
 	}
 	ctx := context.Background()
+	// ADD waits for the agent to admit the pod: the test plays the agent,
+	// admitting the port once it carries the pod's UID.
+	go func() {
+		for i := 0; i < 600; i++ {
+			out, err := env.Vsctl("--columns=name", "--bare", "find", "Interface", `external_ids:"tierflow.io/pod-uid"=uid-web-0`)
+			if name := strings.TrimSpace(out); err == nil && name != "" {
+				_, _ = env.Vsctl("set", "Interface", name, `external_ids:"tierflow.io/admission"=admitted`)
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
 	res, err := cninet.AddNetworkList(ctx, list, rt)
 	if err != nil {
 		t.Fatalf("ADD: %v", err)

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/tierflow/tierflow/pkg/distribution/client/statestore"
 	"github.com/tierflow/tierflow/pkg/distribution/wire"
+	"github.com/tierflow/tierflow/pkg/model"
 )
 
 // Receiver is what the agent implements: see the package doc.
@@ -115,11 +117,16 @@ type Client struct {
 	// to send them.
 	pending    map[string]wire.PolicyResult
 	reportKick chan struct{}
-	connected  bool
-	stats      Stats
-	changed    chan struct{} // closed and replaced on every applied update
-	saver      *saver
-	m          *metrics
+	// pods is what ReportPods last set (podsSet: it was called);
+	// podsKick wakes the stream to send it.
+	pods      []model.NodePod
+	podsSet   bool
+	podsKick  chan struct{}
+	connected bool
+	stats     Stats
+	changed   chan struct{} // closed and replaced on every applied update
+	saver     *saver
+	m         *metrics
 }
 
 // Stats counts what a client received.
@@ -154,6 +161,7 @@ func New(cfg Config) (*Client, error) {
 		// Buffered: Report never blocks, and any number of calls between
 		// two sends coalesce into one report.
 		reportKick: make(chan struct{}, 1),
+		podsKick:   make(chan struct{}, 1),
 		changed:    make(chan struct{}),
 		saver:      newSaver(cfg.Store, cfg.Logger),
 		m:          newMetrics(cfg.Registerer),
@@ -214,6 +222,35 @@ func (c *Client) Report(results []wire.PolicyResult) {
 	case c.reportKick <- struct{}{}:
 	default:
 	}
+}
+
+// ReportPods tells the controller which pods are attached to the node's
+// bridge (wire.PodsReport): each stream sends the latest list when it
+// opens and whenever it changes. It never blocks.
+func (c *Client) ReportPods(pods []model.NodePod) {
+	c.mu.Lock()
+	c.pods, c.podsSet = slices.Clone(pods), true
+	c.mu.Unlock()
+	select {
+	case c.podsKick <- struct{}{}:
+	default:
+	}
+}
+
+// podsToSend returns the pods to report on a stream that last sent sent
+// (nil: nothing new).
+func (c *Client) podsToSend(sent *[]model.NodePod, first bool) *wire.PodsReport {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.podsSet || (!first && slices.EqualFunc(*sent, c.pods, sameNodePod)) {
+		return nil
+	}
+	*sent = c.pods
+	return &wire.PodsReport{Pods: c.pods}
+}
+
+func sameNodePod(a, b model.NodePod) bool {
+	return a.Pod == b.Pod && a.UID == b.UID && slices.Equal(a.IPs, b.IPs)
 }
 
 // takePending merges the results pushed through Report into the results
@@ -321,6 +358,12 @@ func (c *Client) session(ctx context.Context, conn *grpc.ClientConn) (progressed
 	if err := stream.Send(&wire.ClientMessage{Hello: hello}); err != nil {
 		return false, err
 	}
+	var podsSent []model.NodePod
+	if rep := c.podsToSend(&podsSent, true); rep != nil {
+		if err := stream.Send(&wire.ClientMessage{Pods: rep}); err != nil {
+			return false, err
+		}
+	}
 	c.mu.Lock()
 	c.connected = true
 	c.stats.Connections++
@@ -372,6 +415,13 @@ func (c *Client) session(ctx context.Context, conn *grpc.ClientConn) (progressed
 		case a := <-answers:
 			if err := stream.Send(&wire.ClientMessage{Answer: a}); err != nil {
 				return progressed, err
+			}
+			continue
+		case <-c.podsKick:
+			if rep := c.podsToSend(&podsSent, false); rep != nil {
+				if err := stream.Send(&wire.ClientMessage{Pods: rep}); err != nil {
+					return progressed, err
+				}
 			}
 			continue
 		case <-c.reportKick:

@@ -16,6 +16,7 @@ type round struct {
 	policies map[string]*model.Policy
 	atgs     map[string]*model.AppliedToGroup
 	ags      map[string]*agChange
+	nodePods map[string]*model.NodePods // by node; nil: none
 }
 
 // agChange is an address group's change, computed once per round and sent
@@ -27,19 +28,22 @@ type agChange struct {
 	patch    bool // a patch is smaller than the group
 }
 
-func (s *Server) takeDirty() (map[objKey]struct{}, bool) {
+// takeDirty returns the objects changed since the last round, whether
+// everything must be compared, and the highest generation of the changes
+// seen so far.
+func (s *Server) takeDirty() (map[objKey]struct{}, bool, int64) {
 	s.dirtyMu.Lock()
 	defer s.dirtyMu.Unlock()
 	d, all := s.dirty, s.dirtyAll
 	s.dirty, s.dirtyAll = map[objKey]struct{}{}, false
-	return d, all
+	return d, all, s.dirtyClock
 }
 
 // dispatchRound reads the changed objects from the source and queues each
 // session's update.
 func (s *Server) dispatchRound() {
 	start := time.Now()
-	dirty, all := s.takeDirty()
+	dirty, all, clock := s.takeDirty()
 	if len(dirty) == 0 && !all {
 		return
 	}
@@ -47,11 +51,13 @@ func (s *Server) dispatchRound() {
 		policies: map[string]*model.Policy{},
 		atgs:     map[string]*model.AppliedToGroup{},
 		ags:      map[string]*agChange{},
+		nodePods: map[string]*model.NodePods{},
 	}
 	newAG := map[string]*model.AddressGroup{}
+	var snap *model.Snapshot
 	if all {
 		// Read outside s.mu: the source may be slow.
-		snap := s.src.Snapshot()
+		snap = s.src.Snapshot()
 		for _, p := range snap.Policies {
 			r.policies[p.ID] = p
 		}
@@ -90,6 +96,7 @@ func (s *Server) dispatchRound() {
 			newAG[k.id] = get(s.src.AddressGroup, k.id)
 		}
 	}
+	s.readNodePods(r, dirty, snap, clock)
 
 	s.mu.Lock()
 	for id, g := range newAG {
@@ -133,6 +140,7 @@ func (s *Server) dispatchRound() {
 			s.atgs[id] = g
 		}
 	}
+	s.applyNodePods(r, all)
 	now := time.Now()
 	for _, ss := range s.sessions {
 		s.queueDelta(ss, r, now)
@@ -289,6 +297,7 @@ func (s *Server) queueDelta(ss *session, r *round, now time.Time) {
 		}
 	}
 
+	s.queueNodePods(ss, r, u)
 	if u.Empty() {
 		return
 	}
@@ -299,7 +308,7 @@ func (s *Server) queueDelta(ss *session, r *round, now time.Time) {
 // returns the full update that installs it. Called with s.mu held.
 func (s *Server) buildFull(ss *session) *wire.Update {
 	ss.resetState()
-	u := &wire.Update{Full: true}
+	u := &wire.Update{Full: true, NodePods: s.fullNodePods(ss)}
 	for _, id := range sortedKeys(s.policies) {
 		p := s.policies[id]
 		if !wire.PolicyInSpan(p, ss.node) {

@@ -34,7 +34,20 @@ func (m *memSource) Snapshot() *model.Snapshot {
 	for k, v := range m.snap.AddressGroups {
 		c.AddressGroups[k] = v
 	}
+	if len(m.snap.NodePods) > 0 {
+		c.NodePods = map[string]*model.NodePods{}
+		for k, v := range m.snap.NodePods {
+			c.NodePods[k] = v
+		}
+	}
 	return &c
+}
+
+func (m *memSource) NodePods(node string) (*model.NodePods, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	np, ok := m.snap.NodePods[node]
+	return np, ok
 }
 
 func (m *memSource) Policy(id string) (*model.Policy, bool) {
@@ -167,5 +180,80 @@ func TestRecreatedPolicyWithSameGeneration(t *testing.T) {
 	change(pol(7)) // other content, same generation
 	if ss.version != 2 || len(ss.log[len(ss.log)-1].u.Policies) != 1 || ss.log[len(ss.log)-1].u.Policies[0].Priority != 7 {
 		t.Fatalf("changed policy with the same generation not sent: version %d", ss.version)
+	}
+}
+
+// TestNodePodsNotAheadOfTheirGroups: a node's pods entry (what its agent
+// admits a port by) is sent only by a round that has taken every change
+// up to the entry's generation — the group changes that make the pod a
+// member. A round that reads the node's pods after the engine moved on
+// (the pod's changes, generation 10, delivered after the round took its
+// changes up to generation 5) leaves the newer entry out; the round
+// that takes the pod's changes sends it.
+func TestNodePodsNotAheadOfTheirGroups(t *testing.T) {
+	src := newMemSource()
+	np := func(entries ...model.NodePod) *model.NodePods {
+		return &model.NodePods{Meta: model.Meta{ID: "n1", Span: []string{"n1"}}, Pods: entries}
+	}
+	old := model.NodePod{Pod: model.PodRef{Namespace: "ns", Name: "old"}, UID: "u-old", Generation: 3}
+	fresh := model.NodePod{Pod: model.PodRef{Namespace: "ns", Name: "new"}, UID: "u-new", Generation: 10}
+	src.snap.NodePods = map[string]*model.NodePods{"n1": np(old)}
+	s := New(src, StaticTokens{}, Options{})
+	s.dispatchRound()
+	ss := newSession("n1")
+	ss.conn = 1
+	s.mu.Lock()
+	s.sessions["n1"] = ss
+	full := s.buildFull(ss)
+	ss.needFull = false
+	s.enqueue(ss, full, time.Now())
+	s.mu.Unlock()
+	state := func() *wire.NodeState {
+		st := wire.NewNodeState("n1")
+		for _, e := range ss.log {
+			if _, err := st.Apply(e.u); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return st
+	}
+	names := func(st *wire.NodeState) []string {
+		var out []string
+		if st.Pods != nil {
+			for _, p := range st.Pods.Pods {
+				out = append(out, p.Pod.Name)
+			}
+		}
+		return out
+	}
+	if got := names(state()); len(got) != 1 || got[0] != "old" {
+		t.Fatalf("full update: pods %v", got)
+	}
+	// The engine already holds the new pod (generation 10) when a round
+	// that took only changes up to generation 5 reads the node's pods.
+	src.mu.Lock()
+	src.snap.NodePods["n1"] = np(old, fresh)
+	src.mu.Unlock()
+	src.fn([]compute.Change{{Kind: compute.KindNodePods, ID: "n1", Generation: 5}})
+	s.dispatchRound()
+	if got := names(state()); len(got) != 1 || got[0] != "old" {
+		t.Fatalf("entry sent ahead of its changes: pods %v", got)
+	}
+	src.fn([]compute.Change{{Kind: compute.KindNodePods, ID: "n1", Generation: 10}})
+	s.dispatchRound()
+	if got := names(state()); len(got) != 2 {
+		t.Fatalf("entry not sent with its changes: pods %v", got)
+	}
+	if d := wire.Diff(wire.ForNode(src.Snapshot(), "n1"), state()); len(d) > 0 {
+		t.Fatalf("node state differs:\n%s", strings.Join(d, "\n"))
+	}
+	// The node's last pod goes: the agent holds none.
+	src.mu.Lock()
+	delete(src.snap.NodePods, "n1")
+	src.mu.Unlock()
+	src.fn([]compute.Change{{Kind: compute.KindNodePods, ID: "n1", Type: compute.Deleted, Generation: 10}})
+	s.dispatchRound()
+	if got := names(state()); len(got) != 0 {
+		t.Fatalf("pods after the node's last pod went: %v", got)
 	}
 }

@@ -65,6 +65,16 @@
 // whenever it changes, which the controller's status writer turns into
 // conditions.
 //
+// # Node pods
+//
+// Each node also gets its pods (model.NodePods), which its agent admits
+// ports by. An entry is never sent ahead of the group changes of its
+// generation: a round keeps only the entries whose generation it has taken
+// the changes of, and a later round sends the others (nodepods.go). Agents
+// report the pod ports of their bridges (wire.PodsReport); Options.OnNodePods
+// hands them to the engine, which takes a new pod's addresses from them
+// before the kubelet reports them.
+//
 // # Agent queries
 //
 // AgentQuery forwards a request of an agent's local query API to the

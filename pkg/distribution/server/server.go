@@ -29,6 +29,8 @@ type Source interface {
 	Policy(id string) (*model.Policy, bool)
 	AppliedToGroup(id string) (*model.AppliedToGroup, bool)
 	AddressGroup(id string) (*model.AddressGroup, bool)
+	// NodePods returns one node's pods (see nodepods.go).
+	NodePods(node string) (*model.NodePods, bool)
 	Subscribe(fn func([]compute.Change)) (unsubscribe func())
 }
 
@@ -80,6 +82,11 @@ type Options struct {
 	// (queue the work): OnSummary runs on the dispatch path.
 	OnReport  ReportSink
 	OnSummary SummarySink
+	// OnNodePods receives the pods an agent found attached to its node's
+	// bridge (wire.PodsReport), whole, each time it reports them; the
+	// controller hands them to the engine (compute.Engine.SetReportedPods).
+	// Called without the server's locks held, one call at a time.
+	OnNodePods func(node string, pods []model.NodePod)
 	// Ready, when set, gates agents: until it returns true (the source
 	// holds the whole cluster, e.g. the controller's informers synced),
 	// streams are refused with Unavailable and agents retry. Serving a
@@ -104,7 +111,10 @@ type Server struct {
 	dirtyMu  sync.Mutex
 	dirty    map[objKey]struct{}
 	dirtyAll bool
-	wake     chan struct{}
+	// dirtyClock is the highest generation of the changes in dirty: a
+	// round has seen every change up to it (see nodepods.go).
+	dirtyClock int64
+	wake       chan struct{}
 
 	mu sync.Mutex
 	// The distributed state: what the sessions' updates were computed
@@ -113,6 +123,7 @@ type Server struct {
 	byRef    map[model.PolicyRef]string // source (without UID) → policy ID
 	atgs     map[string]*model.AppliedToGroup
 	ags      map[string]*model.AddressGroup
+	nodePods map[string]*model.NodePods // wire form, by node
 	sessions map[string]*session
 	connSeq  uint64
 	real     *realization
@@ -178,6 +189,7 @@ func New(src Source, auth Authenticator, opts Options) *Server {
 		byRef:    map[model.PolicyRef]string{},
 		atgs:     map[string]*model.AppliedToGroup{},
 		ags:      map[string]*model.AddressGroup{},
+		nodePods: map[string]*model.NodePods{},
 		sessions: map[string]*session{},
 		real:     newRealization(),
 
@@ -202,6 +214,7 @@ func (s *Server) onChanges(cs []compute.Change) {
 	s.dirtyMu.Lock()
 	for _, c := range cs {
 		s.dirty[objKey{c.Kind, c.ID}] = struct{}{}
+		s.dirtyClock = max(s.dirtyClock, c.Generation)
 	}
 	s.dirtyMu.Unlock()
 	s.signal()

@@ -45,6 +45,7 @@ type session struct {
 	agRefs   map[string]int
 	atgs     map[string]*model.AppliedToGroup // node form, as sent
 	ags      map[string]bool
+	pods     *model.NodePods // as sent
 }
 
 type logEntry struct {
@@ -65,6 +66,7 @@ func (ss *session) resetState() {
 	ss.agRefs = map[string]int{}
 	ss.atgs = map[string]*model.AppliedToGroup{}
 	ss.ags = map[string]bool{}
+	ss.pods = nil
 }
 
 func (ss *session) notify() {
@@ -423,6 +425,14 @@ func (s *Server) receiveReports(ctx context.Context, cancel context.CancelFunc, 
 		}
 		if m.Answer != nil {
 			s.deliverAnswer(ss.node, m.Answer)
+		}
+		if m.Pods != nil {
+			s.mu.Lock()
+			current := ss.conn == myConn
+			s.mu.Unlock()
+			if current {
+				s.nodePodsReport(ss.node, m.Pods)
+			}
 		}
 		if m.Report == nil {
 			continue

@@ -23,7 +23,9 @@
 // # The stream
 //
 // An agent opens Sync, sends a Hello naming the epoch (the controller
-// instance) and version of the state it already holds, then Reports.
+// instance) and version of the state it already holds, then Reports, and
+// a PodsReport (the pod ports on its bridge) when the stream opens and
+// whenever they change.
 // The controller answers with Updates, each carrying the next version of
 // that node's stream. The first Update is either Full (replace everything)
 // or, when the controller can still replay the versions the agent missed,
@@ -35,7 +37,11 @@
 //   - every Policy whose Span contains the node;
 //   - every AppliedToGroup those policies reference, with only the node's
 //     own members (MembersByNode has at most the node's key);
-//   - every AddressGroup those policies' rules reference, whole.
+//   - every AddressGroup those policies' rules reference, whole;
+//   - its pods (model.NodePods: namespace, name, UID, addresses and the
+//     generation of each entry), never ahead of the group changes of an
+//     entry's generation: the agent admits a pod's port only when they
+//     list it (pkg/agent/pipeline/DESIGN.md, "Admission").
 //
 // Spans are stripped from what is sent, and so are the generations of
 // groups: an agent needs neither, and leaving them out means that a

@@ -11,6 +11,19 @@ type ClientMessage struct {
 	Report *Report `json:"report,omitempty"`
 	// Answer answers an AgentQuery the controller sent on this stream.
 	Answer *AgentAnswer `json:"answer,omitempty"`
+	// Pods lists the pods attached to the agent's bridge, whole, at the
+	// start of each stream and whenever it changes.
+	Pods *PodsReport `json:"pods,omitempty"`
+}
+
+// PodsReport is every pod port on the agent's bridge with the identity
+// and addresses its CNI plugin recorded (model.NodePod without
+// generation). The controller takes the addresses of the pods bound to
+// the node whose UID matches as theirs until the kubelet reports them
+// (pkg/compute, SetReportedPods): the pod's CNI ADD waits for its
+// admission, which needs its addresses in every node's groups.
+type PodsReport struct {
+	Pods []model.NodePod `json:"pods,omitempty"`
 }
 
 // Hello opens a stream. Epoch and Version name the state the agent already
@@ -118,11 +131,17 @@ type Update struct {
 	AddressGroups        AddressGroups       `json:"addressGroups,omitempty"`
 	AddressGroupPatches  []AddressGroupPatch `json:"addressGroupPatches,omitempty"`
 	DeletedAddressGroups []string            `json:"deletedAddressGroups,omitempty"`
+
+	// NodePods, when set, replaces the node's pods (model.NodePods, ID
+	// the node's name; an empty list: none). It comes with every change
+	// of the groups up to its entries' generations (see
+	// pkg/distribution/server).
+	NodePods *model.NodePods `json:"nodePods,omitempty"`
 }
 
 // Empty reports whether the update changes nothing.
 func (u *Update) Empty() bool {
-	return !u.Full && len(u.Policies) == 0 && len(u.DeletedPolicies) == 0 &&
+	return !u.Full && u.NodePods == nil && len(u.Policies) == 0 && len(u.DeletedPolicies) == 0 &&
 		len(u.AppliedToGroups) == 0 && len(u.DeletedAppliedToGroups) == 0 &&
 		len(u.AddressGroups) == 0 && len(u.AddressGroupPatches) == 0 && len(u.DeletedAddressGroups) == 0
 }

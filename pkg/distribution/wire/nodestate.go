@@ -16,6 +16,8 @@ type NodeState struct {
 	Policies        map[string]*model.Policy         `json:"policies"`
 	AppliedToGroups map[string]*model.AppliedToGroup `json:"appliedToGroups"`
 	AddressGroups   map[string]*model.AddressGroup   `json:"addressGroups"`
+	// Pods are the node's pods the agent admits (nil: none).
+	Pods *model.NodePods `json:"pods,omitempty"`
 }
 
 // NewNodeState returns an empty state for node.
@@ -41,6 +43,7 @@ func (s *NodeState) Clone() *NodeState {
 	for k, v := range s.AddressGroups {
 		c.AddressGroups[k] = v
 	}
+	c.Pods = s.Pods
 	return c
 }
 
@@ -65,7 +68,17 @@ func ForNode(snap *model.Snapshot, node string) *NodeState {
 			}
 		}
 	}
+	if np := snap.NodePods[node]; np != nil {
+		st.Pods = NodePodsForNode(np)
+	}
 	return st
+}
+
+// NodePodsForNode is np as sent to its node: without its span.
+func NodePodsForNode(np *model.NodePods) *model.NodePods {
+	c := *np
+	c.Span = nil
+	return &c
 }
 
 // PolicyInSpan reports whether node needs p.
@@ -177,11 +190,13 @@ type Delta struct {
 	DeletedAppliedToGroups []string                `json:"deletedAppliedToGroups,omitempty"`
 	AddressGroups          []*model.AddressGroup   `json:"addressGroups,omitempty"`
 	DeletedAddressGroups   []string                `json:"deletedAddressGroups,omitempty"`
+	// NodePods replaces the node's pods (nil: unchanged).
+	NodePods *model.NodePods `json:"nodePods,omitempty"`
 }
 
 // FullDelta is the Delta that installs s from nothing.
 func (s *NodeState) FullDelta(version uint64) *Delta {
-	d := &Delta{Full: true, Version: version}
+	d := &Delta{Full: true, Version: version, NodePods: s.Pods}
 	for _, p := range s.Policies {
 		d.Policies = append(d.Policies, p)
 	}
@@ -233,6 +248,9 @@ func (s *NodeState) ApplyDelta(d *Delta) {
 	for _, id := range d.DeletedAddressGroups {
 		delete(s.AddressGroups, id)
 	}
+	if d.NodePods != nil {
+		s.Pods = d.NodePods
+	}
 }
 
 // deltaOf is what u changes in s, in whole objects (address-group patches
@@ -242,7 +260,7 @@ func (s *NodeState) deltaOf(u *Update) (*Delta, error) {
 	if err := u.validate(); err != nil {
 		return nil, err
 	}
-	d := &Delta{Full: u.Full, Version: u.Version}
+	d := &Delta{Full: u.Full, Version: u.Version, NodePods: u.NodePods}
 	if u.Full {
 		if len(u.DeletedPolicies)+len(u.DeletedAppliedToGroups)+len(u.DeletedAddressGroups)+len(u.AddressGroupPatches) > 0 {
 			return nil, fmt.Errorf("full update %d carries deletes or patches", u.Version)
@@ -434,7 +452,25 @@ func Diff(want, got *NodeState) []string {
 	out = diffMap("policy", want.Policies, got.Policies, out)
 	out = diffMap("appliedToGroup", want.AppliedToGroups, got.AppliedToGroups, out)
 	out = diffMap("addressGroup", want.AddressGroups, got.AddressGroups, out)
+	var c jsonCodec
+	wb, _ := c.Marshal(nodePodsOrEmpty(want))
+	gb, _ := c.Marshal(nodePodsOrEmpty(got))
+	if string(wb) != string(gb) {
+		out = append(out, fmt.Sprintf("pods differ:\n  want %s\n  got  %s", wb, gb))
+	}
 	return out
+}
+
+// nodePodsOrEmpty is s's pods, or no pods: a state without a NodePods
+// object and one with an empty list are the same.
+func nodePodsOrEmpty(s *NodeState) []model.NodePod {
+	if s.Pods == nil {
+		return nil
+	}
+	if len(s.Pods.Pods) == 0 {
+		return nil
+	}
+	return s.Pods.Pods
 }
 
 func diffMap[T any](kind string, want, got map[string]T, out []string) []string {

@@ -25,11 +25,13 @@ metadata: {name: "y", labels: {team: "y"}}
 apiVersion: v1
 kind: Node
 metadata: {name: n1, labels: {role: worker}}
+spec: {podCIDRs: [10.10.1.0/24]}
 status: {addresses: [{type: InternalIP, address: 192.168.0.1}, {type: Hostname, address: n1}]}
 ---
 apiVersion: v1
 kind: Node
 metadata: {name: n2, labels: {role: infra}}
+spec: {podCIDRs: [10.10.2.0/24, "fd00:10:2::/64"]}
 status: {addresses: [{type: InternalIP, address: 192.168.0.2}, {type: ExternalIP, address: 203.0.113.2}]}
 ---
 # Two containers declare the port name "web" with different numbers
@@ -428,6 +430,30 @@ spec:
 				{"x/a", "fd00::1:1", "TCP/80", true}, // IPv6 not covered
 				// "ANPs with no ingress rules do not affect ingress traffic."
 				{"y/a", "x/a", "TCP/80", true},
+			},
+		},
+		{
+			// A pod reaches a node's host (its kubelet) by the node's
+			// gateway address too (tierflow's noEncap gateway: the first
+			// address of each pod CIDR), so a nodes peer includes it.
+			name: "AdminNetworkPolicy: a nodes peer includes the nodes' gateway addresses",
+			policies: `
+apiVersion: policy.networking.k8s.io/v1alpha1
+kind: AdminNetworkPolicy
+metadata: {name: no-nodes}
+spec:
+  priority: 3
+  subject: {namespaces: {matchLabels: {team: x}}}
+  egress:
+  - {action: Deny, to: [{nodes: {}}]}
+`,
+			probes: []probe{
+				{"x/a", "192.168.0.1", "TCP/10250", false},
+				{"x/a", "10.10.1.1", "TCP/10250", false},
+				{"x/a", "10.10.2.1", "TCP/10250", false},
+				{"x/a", "fd00:10:2::1", "TCP/10250", false},
+				{"x/a", "10.10.1.2", "TCP/10250", true}, // not a gateway address
+				{"y/a", "10.10.1.1", "TCP/10250", true}, // not a subject
 			},
 		},
 		{

@@ -587,6 +587,34 @@ func (c *Client) SetInterfaceExternalIDs(ctx context.Context, name string, ids m
 	return err
 }
 
+// SetInterfaceExternalID sets one external_ids key of an interface,
+// leaving the others as they are. ovs-vswitchd does not read
+// external_ids, so the change is not waited for.
+func (c *Client) SetInterfaceExternalID(ctx context.Context, name, key, value string) error {
+	cur, err := c.Interface(name)
+	if err != nil {
+		return err
+	}
+	iface := &Interface{UUID: cur.UUID}
+	del, err := c.ovs.Where(iface).Mutate(iface, model.Mutation{Field: &iface.ExternalIDs, Mutator: libovsdb.MutateOperationDelete, Value: []string{key}})
+	if err != nil {
+		return err
+	}
+	ins, err := c.ovs.Where(iface).Mutate(iface, model.Mutation{Field: &iface.ExternalIDs, Mutator: libovsdb.MutateOperationInsert, Value: map[string]string{key: value}})
+	if err != nil {
+		return err
+	}
+	ops := append(del, ins...)
+	res, err := c.ovs.Transact(ctx, ops...)
+	if err != nil {
+		return fmt.Errorf("ovsdb transact: %w", err)
+	}
+	if _, err := libovsdb.CheckOperationResults(res, ops); err != nil {
+		return fmt.Errorf("ovsdb transact: %w", err)
+	}
+	return nil
+}
+
 // WaitOFPort waits until ovs-vswitchd assigned an OpenFlow port number to
 // the interface, and returns it. An interface ovs-vswitchd could not open
 // (ofport -1) fails with its error column.

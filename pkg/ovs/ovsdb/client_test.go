@@ -188,6 +188,18 @@ func TestPortsAndExternalIDs(t *testing.T) {
 		iface, err := c.Interface(hostEnd)
 		return err == nil && iface.ExternalIDs["extra"] == "x y" && iface.ExternalIDs[ovsdb.KeyPodName] == "web-0"
 	}, "client cache to see ovs-vsctl's external_ids")
+	// One key is set (and set again) without touching the others.
+	for _, v := range []string{"pending: why", ovsdb.AdmissionAdmitted} {
+		if err := c.SetInterfaceExternalID(ctx, hostEnd, ovsdb.KeyAdmission, v); err != nil {
+			t.Fatal(err)
+		}
+		if got := vsctl(t, env, "get", "Interface", hostEnd, `external_ids:"tierflow.io/admission"`); got != `"`+v+`"` && got != v {
+			t.Errorf("admission after setting %q: %s", v, got)
+		}
+	}
+	if got := vsctl(t, env, "get", "Interface", hostEnd, `external_ids:"extra"`); got != `"x y"` {
+		t.Errorf("extra after SetInterfaceExternalID: %s", got)
+	}
 	// ...and replaced by SetInterfaceExternalIDs.
 	if err := c.SetInterfaceExternalIDs(ctx, hostEnd, map[string]string{ovsdb.KeyRole: ovsdb.RoleUplink}); err != nil {
 		t.Fatal(err)

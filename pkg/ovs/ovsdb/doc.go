@@ -16,7 +16,12 @@
 //	tierflow.io/pod-name       the pod's name
 //	tierflow.io/pod-ips        comma-separated addresses, no prefix length: "10.0.0.5,fd00::5"
 //	tierflow.io/pod-mac        MAC of the pod's interface: "0a:58:0a:00:00:05"
+//	tierflow.io/pod-uid        the pod's metadata.uid (the agent admits the port for that pod only)
 //	tierflow.io/role           "uplink" on the uplink/underlay port (and no pod keys)
+//
+// and the agent answers on the same row:
+//
+//	tierflow.io/admission      "admitted" once the pod is policed, else "pending: <why>"
 //
 // An interface with neither pod-name nor role is ignored. Keys that do not
 // parse (bad address or MAC, pod-name without pod-namespace, unknown role)

@@ -25,6 +25,16 @@ const (
 	KeyPodIPs = "tierflow.io/pod-ips"
 	// KeyPodMAC is the MAC address of the pod's interface (inside the pod).
 	KeyPodMAC = "tierflow.io/pod-mac"
+	// KeyPodUID is the pod's metadata.uid (CNI_ARGS K8S_POD_UID): the
+	// agent admits the port only for the pod with that UID, never for a
+	// later pod of the same name.
+	KeyPodUID = "tierflow.io/pod-uid"
+	// KeyAdmission is written by the agent, not the CNI plugin:
+	// AdmissionAdmitted once the port's pod is policed (its policies at a
+	// generation that includes it are installed), else "pending: " and
+	// why. tierflow-cni's ADD waits for it.
+	KeyAdmission      = "tierflow.io/admission"
+	AdmissionAdmitted = "admitted"
 	// KeyRole marks a non-pod interface; RoleUplink is the uplink/underlay
 	// port towards other nodes.
 	KeyRole    = "tierflow.io/role"
@@ -44,6 +54,7 @@ type PortInfo struct {
 	// Pod identity and addresses (pods only).
 	PodNamespace string
 	PodName      string
+	PodUID       string // empty when the CNI plugin recorded none
 	IPs          []netip.Addr
 	MAC          net.HardwareAddr
 }
@@ -56,7 +67,7 @@ func (p PortInfo) IsUplink() bool { return p.Role == RoleUplink }
 
 func (p PortInfo) equal(o PortInfo) bool {
 	if p.Interface != o.Interface || p.OFPort != o.OFPort || p.Error != o.Error || p.Role != o.Role ||
-		p.PodNamespace != o.PodNamespace || p.PodName != o.PodName || p.MAC.String() != o.MAC.String() ||
+		p.PodNamespace != o.PodNamespace || p.PodName != o.PodName || p.PodUID != o.PodUID || p.MAC.String() != o.MAC.String() ||
 		len(p.IPs) != len(o.IPs) {
 		return false
 	}
@@ -258,6 +269,7 @@ func portInfo(iface *Interface) (PortInfo, bool, error) {
 	}
 	info.PodName = podName
 	info.PodNamespace = ids[KeyPodNamespace]
+	info.PodUID = ids[KeyPodUID]
 	if info.PodNamespace == "" {
 		return PortInfo{}, true, fmt.Errorf("interface %s: %s without %s", iface.Name, KeyPodName, KeyPodNamespace)
 	}

@@ -13,7 +13,11 @@ import (
 )
 
 // FormatVersion is the version of the file layout this package writes.
-const FormatVersion = 1
+// Version 2 added the node's pods (wire.NodeState.Pods): a version 1 file
+// would admit no pod, so it is refused like any unknown version, and an
+// upgraded agent keeps the previous run's flows until the controller's
+// state arrives.
+const FormatVersion = 2
 
 // FileName is the state file's name inside the store's directory.
 const FileName = "policy-state.json"

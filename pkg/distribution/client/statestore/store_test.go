@@ -96,7 +96,7 @@ func TestLoadFillsMissingMaps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(s.Path(), []byte(`{"formatVersion":1,"epoch":"e","version":3,"state":{"node":"n1"}}`), 0o600); err != nil {
+	if err := os.WriteFile(s.Path(), []byte(`{"formatVersion":2,"epoch":"e","version":3,"state":{"node":"n1"}}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	sv, err := s.Load()
@@ -105,5 +105,21 @@ func TestLoadFillsMissingMaps(t *testing.T) {
 	}
 	if sv.State.Policies == nil || sv.State.AppliedToGroups == nil || sv.State.AddressGroups == nil {
 		t.Fatal("nil maps in loaded state")
+	}
+}
+
+// A version 1 file (before the node's pods were saved) would admit no
+// pod: it is refused, and the agent keeps the previous run's flows until
+// the controller's state arrives.
+func TestVersion1IsRefused(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(s.Path(), []byte(`{"formatVersion":1,"epoch":"e","version":3,"state":{"node":"n1"}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if sv, err := s.Load(); err == nil {
+		t.Fatalf("loaded a version 1 file: %+v", sv)
 	}
 }
