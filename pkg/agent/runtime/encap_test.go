@@ -188,6 +188,18 @@ func TestEncapTwoNodes(t *testing.T) {
 			t.Fatalf("node %s: pod MTU %d, want 1450 (1500 minus Geneve over IPv4)", n.name, mtu)
 		}
 	}
+	c.StartController(t)
+
+	// noEncap on this bed: the kernel refuses routes to the other node's
+	// pods via its InternalIP (not on a connected network).
+	start := func(n *simNode, zone uint16, mode, tunnel string) *livecluster.Agent {
+		return livecluster.StartAgent(t, n.name, encapConfig(c, n, kubeconfig, zone, mode, tunnel))
+	}
+	ag1, ag2 := start(n1, 1, config.NodeNetworkNoEncap, config.TunnelGeneve), start(n2, 2, config.NodeNetworkNoEncap, config.TunnelGeneve)
+	ag1.RealizedOn(t)
+	ag2.RealizedOn(t)
+	// Pods attach once their node's agent runs: tierflow-cni ADD waits
+	// for the agent to admit the pod.
 	a := attachPod(t, c, n1, cniBin, "a", map[string]string{"app": "a"})
 	b := attachPod(t, c, n2, cniBin, "b", map[string]string{"app": "b"})
 	cc := attachPod(t, c, n1, cniBin, "c", map[string]string{"app": "c", "role": "friend"})
@@ -199,17 +211,6 @@ func TestEncapTwoNodes(t *testing.T) {
 			t.Fatalf("pod %s: MTU %q (%v), want 1450", p.Name, out, err)
 		}
 	}
-	ctrl := c.StartController(t)
-	_ = ctrl
-
-	// noEncap on this bed: the kernel refuses routes to the other node's
-	// pods via its InternalIP (not on a connected network).
-	start := func(n *simNode, zone uint16, mode, tunnel string) *livecluster.Agent {
-		return livecluster.StartAgent(t, n.name, encapConfig(c, n, kubeconfig, zone, mode, tunnel))
-	}
-	ag1, ag2 := start(n1, 1, config.NodeNetworkNoEncap, config.TunnelGeneve), start(n2, 2, config.NodeNetworkNoEncap, config.TunnelGeneve)
-	ag1.RealizedOn(t)
-	ag2.RealizedOn(t)
 	livecluster.Eventually(t, 60*time.Second, "noEncap: node 1 reports node 2 unroutable", func() error {
 		st, err := ag1.Q.Status(ctx)
 		if err != nil {
@@ -442,10 +443,10 @@ func TestEncapTwoNodes(t *testing.T) {
 	// A third node joins: the running agents tunnel to it at once.
 	n3 := bed.addNode(c, 3, 1500)
 	cniConfig(t, c, n3)
-	d := attachPod(t, c, n3, cniBin, "d", map[string]string{"app": "d", "role": "friend"})
-	d.ListenTCP(8080)
 	ag3 := start(n3, 3, config.NodeNetworkEncap, config.TunnelVXLAN)
 	ag3.RealizedOn(t)
+	d := attachPod(t, c, n3, cniBin, "d", map[string]string{"app": "d", "role": "friend"})
+	d.ListenTCP(8080)
 	waitTunnel(t, ag1, "en-2 192.168.92.2 10.78.2.0/24 fd00:78:2::/64", "en-3 192.168.93.2 10.78.3.0/24 fd00:78:3::/64")
 	waitTunnel(t, ag2, "en-1 192.168.91.2 10.78.1.0/24 fd00:78:1::/64", "en-3 192.168.93.2 10.78.3.0/24 fd00:78:3::/64")
 	for _, n := range []*simNode{n1, n2} {
@@ -564,17 +565,17 @@ func TestEncapIPv6Underlay(t *testing.T) {
 			t.Fatalf("node %s: pod MTU %d, want 1430 (1500 minus Geneve over IPv6)", n.name, mtu)
 		}
 	}
+	c.StartController(t)
+	ag1 := livecluster.StartAgent(t, n1.name, encapConfig(c, n1, kubeconfig, 1, config.NodeNetworkEncap, config.TunnelGeneve))
+	ag2 := livecluster.StartAgent(t, n2.name, encapConfig(c, n2, kubeconfig, 2, config.NodeNetworkEncap, config.TunnelGeneve))
+	ag1.RealizedOn(t)
+	ag2.RealizedOn(t)
 	a := attachPod(t, c, n1, cniBin, "a", map[string]string{"app": "a"})
 	b := attachPod(t, c, n2, cniBin, "b", map[string]string{"app": "b"})
 	for _, p := range []*ovsenv.Pod{a, b} {
 		p.ListenTCP(8080)
 		p.ListenUDP(5353)
 	}
-	c.StartController(t)
-	ag1 := livecluster.StartAgent(t, n1.name, encapConfig(c, n1, kubeconfig, 1, config.NodeNetworkEncap, config.TunnelGeneve))
-	ag2 := livecluster.StartAgent(t, n2.name, encapConfig(c, n2, kubeconfig, 2, config.NodeNetworkEncap, config.TunnelGeneve))
-	ag1.RealizedOn(t)
-	ag2.RealizedOn(t)
 	waitTunnel(t, ag1, "en-2 fd00:92::2 10.78.2.0/24 fd00:78:2::/64")
 	waitTunnel(t, ag2, "en-1 fd00:91::2 10.78.1.0/24 fd00:78:1::/64")
 	flows, err := n1.br.DumpFlows(-1)
