@@ -311,6 +311,28 @@ func (c *checker) run(res *Checked) error {
 	if want := ds.Namespace + "/" + pod.ServiceAccountName; ctl.AgentServiceAccount != want {
 		return fmt.Errorf("the controller accepts agents of service account %s but the DaemonSet runs as %s", ctl.AgentServiceAccount, want)
 	}
+	return c.checkAgentWatches(pod.ServiceAccountName, agent)
+}
+
+// checkAgentWatches: the agent's service account may list and watch what
+// its configuration makes it watch: Nodes for the noEncap and encap node
+// networks; Services, EndpointSlices and Nodes for the Service proxy.
+func (c *checker) checkAgentWatches(sa string, agent config.Agent) error {
+	type res struct{ group, resource string }
+	var need []res
+	if agent.NodeNetwork.Mode == config.NodeNetworkNoEncap || agent.NodeNetwork.Mode == config.NodeNetworkEncap {
+		need = append(need, res{"", "nodes"})
+	}
+	if agent.ServiceProxy.Enabled {
+		need = append(need, res{"", "services"}, res{"discovery.k8s.io", "endpointslices"}, res{"", "nodes"})
+	}
+	for _, r := range need {
+		for _, verb := range []string{"list", "watch"} {
+			if !c.allows("", sa, r.group, r.resource, verb, "") {
+				return fmt.Errorf("DaemonSet %s: service account %s may not %s %s (the agent's configuration watches them)", AgentName, sa, verb, r.resource)
+			}
+		}
+	}
 	return nil
 }
 

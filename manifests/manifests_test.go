@@ -76,6 +76,7 @@ func TestRenderedConfigurationIsAccepted(t *testing.T) {
 	v := DefaultValues()
 	v.DatapathType, v.LogLevel, v.AgentMetricsPort, v.ControllerMetricsPort, v.PodMTU = config.DatapathNetdev, "debug", 20351, 20350, 1450
 	v.ControllerImage, v.AgentImage = "registry.example.com:5000/tf/controller:v1.2.3", "registry.example.com/tf/agent@sha256:"+strings.Repeat("ab", 32)
+	v.ControllerMemoryRequest, v.ControllerMemoryLimit = "512Mi", "1Gi"
 	rendered, err := Render(v)
 	if err != nil {
 		t.Fatal(err)
@@ -90,7 +91,8 @@ func TestRenderedConfigurationIsAccepted(t *testing.T) {
 	if c := checked.Controller; c.LogLevel != "debug" || c.MetricsAddress != ":20350" {
 		t.Errorf("controller configuration %+v", c)
 	}
-	for _, want := range []string{"image: registry.example.com:5000/tf/controller:v1.2.3", "image: " + v.AgentImage, "containerPort: 20351"} {
+	for _, want := range []string{"image: registry.example.com:5000/tf/controller:v1.2.3", "image: " + v.AgentImage, "containerPort: 20351",
+		"memory: 512Mi", "memory: 1Gi", `value: "921MiB"`} {
 		if !strings.Contains(string(rendered), want) {
 			t.Errorf("rendered manifest lacks %q", want)
 		}
@@ -107,6 +109,9 @@ func TestRenderRejectsBadValues(t *testing.T) {
 		"port":        func(v *Values) { v.AgentMetricsPort = 70000 },
 		"same ports":  func(v *Values) { v.AgentMetricsPort = v.ControllerMetricsPort },
 		"mtu":         func(v *Values) { v.PodMTU = 20 },
+		"memory":      func(v *Values) { v.ControllerMemoryLimit = "3 gigs" },
+		"request":     func(v *Values) { v.ControllerMemoryRequest = "4Gi" },
+		"tiny limit":  func(v *Values) { v.ControllerMemoryRequest, v.ControllerMemoryLimit = "64Mi", "128Mi" },
 	} {
 		v := DefaultValues()
 		mutate(&v)

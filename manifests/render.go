@@ -11,6 +11,7 @@ import (
 	"strings"
 	"text/template"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
@@ -42,6 +43,21 @@ type Values struct {
 	// TunnelType its nodeNetwork.tunnelType (geneve or vxlan).
 	NodeNetworkMode string
 	TunnelType      string
+	// ControllerMemoryRequest and ControllerMemoryLimit are the
+	// controller container's memory request and limit (quantities such as
+	// "2Gi"); the defaults are sized from the benchmarks at the 100k-pod
+	// reference shapes (manifests/README.md, "Sizing the controller").
+	ControllerMemoryRequest string
+	ControllerMemoryLimit   string
+}
+
+// ControllerGoMemLimit is GOMEMLIMIT for the controller: 90% of its memory
+// limit, so that the Go runtime collects harder before the kernel's limit
+// is reached (the rest is room for what is not Go heap). Valid only for
+// validated Values.
+func (v Values) ControllerGoMemLimit() string {
+	limit := resource.MustParse(v.ControllerMemoryLimit)
+	return fmt.Sprintf("%dMiB", limit.Value()*9/10>>20)
 }
 
 // DefaultValues are the values tierflow.yaml is committed with.
@@ -58,6 +74,9 @@ func DefaultValues() Values {
 		QueryPort:             config.DefaultQueryPort,
 		NodeNetworkMode:       config.NodeNetworkEncap,
 		TunnelType:            config.TunnelGeneve,
+		// See manifests/README.md, "Sizing the controller".
+		ControllerMemoryRequest: "2Gi",
+		ControllerMemoryLimit:   "3Gi",
 	}
 }
 
@@ -108,6 +127,17 @@ func (v Values) Validate() error {
 	}
 	if v.TunnelType != config.TunnelGeneve && v.TunnelType != config.TunnelVXLAN {
 		return fmt.Errorf("manifests: tunnel type %q must be %s or %s", v.TunnelType, config.TunnelGeneve, config.TunnelVXLAN)
+	}
+	req, err := resource.ParseQuantity(v.ControllerMemoryRequest)
+	if err != nil {
+		return fmt.Errorf("manifests: controller memory request %q: %w", v.ControllerMemoryRequest, err)
+	}
+	limit, err := resource.ParseQuantity(v.ControllerMemoryLimit)
+	if err != nil {
+		return fmt.Errorf("manifests: controller memory limit %q: %w", v.ControllerMemoryLimit, err)
+	}
+	if limit.Cmp(resource.MustParse("256Mi")) < 0 || req.Cmp(limit) > 0 || req.Sign() <= 0 {
+		return fmt.Errorf("manifests: controller memory request %s and limit %s: want 0 < request <= limit, limit at least 256Mi", v.ControllerMemoryRequest, v.ControllerMemoryLimit)
 	}
 	return nil
 }

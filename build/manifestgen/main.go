@@ -29,6 +29,8 @@ func main() {
 	flag.IntVar(&v.PodMTU, "pod-mtu", v.PodMTU, "MTU of pod interfaces; 0 keeps the kernel default (encap: the node's interface's MTU minus the tunnel overhead)")
 	flag.StringVar(&v.NodeNetworkMode, "node-network-mode", v.NodeNetworkMode, "encap (a tunnel between the nodes' InternalIPs) or noEncap (routes via them; L2-adjacent nodes)")
 	flag.StringVar(&v.TunnelType, "tunnel-type", v.TunnelType, "encap: geneve or vxlan")
+	flag.StringVar(&v.ControllerMemoryRequest, "controller-memory-request", v.ControllerMemoryRequest, "controller container's memory request")
+	flag.StringVar(&v.ControllerMemoryLimit, "controller-memory-limit", v.ControllerMemoryLimit, "controller container's memory limit (GOMEMLIMIT is 90% of it)")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fail(fmt.Errorf("unexpected arguments %v", flag.Args()))

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/spf13/cobra"
 )
 
 // TestHelpNeverShowsEnvironmentValues: flags defaulting to an environment
@@ -19,7 +22,7 @@ func TestHelpNeverShowsEnvironmentValues(t *testing.T) {
 		t.Setenv(d.env, v)
 		secrets[d.env] = v
 	}
-	for _, args := range [][]string{{"--help"}, {"get", "--help"}, {"explain", "--help"}, {"flows", "--help"}, {"trace", "--help"}, {"help", "get"}} {
+	for _, args := range helpInvocations() {
 		stdout, stderr, err := run(args...)
 		if err != nil {
 			t.Fatalf("tierctl %s: %v", strings.Join(args, " "), err)
@@ -61,4 +64,24 @@ func TestHelpNeverShowsEnvironmentValues(t *testing.T) {
 	if len(got) != 2 || got[0] != "Bearer token-from-env" || got[1] != "Bearer token-from-flag" {
 		t.Fatalf("tokens sent %q, want the environment's then the flag's", got)
 	}
+}
+
+// helpInvocations is every way to ask for help: --help on the root and on
+// every command of the tree (walked, so that a new command is covered
+// too, cobra's own included), and `help COMMAND`.
+func helpInvocations() [][]string {
+	out := [][]string{{"--help"}, {"help"}}
+	var walk func(path []string, c *cobra.Command)
+	walk = func(path []string, c *cobra.Command) {
+		for _, sub := range c.Commands() {
+			p := append(append([]string(nil), path...), sub.Name())
+			out = append(out, append(append([]string(nil), p...), "--help"), append([]string{"help"}, p...))
+			walk(p, sub)
+		}
+	}
+	root := newRootCommand(io.Discard, io.Discard)
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	walk(nil, root)
+	return out
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tierflow/tierflow/pkg/explain"
 	"github.com/tierflow/tierflow/pkg/explain/load"
+	"github.com/tierflow/tierflow/pkg/services"
 )
 
 const explainLong = `Explain which policy rule decides a new connection, offline from manifests
@@ -25,8 +26,9 @@ FILE is multi-document YAML (or a List, as "kubectl get -o yaml" writes it)
 holding Namespaces, Pods (spec.nodeName, status.podIPs, container ports),
 Nodes, NetworkPolicies (networking.k8s.io/v1), AdminNetworkPolicies and
 BaselineAdminNetworkPolicies (policy.networking.k8s.io/v1alpha1) and
-ClusterNetworkPolicies (policy.networking.k8s.io/v1alpha2). Objects of other
-kinds are ignored (with a warning). Objects without a namespace are in
+ClusterNetworkPolicies (policy.networking.k8s.io/v1alpha2), Services (v1) and
+EndpointSlices (discovery.k8s.io/v1). Objects of other kinds are ignored
+(with a warning). Objects without a namespace are in
 "default"; namespaces used but not declared exist with only the label
 kubernetes.io/metadata.name, which every namespace gets.
 
@@ -34,6 +36,19 @@ Egress is evaluated for the source pod, ingress for the destination pod, each
 through the Admin, NetworkPolicy and Baseline tiers; the verdict is Allow iff
 both directions allow. An IP that belongs to a pod is that pod; any other IP
 has no policies of its own.
+
+A destination that is a Service — service/NS/NAME with its port in --port, or
+an address and port that are a Service's frontend (ClusterIP, externalIP,
+LoadBalancer IP, a node address with a NodePort) — is explained as the
+Service proxy carries it: every endpoint the proxy of the source pod's node
+may choose, each connection evaluated on the endpoint's address and port
+(policy decides on the pod behind the Service). Output: verdict (Allow: every
+endpoint allows; Deny: none; Mixed; Reject: no usable endpoint, the
+connection is refused; Drop: internalTrafficPolicy Local without an endpoint
+on the client's node), service, port, frontend and endpoints [{endpoint, pod,
+node, result}]. Live, tierctl reads Services, EndpointSlices, Nodes and the
+source pod through the kubeconfig and asks the controller about each
+endpoint.
 
 Output (json, yaml): verdict (Allow|Deny), srcIP, dstIP, and for egress and
 ingress: tier, policy {kind, namespace, name} or null, rule {index, name} or
@@ -80,7 +95,7 @@ func newExplainCommand(live *liveOptions) *cobra.Command {
 	f := cmd.Flags()
 	f.StringArrayVarP(&o.files, "filename", "f", nil, "manifest file (multi-document YAML or a List); repeatable; - for stdin")
 	f.StringVar(&o.src, "src", "", "source: NS/POD or an IP address")
-	f.StringVar(&o.dst, "dst", "", "destination: NS/POD or an IP address")
+	f.StringVar(&o.dst, "dst", "", "destination: NS/POD, an IP address, or service/NS/NAME")
 	f.StringArrayVar(&o.ports, "port", nil, "destination PROTO/PORT, PROTO one of TCP, UDP, SCTP (any case); repeatable with --matrix")
 	f.BoolVar(&o.matrix, "matrix", false, "explain every ordered pair of distinct pods")
 	f.StringVarP(&o.output, "output", "o", "json", "output format: json, yaml or table")
@@ -180,7 +195,20 @@ func (o *explainOptions) run(stdout, stderr io.Writer) (runErr error) {
 			return fmt.Errorf("pod %s takes no part in network policy: %s", ep.Pod, built.Excluded[*ep.Pod])
 		}
 	}
-	res, err := ev.Explain(explain.Query{Src: src, Dst: dst, Protocol: ports[0].Protocol, Port: ports[0].Port})
+	q := explain.Query{Src: src, Dst: dst, Protocol: ports[0].Protocol, Port: ports[0].Port}
+	if t, ok, err := serviceTarget(o.dst, ports[0], built.ServicePorts, built.NodeAddrs); err != nil {
+		return err
+	} else if ok {
+		sres, err := ev.ExplainService(q, t)
+		if err != nil {
+			return err
+		}
+		if o.output == "table" {
+			return writeServiceTable(stdout, sres, src.String(), ports[0])
+		}
+		return write(stdout, o.output, sres)
+	}
+	res, err := ev.Explain(q)
 	if err != nil {
 		return err
 	}
@@ -195,6 +223,9 @@ func (o *explainOptions) run(stdout, stderr io.Writer) (runErr error) {
 func warn(stderr io.Writer, objs *load.Objects, built *load.Built) {
 	if n := len(objs.Ignored); n > 0 {
 		fmt.Fprintf(stderr, "warning: ignored %d object(s) of kinds explain does not read: %s\n", n, summarize(objs.Ignored))
+	}
+	for _, w := range built.ServiceWarnings {
+		fmt.Fprintf(stderr, "warning: %s\n", w)
 	}
 	for _, c := range built.Conditions {
 		fmt.Fprintf(stderr, "warning: %s\n", c)
@@ -329,6 +360,38 @@ func (o *explainOptions) runLive(stdout, stderr io.Writer, ports []explain.PortS
 	for flag, ep := range map[string]string{"--src": src, "--dst": dst} {
 		if _, err := explain.ParseEndpoint(ep); err != nil {
 			return fmt.Errorf("%s: %w", flag, err)
+		}
+	}
+	if maybeService(dst) {
+		// Services are resolved here, from the API server, as the agents'
+		// proxy reads them; the controller explains each endpoint.
+		cs, err := o.live.readServices(ctx)
+		switch {
+		case err != nil && strings.HasPrefix(dst, "service/"):
+			return err
+		case err != nil:
+			fmt.Fprintf(stderr, "warning: cannot read Services (%v): %s is explained as an address\n", err, dst)
+		default:
+			t, ok, err := serviceTarget(dst, ports[0], cs.ports, cs.nodeAddrs)
+			if err != nil {
+				return err
+			}
+			if ok {
+				node, v6, err := cs.client(ctx, src)
+				if err != nil {
+					return err
+				}
+				sres, err := explain.ServiceDecisions(t, node, v6, func(ep services.Endpoint) (*explain.Result, error) {
+					return c.ExplainEndpoint(ctx, src, ep.IP.String(), fmt.Sprintf("%s/%d", ports[0].Protocol, ep.Port))
+				})
+				if err != nil {
+					return err
+				}
+				if o.output == "table" {
+					return writeServiceTable(stdout, sres, src, ports[0])
+				}
+				return write(stdout, o.output, sres)
+			}
 		}
 	}
 	res, err := c.Explain(ctx, src, dst, ports[0].String())

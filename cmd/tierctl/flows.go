@@ -289,8 +289,8 @@ func writeCheck(w io.Writer, rep *audit.Report) error {
 		verdict = "PROBLEMS FOUND"
 	}
 	fmt.Fprintf(tw, "NODE %s (bridge %s, round %d): %s\n", rep.Node, rep.Bridge, rep.Round, verdict)
-	fmt.Fprintf(tw, "flows installed by the agent: %d, in the bridge: %d, missing: %d, extra: %d, sentinel present: %v\n\n",
-		rep.FlowsInstalled, rep.FlowsInBridge, len(rep.MissingFlows), len(rep.ExtraFlows), rep.Sentinel)
+	fmt.Fprintf(tw, "flows installed by the agent: %d, in the bridge: %d, missing: %d, extra: %d, learned (session affinity): %d, sentinel present: %v\n\n",
+		rep.FlowsInstalled, rep.FlowsInBridge, len(rep.MissingFlows), len(rep.ExtraFlows), rep.LearnedFlows, rep.Sentinel)
 	fmt.Fprintln(tw, "POLICY\tSTATUS\tGENERATION (CONTROLLER/AGENT/REALIZED)\tRULE\tRULE STATUS\tACTION FLOWS")
 	for _, p := range rep.Policies {
 		gen := fmt.Sprintf("%d/%d/%d", p.ControllerGeneration, p.AgentGeneration, p.RealizedGeneration)

@@ -14,13 +14,16 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	anpv1 "sigs.k8s.io/network-policy-api/apis/v1alpha1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/tierflow/tierflow/pkg/agent/audit"
+	"github.com/tierflow/tierflow/pkg/agent/runtime"
 	"github.com/tierflow/tierflow/pkg/explain"
 	"github.com/tierflow/tierflow/pkg/queryapi"
 	"github.com/tierflow/tierflow/pkg/queryapi/agentquery"
@@ -61,10 +64,19 @@ func TestLive(t *testing.T) {
 
 	// Created early: RBAC takes a moment to see new bindings.
 	kubeconfig, _ := c.QueryUser(t, "viewer", true)
+	grantServiceView(t, c, "viewer")
 	nobody, _ := c.QueryUser(t, "nobody", false)
 	c.StartController(t)
-	ag1 := livecluster.StartAgent(t, "n1", c.AgentOptions(env, br1, "n1", tok1, 1))
-	ag2 := livecluster.StartAgent(t, "n2", c.AgentOptions(env, br2, "n2", tok2, 2))
+	// The agents run the Service proxy (its own watches, with the agent's
+	// RBAC), for the "services" subtest.
+	agentKubeconfig := c.Kube.ServiceAccountKubeconfig(t, livecluster.AgentNamespace, livecluster.AgentSA, "tierflow-agent", c.Dir)
+	withProxy := func(o runtime.Options) runtime.Options {
+		o.Config.ServiceProxy.Enabled = true
+		o.Config.Kubeconfig = agentKubeconfig
+		return o
+	}
+	ag1 := livecluster.StartAgent(t, "n1", withProxy(c.AgentOptions(env, br1, "n1", tok1, 1)))
+	ag2 := livecluster.StartAgent(t, "n2", withProxy(c.AgentOptions(env, br2, "n2", tok2, 2)))
 	const anpRef, npRef, banpRef = "AdminNetworkPolicy/a-not-to-c", "NetworkPolicy/default/b-web", "BaselineAdminNetworkPolicy/default"
 	ag1.RealizedOn(t, anpRef)
 	ag2.RealizedOn(t, npRef, banpRef)
@@ -340,6 +352,75 @@ func TestLive(t *testing.T) {
 		}
 	})
 
+	t.Run("services", func(t *testing.T) {
+		web := createWebService(t, c, b)
+		// A real connection through the ClusterIP, decided on b: a may
+		// reach b on 80, c may not (b-web).
+		livecluster.Eventually(t, 30*time.Second, "a reaches b through the ClusterIP", func() error {
+			conn, err := a.DialTCP(netip.AddrPortFrom(web, 80), time.Second)
+			if err != nil {
+				return err
+			}
+			conn.Close()
+			return nil
+		})
+		if conn, err := cc.DialTCP(netip.AddrPortFrom(web, 80), time.Second); err == nil {
+			conn.Close()
+			t.Errorf("c reached b through the ClusterIP; b-web allows only a")
+		}
+
+		withServices := writeManifests(t, c)
+		cases := []struct {
+			src, dst string
+			want     explain.Verdict
+		}{
+			{"default/a", "service/default/web", explain.VerdictAllow},
+			{"default/a", web.String(), explain.VerdictAllow},
+			{"default/c", "service/default/web", explain.VerdictDeny},
+		}
+		for _, tc := range cases {
+			q := []string{"explain", "--src", tc.src, "--dst", tc.dst, "--port", "TCP/80", "-o", "json"}
+			live := mustTierctl(append(q, ctl...)...)
+			if offline := mustTierctl(append(q, "-f", withServices)...); live != offline {
+				t.Errorf("explain %s -> %s: live and offline differ:\nlive    %s\noffline %s", tc.src, tc.dst, live, offline)
+			}
+			var res explain.ServiceResult
+			if err := json.Unmarshal([]byte(live), &res); err != nil {
+				t.Fatal(err)
+			}
+			if res.Verdict != tc.want || res.Service != "default/web" || len(res.Endpoints) != 1 ||
+				res.Endpoints[0].Endpoint != netip.AddrPortFrom(b.IPv4(), 80).String() || res.Endpoints[0].Pod != "default/b" || res.Endpoints[0].Node != "n2" {
+				t.Errorf("explain %s -> %s: want %s through default/web to default/b on n2:\n%s", tc.src, tc.dst, tc.want, live)
+			}
+
+			// trace reads the Services through the kubeconfig.
+			q[0] = "trace"
+			out := mustTierctl(append(append(q, agents...), "--kubeconfig", kubeconfig)...)
+			if viaCtl := mustTierctl(append(q, remote...)...); normalizeTrace(viaCtl) != normalizeTrace(out) {
+				t.Errorf("trace %s -> %s: local and through the controller differ:\nlocal %s\nremote %s", tc.src, tc.dst, out, viaCtl)
+			}
+			var tr ServiceTrace
+			if err := json.Unmarshal([]byte(out), &tr); err != nil {
+				t.Fatal(err)
+			}
+			if tr.Verdict != string(tc.want) || tr.FrontendTrace == nil || len(tr.Endpoints) != 1 || tr.Endpoints[0].Trace == nil ||
+				tr.Endpoints[0].Trace.Verdict != string(tc.want) {
+				t.Errorf("trace %s -> %s: want %s, the frontend traced and one endpoint:\n%s", tc.src, tc.dst, tc.want, out)
+			}
+		}
+
+		// a's connection learned its affinity: a flow of the bridge's own,
+		// which the audit counts apart (not extra).
+		out := mustTierctl(append(append([]string{"flows", "--node", "n1", "--check", "-o", "json"}, agents...), ctl...)...)
+		var rep audit.Report
+		if err := json.Unmarshal([]byte(out), &rep); err != nil {
+			t.Fatal(err)
+		}
+		if !rep.OK || rep.LearnedFlows == 0 {
+			t.Errorf("check of n1 with the Service proxy: want OK with learned affinity flows:\n%s", out)
+		}
+	})
+
 	t.Run("errors", func(t *testing.T) {
 		cases := map[string]struct {
 			args []string
@@ -491,6 +572,58 @@ func createPolicies(t *testing.T, c *livecluster.Cluster) {
 	}
 }
 
+// grantServiceView lets service account default/NAME read what tierctl
+// reads itself for a Service destination: Services, EndpointSlices, Nodes
+// and the source pod (cmd/tierctl/README.md).
+func grantServiceView(t *testing.T, c *livecluster.Cluster, name string) {
+	t.Helper()
+	ctx := context.Background()
+	role := "tierctl-services-" + name
+	if _, err := c.Kube.Kube.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: role},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"services", "nodes", "pods"}, Verbs: []string{"get", "list"}},
+			{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"get", "list"}},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Kube.Kube.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: role},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: "default", Name: name}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// createWebService creates the Service default/web (TCP 80, session
+// affinity ClientIP) in front of pod b and its EndpointSlice (the test's
+// API server runs no EndpointSlice controller), and returns its ClusterIP.
+func createWebService(t *testing.T, c *livecluster.Cluster, b *ovsenv.Pod) netip.Addr {
+	t.Helper()
+	ctx := context.Background()
+	svc, err := c.Kube.Kube.CoreV1().Services(ovsenv.PodNamespace).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "b"}, SessionAffinity: corev1.ServiceAffinityClientIP,
+			Ports: []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(80)}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	name, tcp, port, ready, node := "http", corev1.ProtocolTCP, int32(80), true, "n2"
+	if _, err := c.Kube.Kube.DiscoveryV1().EndpointSlices(ovsenv.PodNamespace).Create(ctx, &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: "web-1", Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: &name, Protocol: &tcp, Port: &port}},
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{b.IPv4().String()}, Conditions: discoveryv1.EndpointConditions{Ready: &ready},
+			NodeName: &node, TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: ovsenv.PodNamespace, Name: "b"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return netip.MustParseAddr(svc.Spec.ClusterIP)
+}
+
 // writeManifests reads the cluster's objects back from the API server and
 // writes them as one multi-document YAML file, as offline explain takes.
 func writeManifests(t *testing.T, c *livecluster.Cluster) string {
@@ -551,6 +684,22 @@ func writeManifests(t *testing.T, c *livecluster.Cluster) string {
 	}
 	for _, x := range banps.Items {
 		x.APIVersion, x.Kind, x.ManagedFields = "policy.networking.k8s.io/v1alpha1", "BaselineAdminNetworkPolicy", nil
+		emit(x)
+	}
+	svcs, err := kube.CoreV1().Services("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range svcs.Items {
+		x.APIVersion, x.Kind, x.ManagedFields = "v1", "Service", nil
+		emit(x)
+	}
+	slices, err := kube.DiscoveryV1().EndpointSlices("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range slices.Items {
+		x.APIVersion, x.Kind, x.ManagedFields = "discovery.k8s.io/v1", "EndpointSlice", nil
 		emit(x)
 	}
 	path := filepath.Join(t.TempDir(), "cluster.yaml")

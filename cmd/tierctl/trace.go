@@ -38,7 +38,17 @@ agents' query sockets (--agent-socket, NODE=PATH for several nodes): run
 it on the node, or give the sockets of both nodes; ovs-appctl then runs
 locally (--vswitchd-ctl, --ovs-rundir).
 Traces see flows, not the kernel: what they show is what the flows
-decide.`
+decide.
+
+A destination that is a Service (service/NS/NAME with its port, or a
+frontend address and port: ClusterIP, externalIP, LoadBalancer IP, a node
+address with a NodePort; read through the kubeconfig) is traced twice over:
+the first packet to the frontend, up to the Service's select group (whose
+bucket a datapath hash picks, where ofproto/trace stops), then the
+connection as translated to each endpoint the source node's proxy may
+choose (egress policy on the endpoint, the endpoint's node's ingress). The
+verdict is Allow when every endpoint's trace allows, Deny when none does,
+Mixed otherwise; Reject or Drop when there is no endpoint to choose.`
 
 type traceOptions struct {
 	live   *liveOptions
@@ -51,7 +61,7 @@ type traceOptions struct {
 func newTraceCommand(live *liveOptions) *cobra.Command {
 	o := &traceOptions{live: live}
 	cmd := &cobra.Command{
-		Use:     "trace --src NS/POD --dst NS/POD|IP --port PROTO/PORT",
+		Use:     "trace --src NS/POD --dst NS/POD|IP|service/NS/NAME --port PROTO/PORT",
 		Short:   "Trace a connection through the OVS pipeline, annotated with tables and rules",
 		Long:    traceLong,
 		Example: `  tierctl trace --src default/a --dst default/b --port TCP/80 --agent-socket n1=/run/a.sock --agent-socket n2=/run/b.sock`,
@@ -62,7 +72,7 @@ func newTraceCommand(live *liveOptions) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.src, "src", "", "source pod NS/POD")
-	f.StringVar(&o.dst, "dst", "", "destination pod NS/POD or an IP address")
+	f.StringVar(&o.dst, "dst", "", "destination pod NS/POD, an IP address, or service/NS/NAME")
 	f.StringVar(&o.port, "port", "", "destination PROTO/PORT (TCP, UDP or SCTP)")
 	f.StringVarP(&o.output, "output", "o", "table", "output format: table, json or yaml")
 	return cmd
@@ -216,13 +226,39 @@ func (o *traceOptions) run(w io.Writer) error {
 	}
 	ctx, cancel := o.live.ctx()
 	defer cancel()
-	agents, err := o.agents(ctx, srcName, dstName)
+	if maybeService(dstName) {
+		st, err := o.traceService(ctx, srcName, dstName, port)
+		if err != nil {
+			return err
+		}
+		if st != nil {
+			if o.output == "table" {
+				return writeServiceTrace(w, st)
+			}
+			return write(w, o.output, st)
+		}
+	}
+	res, err := o.traceTo(ctx, srcName, dstName, port)
 	if err != nil {
 		return err
 	}
+	if o.output == "table" {
+		return writeTrace(w, res)
+	}
+	return write(w, o.output, res)
+}
+
+// traceTo traces a new connection from pod srcName to dstName (NS/POD or
+// an address) on its source node and, when it leaves that node for the
+// destination pod's, from the destination node's uplink.
+func (o *traceOptions) traceTo(ctx context.Context, srcName, dstName string, port explain.PortSpec) (*TraceResult, error) {
+	agents, err := o.agents(ctx, srcName, dstName)
+	if err != nil {
+		return nil, err
+	}
 	srcAgent, src := findPod(agents, srcName, netip.Addr{})
 	if src == nil {
-		return fmt.Errorf("unknown pod %s: attached on no node whose agent was reached (%s)", srcName, nodeList(agents))
+		return nil, fmt.Errorf("unknown pod %s: attached on no node whose agent was reached (%s)", srcName, nodeList(agents))
 	}
 	var dstAgent *agentView
 	var dst *agentquery.Pod
@@ -232,17 +268,17 @@ func (o *traceOptions) run(w io.Writer) error {
 		dstAgent, dst = findPod(agents, "", ip.Unmap())
 	} else {
 		if !strings.Contains(dstName, "/") {
-			return fmt.Errorf("--dst %q: want NS/POD or an IP address", o.dst)
+			return nil, fmt.Errorf("--dst %q: want NS/POD or an IP address", o.dst)
 		}
 		dstAgent, dst = findPod(agents, dstName, netip.Addr{})
 		if dst == nil {
-			return fmt.Errorf("unknown pod %s: attached on no node whose agent was reached (%s)", dstName, nodeList(agents))
+			return nil, fmt.Errorf("unknown pod %s: attached on no node whose agent was reached (%s)", dstName, nodeList(agents))
 		}
 		dstIPs = dst.IPs
 	}
 	srcIP, dstIP, ok := sameFamily(src.IPs, dstIPs)
 	if !ok {
-		return fmt.Errorf("%s to %s: source and destination share no address family", srcName, dstName)
+		return nil, fmt.Errorf("%s to %s: source and destination share no address family", srcName, dstName)
 	}
 	dstMAC := "02:00:00:00:00:01" // Forwarding looks at addresses, not at this.
 	if dst != nil && dst.MAC != "" {
@@ -255,7 +291,7 @@ func (o *traceOptions) run(w io.Writer) error {
 	}
 	first, err := o.trace(ctx, srcAgent, src.OFPort, "", src.MAC, dstMAC, srcIP, dstIP, port, byBridge)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if dstAgent != srcAgent {
 		confineToBridge(first, srcAgent.status.Bridge)
@@ -267,11 +303,11 @@ func (o *traceOptions) run(w io.Writer) error {
 	if dstAgent != nil && dstAgent != srcAgent && first.Verdict == "Allow" {
 		inPort, tunnel, err := arrival(srcAgent, dstAgent)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		second, err := o.trace(ctx, dstAgent, inPort, tunnel, src.MAC, dstMAC, srcIP, dstIP, port, byBridge)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		res.Traces = append(res.Traces, *second)
 	}
@@ -284,15 +320,12 @@ func (o *traceOptions) run(w io.Writer) error {
 			res.Verdict = t.Verdict
 		}
 		for _, s := range t.Steps {
-			if s.Role == pipeline.RoleAction.String() || s.Role == pipeline.RoleIsolation.String() {
+			if s.Role == pipeline.RoleAction.String() || s.Role == pipeline.RoleIsolation.String() || s.Role == pipeline.RoleOverflow.String() {
 				res.Decisions = append(res.Decisions, TraceDecision{Node: s.Node, Table: s.Table, Rule: s.Rule, Action: s.Action})
 			}
 		}
 	}
-	if o.output == "table" {
-		return writeTrace(w, res)
-	}
-	return write(w, o.output, res)
+	return res, nil
 }
 
 // arrival is where a packet from src's node enters dst's bridge: the
@@ -448,8 +481,11 @@ func readTrace(out string, byBridge map[string]*agentView) *NodeTrace {
 					s.Action = string(r.Action)
 				}
 			}
-			if role == pipeline.RoleIsolation {
+			switch role {
+			case pipeline.RoleIsolation:
 				s.Action = "Deny (isolation)"
+			case pipeline.RoleOverflow:
+				s.Action = "Deny (a policy of this pod did not fit in the table: fail closed)"
 			}
 		}
 		t.Steps = append(t.Steps, s)
@@ -480,7 +516,7 @@ func readTrace(out string, byBridge map[string]*agentView) *NodeTrace {
 // denied reports whether the packet hit a Deny rule or an isolation drop.
 func denied(steps []TraceStep) bool {
 	for _, st := range steps {
-		if st.Role == pipeline.RoleIsolation.String() || (st.Role == pipeline.RoleAction.String() && st.Action == string(model.ActionDeny)) {
+		if st.Role == pipeline.RoleIsolation.String() || st.Role == pipeline.RoleOverflow.String() || (st.Role == pipeline.RoleAction.String() && st.Action == string(model.ActionDeny)) {
 			return true
 		}
 	}

@@ -54,12 +54,23 @@ type Agent struct {
 	CNI CNI `json:"cni"`
 
 	// Kubeconfig is empty in a pod: the in-cluster configuration (the
-	// agent's service account) is used. Only the noEncap and encap node
-	// networks (they watch Nodes) and the metrics port's authorization
-	// talk to the API server.
-	Kubeconfig string `json:"kubeconfig" flag:"kubeconfig" usage:"kubeconfig file for watching Nodes (nodeNetwork.mode noEncap or encap) and authorizing /metrics on a non-loopback metricsAddress; empty uses the in-cluster service account"`
+	// agent's service account) is used. The noEncap and encap node
+	// networks (Nodes), the Service proxy (Services, EndpointSlices,
+	// Nodes) and the metrics port's authorization talk to the API server;
+	// nothing else of the agent does.
+	Kubeconfig string `json:"kubeconfig" flag:"kubeconfig" usage:"kubeconfig file for watching Nodes (nodeNetwork.mode noEncap or encap) and Services (serviceProxy), and authorizing /metrics on a non-loopback metricsAddress; empty uses the in-cluster service account"`
 
 	NodeNetwork NodeNetwork `json:"nodeNetwork"`
+
+	ServiceProxy ServiceProxy `json:"serviceProxy"`
+}
+
+// ServiceProxy configures the agent's Service load balancing in the
+// bridge (pkg/agent/proxy): pods' connections to Services are translated
+// to an endpoint before the egress policy tiers, so policy sees the pod
+// they reach.
+type ServiceProxy struct {
+	Enabled bool `json:"enabled" flag:"service-proxy" usage:"load-balance pods' connections to Services (ClusterIP, NodePort, externalIPs, LoadBalancer IPs) in the bridge, before egress policy; watches Services, EndpointSlices and Nodes"`
 }
 
 // Node network modes: how pods reach anything that is not a pod of their
@@ -162,6 +173,10 @@ func DefaultAgent() Agent {
 			// kube-proxy's default.
 			KubeProxyMasqueradeBit: 14,
 		},
+		// Off keeps agents without API server access (tests of the
+		// dataplane alone) working; the release manifests and the test
+		// bed turn it on.
+		ServiceProxy: ServiceProxy{Enabled: false},
 	}
 }
 

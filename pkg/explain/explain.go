@@ -16,17 +16,29 @@ import (
 type Endpoint struct {
 	Pod *model.PodRef
 	IP  netip.Addr
+	// Service names a Service (a destination only; see ServiceTarget).
+	Service *model.PodRef
 }
 
 func (e Endpoint) String() string {
 	if e.Pod != nil {
 		return e.Pod.String()
 	}
+	if e.Service != nil {
+		return "service/" + e.Service.String()
+	}
 	return e.IP.String()
 }
 
-// ParseEndpoint reads NS/POD or an IP address.
+// ParseEndpoint reads NS/POD, service/NS/NAME or an IP address.
 func ParseEndpoint(s string) (Endpoint, error) {
+	if rest, ok := strings.CutPrefix(s, "service/"); ok && strings.Count(s, "/") == 2 {
+		ns, name, ok := strings.Cut(rest, "/")
+		if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+			return Endpoint{}, fmt.Errorf("%q: want service/NS/NAME", s)
+		}
+		return Endpoint{Service: &model.PodRef{Namespace: ns, Name: name}}, nil
+	}
 	if ns, name, ok := strings.Cut(s, "/"); ok {
 		if ns == "" || name == "" || strings.Contains(name, "/") {
 			return Endpoint{}, fmt.Errorf("%q: want NS/POD or an IP address", s)
@@ -46,6 +58,11 @@ type Query struct {
 	Src, Dst Endpoint
 	Protocol model.Protocol
 	Port     int32
+	// ThroughService: the connection was addressed to a Service that chose
+	// Dst. A pod reaching itself that way leaves the pod and is subject to
+	// policy (network-policy-api's hairpin rule), unlike a connection to
+	// its own address (Loopback).
+	ThroughService bool
 }
 
 // Evaluator answers queries over one snapshot and inventory. It indexes
@@ -234,6 +251,9 @@ type end struct {
 }
 
 func (e *Evaluator) resolve(ep Endpoint) (end, error) {
+	if ep.Service != nil {
+		return end{}, fmt.Errorf("%s is a Service: not an end of a connection (see ExplainService)", ep)
+	}
 	if ep.Pod != nil {
 		p := e.inv.Pod(*ep.Pod)
 		if p == nil {
@@ -292,7 +312,7 @@ func (e *Evaluator) Explain(q Query) (*Result, error) {
 		return nil, fmt.Errorf("%s to %s: %w", q.Src, q.Dst, err)
 	}
 	res := &Result{SrcIP: srcIP, DstIP: dstIP}
-	if src.pod != nil && src.pod == dst.pod {
+	if src.pod != nil && src.pod == dst.pod && !q.ThroughService {
 		// A pod's connection to its own address is routed over its own
 		// loopback: it never reaches the bridge, so no policy of any tier
 		// sees it (the Kubernetes documentation: pods cannot block

@@ -129,6 +129,13 @@ func (c *Client) Explain(ctx context.Context, src, dst, port string) (*explain.R
 	return &out, c.get(ctx, "/v1/explain", url.Values{"src": {src}, "dst": {dst}, "port": {port}}, &out)
 }
 
+// ExplainEndpoint asks /v1/explain about a connection a Service sent to
+// endpoint dst (see explain.Query.ThroughService).
+func (c *Client) ExplainEndpoint(ctx context.Context, src, dst, port string) (*explain.Result, error) {
+	var out explain.Result
+	return &out, c.get(ctx, "/v1/explain", url.Values{"src": {src}, "dst": {dst}, "port": {port}, "through-service": {"true"}}, &out)
+}
+
 // Matrix asks /v1/matrix.
 func (c *Client) Matrix(ctx context.Context, ports []string) (*MatrixResult, error) {
 	var out MatrixResult

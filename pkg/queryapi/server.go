@@ -163,6 +163,9 @@ func (h *handler) explain(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	query.Protocol, query.Port = port.Protocol, port.Port
+	// through-service=true: dst is an endpoint a Service chose (tierctl
+	// resolves Services itself), so a pod reaching itself is policed.
+	query.ThroughService = q.Get("through-service") == "true"
 	ev, excluded, err := h.evaluator()
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, err.Error())

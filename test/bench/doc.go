@@ -39,6 +39,12 @@
 //     real controller and agents (test/e2e/framework); time from a policy
 //     change's API write until an OpenFlow flow monitor on every node
 //     bridge that needs the change reports its flows.
+//   - BenchmarkServiceProxy: 10,000 Services (quick: 1,000) in a real
+//     kube-apiserver, watched and realized by the agent's Service proxy
+//     into a real bridge: first realization, flows and groups per
+//     Service, EndpointSlice change → flows acknowledged, and connection
+//     setup rate and iperf3 throughput through a ClusterIP against the
+//     pod's address in one run.
 //
 // test/bench/shapes holds the controller's benchmarks on Antrea's harness
 // (BenchmarkControllerFromInformerStart, BenchmarkInformersOnly).

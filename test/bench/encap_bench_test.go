@@ -43,7 +43,7 @@ func BenchmarkEncapThroughput(b *testing.B) {
 		seconds, rounds = 2, 1
 	}
 	c := livecluster.New(b)
-	kubeconfig := livecluster.AgentKubeconfig(b, c.Kube, c.Dir)
+	kubeconfig := c.Kube.ServiceAccountKubeconfig(b, livecluster.AgentNamespace, livecluster.AgentSA, "tierflow-agent", c.Dir)
 	nodes := []*encapNode{{name: "enc-1", ip: netip.MustParseAddr("192.168.89.1")}, {name: "enc-2", ip: netip.MustParseAddr("192.168.89.2")}}
 	for i, n := range nodes {
 		n.env = ovsenv.Start(b, ovsenv.WithOwnNetns())

@@ -53,6 +53,15 @@
 // ports, expected outcome), checked against both versions' sources; it
 // must be revisited when a suite version changes.
 //
+// TestCyclonus runs cyclonus's generated NetworkPolicy cases (package
+// test/cyclonus, TCP and UDP) on a bed of its own through Services: each
+// server pod's ClusterIP (--destination-type service-ip) and its DNS name
+// (service-name, through the bed's kube-dns). make test runs a smoke (the
+// cases tagged namespaces-by-default-label or ip-block-with-except) through
+// ClusterIPs only; make cyclonus every case through both. Through Service
+// names the smoke's first probe round took over three minutes and did not
+// match cyclonus's model (it retried) when last run: not yet passing.
+//
 // `make conformance` prints every case, a line on the SCTP cases and the
 // trace check, and ends with `N passed, M failed, K skipped`.
 //

@@ -65,6 +65,7 @@ type options struct {
 	scheduler         bool
 	crds              *CRDOptions
 	apiserverArgs     []string
+	serviceCIDRs      string
 }
 
 // Option configures Start.
@@ -91,6 +92,15 @@ func WithCRDs(opts ...CRDOptions) Option {
 	}
 }
 
+// ServiceCIDRv6 is the IPv6 service range WithDualStackServices adds.
+const ServiceCIDRv6 = "fd00:10:96::/112"
+
+// WithDualStackServices gives the cluster an IPv6 service range besides
+// ServiceCIDR, so Services can be dual-stack (spec.ipFamilyPolicy).
+func WithDualStackServices() Option {
+	return func(o *options) { o.serviceCIDRs = ServiceCIDR + "," + ServiceCIDRv6 }
+}
+
 // WithAPIServerArgs appends flags to kube-apiserver's command line.
 func WithAPIServerArgs(args ...string) Option {
 	return func(o *options) { o.apiserverArgs = append(o.apiserverArgs, args...) }
@@ -101,7 +111,7 @@ func WithAPIServerArgs(args ...string) Option {
 // Missing prerequisites fail the test.
 func Start(t testing.TB, opts ...Option) *Cluster {
 	t.Helper()
-	var o options
+	o := options{serviceCIDRs: ServiceCIDR}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -129,7 +139,7 @@ func Start(t testing.TB, opts ...Option) *Cluster {
 		t.Fatalf("kubeapi: %v", err)
 	}
 	if o.controllerManager {
-		if err := c.startControllerManager(); err != nil {
+		if err := c.startControllerManager(o.serviceCIDRs); err != nil {
 			t.Fatalf("kubeapi: %v", err)
 		}
 	}
@@ -235,7 +245,7 @@ func (c *Cluster) startAPIServer(o options) error {
 			"--service-account-key-file=" + c.pki.SAPub,
 			"--service-account-signing-key-file=" + c.pki.SAKey,
 			"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-			"--service-cluster-ip-range=" + ServiceCIDR,
+			"--service-cluster-ip-range=" + o.serviceCIDRs,
 			"--authorization-mode=Node,RBAC",
 			"--allow-privileged=true",
 			admission,
@@ -295,7 +305,7 @@ func (c *Cluster) setClients(host string) error {
 	return clientcmd.WriteToFile(*kc, c.Kubeconfig)
 }
 
-func (c *Cluster) startControllerManager() error {
+func (c *Cluster) startControllerManager(serviceCIDRs string) error {
 	_, err := c.startWithRetry("kube-controller-manager", 1, func(ports []int) (*process, error) {
 		p, err := startProcess(c.Dir, "kube-controller-manager", filepath.Join(c.BinDir, "kube-controller-manager"),
 			"--kubeconfig="+c.Kubeconfig,
@@ -308,7 +318,7 @@ func (c *Cluster) startControllerManager() error {
 			"--root-ca-file="+c.pki.CACert,
 			"--cluster-signing-cert-file="+c.pki.CACert,
 			"--cluster-signing-key-file="+c.pki.CAKey,
-			"--service-cluster-ip-range="+ServiceCIDR,
+			"--service-cluster-ip-range="+serviceCIDRs,
 			"--controllers=*",
 			"--profiling=false",
 		)

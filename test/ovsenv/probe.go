@@ -21,10 +21,12 @@ import (
 // returns, so they can be used from any goroutine. fn must not start
 // goroutines that create sockets (they would run on other threads).
 func (p *Pod) InNetns(fn func() error) error {
-	return inNetns(p.NetnsPath, fn)
+	return InNetns(p.NetnsPath, fn)
 }
 
-func inNetns(path string, fn func() error) error {
+// InNetns is Pod.InNetns for the network namespace at path (a bind mount
+// such as /run/netns/NAME).
+func InNetns(path string, fn func() error) error {
 	target, err := os.Open(path)
 	if err != nil {
 		return fmt.Errorf("open netns: %w", err)

@@ -28,6 +28,18 @@
 // kwok runs no pod stages: pod status belongs to the node runtimes alone
 // (see noderuntime), so kwok never overwrites podIP(s).
 //
+// Services: the bed runs no kube-proxy. Pods reach Services through
+// tierflow's Service proxy (the agents of test/e2e/framework run with
+// serviceProxy.enabled), so Services work on the bed only with tierflow's
+// agents on it. Start creates the cluster DNS as kubeadm does: the Service
+// kube-system/kube-dns at ClusterDNS in front of a pod kube-system/coredns
+// (k8s-app=kube-dns) on the first node, which the node runtime serves with
+// the agnhost package's DNS stand-in (NAME.NS.svc.cluster.local from the
+// API server; no image can run here); every pod's network namespace gets
+// a resolv.conf naming ClusterDNS with the cluster's search domains, which
+// `ip netns exec` (how pods' servers and exec'd commands run) mounts over
+// /etc/resolv.conf.
+//
 // `kubectl exec POD -- /agnhost connect HOST:PORT --timeout=3s
 // --protocol=tcp` works because /agnhost on the host is a symlink to
 // tierflow-podrunner (created by Start if absent, removed by its cleanup

@@ -25,6 +25,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/tierflow/tierflow/pkg/ovs/ovsdb"
 	"github.com/tierflow/tierflow/test/kubeapi"
@@ -159,8 +160,13 @@ func Start(tb testing.TB, opts Options) *Testbed {
 	if opts.Encap {
 		preferred = "--kubelet-preferred-address-types=ExternalIP,InternalIP"
 	}
-	tbed.Cluster = kubeapi.Start(tb, kubeapi.WithControllerManager(), kubeapi.WithScheduler(), kubeapi.WithCRDs(),
-		kubeapi.WithAPIServerArgs(preferred))
+	kopts := []kubeapi.Option{kubeapi.WithControllerManager(), kubeapi.WithScheduler(), kubeapi.WithCRDs(),
+		kubeapi.WithAPIServerArgs(preferred)}
+	if opts.IPv6 {
+		// Dual-stack pods, dual-stack Services.
+		kopts = append(kopts, kubeapi.WithDualStackServices())
+	}
+	tbed.Cluster = kubeapi.Start(tb, kopts...)
 	tbed.Cluster.Kubectl(tb, "apply", "-f", filepath.Join(kwokModule, "kustomize", "crd", "bases", "kwok.x-k8s.io_execs.yaml"))
 
 	if opts.Encap {
@@ -221,7 +227,44 @@ func Start(tb testing.TB, opts Options) *Testbed {
 	if err := tbed.waitNodesReady(90 * time.Second); err != nil {
 		tb.Fatalf("testbed: %v\nkwok log: %s", err, tbed.kwok.logTail(20))
 	}
+	if err := tbed.startClusterDNS(); err != nil {
+		tb.Fatalf("testbed: cluster DNS: %v", err)
+	}
 	return tbed
+}
+
+// ClusterDNS is the cluster DNS Service's address (kube-system/kube-dns),
+// in every pod's resolv.conf.
+const ClusterDNS = "10.96.0.10"
+
+// startClusterDNS creates the cluster DNS as a kubeadm cluster has it: the
+// Service kube-system/kube-dns at ClusterDNS (UDP and TCP 53) in front of
+// a CoreDNS pod (k8s-app=kube-dns) on the first node, which the node
+// runtime serves with the agnhost package's DNS stand-in (Service names,
+// from the API server). Pods reach it through the pod network like any
+// Service, so DNS works on the bed only where a Service implementation
+// (tierflow's proxy) does.
+func (t *Testbed) startClusterDNS() error {
+	ctx := context.Background()
+	kube := t.Cluster.Kube
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "coredns", Namespace: metav1.NamespaceSystem, Labels: map[string]string{"k8s-app": "kube-dns"}},
+		Spec: corev1.PodSpec{NodeName: t.Nodes[0].Name, Containers: []corev1.Container{{
+			Name: "coredns", Image: "registry.k8s.io/coredns/coredns:v1.11.3", Args: []string{"-conf", "/etc/coredns/Corefile"},
+			Ports: []corev1.ContainerPort{{Name: "dns", ContainerPort: 53, Protocol: corev1.ProtocolUDP}, {Name: "dns-tcp", ContainerPort: 53, Protocol: corev1.ProtocolTCP}},
+		}}},
+	}
+	if _, err := kube.CoreV1().Pods(metav1.NamespaceSystem).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "kube-dns", Namespace: metav1.NamespaceSystem, Labels: map[string]string{"k8s-app": "kube-dns"}},
+		Spec: corev1.ServiceSpec{ClusterIP: ClusterDNS, Selector: map[string]string{"k8s-app": "kube-dns"}, Ports: []corev1.ServicePort{
+			{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP, TargetPort: intstr.FromString("dns")},
+			{Name: "dns-tcp", Port: 53, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromString("dns-tcp")}}},
+	}
+	_, err := kube.CoreV1().Services(metav1.NamespaceSystem).Create(ctx, svc, metav1.CreateOptions{})
+	return err
 }
 
 // buildBinaries builds the test bed's own commands and the host-local IPAM
@@ -523,6 +566,7 @@ func (t *Testbed) startNode(n *Node, conf []byte) error {
 		"--cni-bin-dir=" + t.BinDir,
 		"--cni-config=" + n.CNIConfig,
 		"--state-dir=" + filepath.Join(n.StateDir, "pods"),
+		"--cluster-dns=" + ClusterDNS,
 	}
 	if n.OVS.Netns() != "" {
 		args = append(args, "--node-netns="+n.OVS.Netns())

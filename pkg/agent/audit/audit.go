@@ -41,9 +41,13 @@ type Report struct {
 	OK       bool          `json:"ok"`
 	Policies []PolicyCheck `json:"policies"`
 	// FlowsInstalled is how many flows the agent installed, FlowsInBridge
-	// how many the bridge holds (the sentinel aside).
+	// how many the bridge holds (the sentinel and learned flows aside).
 	FlowsInstalled int `json:"flowsInstalled"`
 	FlowsInBridge  int `json:"flowsInBridge"`
+	// LearnedFlows is how many flows the bridge learned itself: the
+	// Service proxy's session affinity (cookie role affinity), neither
+	// installed by the agent nor extra.
+	LearnedFlows int `json:"learnedFlows"`
 	// MissingFlows are installed flows the bridge does not hold, ExtraFlows
 	// flows the bridge holds that the agent did not install (as cookie,
 	// table and priority: what OpenFlow statistics identify a flow by).
@@ -142,6 +146,10 @@ func Check(in Input) (*Report, error) {
 	rep.FlowsInstalled = len(in.Installed.Flows)
 	inBridge := map[flowKey]int{}
 	for _, f := range in.BridgeFlows {
+		if _, role, _ := pipeline.DecodeCookie(f.Cookie); role == pipeline.RoleAffinity {
+			rep.LearnedFlows++
+			continue
+		}
 		inBridge[flowKey{f.Cookie, f.Table, f.Priority}]++
 	}
 	// The OpenFlow client's sentinel flow is installed outside the

@@ -78,7 +78,8 @@ func TestMatchesNothing(t *testing.T) {
 // TestCheck: flows the agent installed but the bridge lacks, flows the
 // bridge holds that the agent did not install, a rule without action flows
 // that needs some, and a policy the agent does not hold are problems; the
-// OpenFlow client's sentinel is expected once.
+// OpenFlow client's sentinel is expected once, and flows the bridge
+// learned (Service session affinity) are counted apart.
 func TestCheck(t *testing.T) {
 	pod := model.PodRef{Namespace: "ns", Name: "a"}
 	deny := model.Rule{Direction: model.DirectionOut, Index: 0, Action: model.ActionDeny, Peer: model.Peer{IPBlocks: []model.IPBlock{{CIDR: netip.MustParsePrefix("10.9.0.0/16")}}}}
@@ -96,20 +97,22 @@ func TestCheck(t *testing.T) {
 			Direction: model.DirectionOut, Action: model.ActionDeny}}}},
 		Installed: &agentquery.Flows{Round: 3, Flows: []agentquery.Flow{
 			{TableID: 0, Priority: 0, Cookie: fmt.Sprintf("%#x", static)},
-			{TableID: 4, Priority: 32500, Cookie: fmt.Sprintf("%#x", action)},
+			{TableID: pipeline.EgressAdmin.ID(), Priority: 32500, Cookie: fmt.Sprintf("%#x", action)},
 		}},
 		Pods: &agentquery.Pods{Pods: []agentquery.Pod{{Namespace: "ns", Name: "a", OFPort: 3, MAC: "02:00:00:00:00:03", IPs: []netip.Addr{netip.MustParseAddr("10.0.1.3")}}}},
 		BridgeFlows: []ovsctl.DumpedFlow{
 			{Cookie: static, Table: 0, Priority: 0},
-			{Cookie: static, Table: 9, Priority: 0},
+			{Cookie: static, Table: pipeline.Forwarding.ID(), Priority: 0},
 			{Cookie: openflow.SentinelCookie, Table: 253},
+			// Learned by the bridge (Service session affinity).
+			{Cookie: pipeline.Cookie(3, pipeline.RoleAffinity, 7), Table: pipeline.ServiceAffinity.ID(), Priority: 100},
 		},
 	}
 	rep, err := Check(in)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.OK || !rep.Sentinel || rep.FlowsInstalled != 2 || rep.FlowsInBridge != 2 {
+	if rep.OK || !rep.Sentinel || rep.FlowsInstalled != 2 || rep.FlowsInBridge != 2 || rep.LearnedFlows != 1 {
 		t.Errorf("report %+v", rep)
 	}
 	if len(rep.MissingFlows) != 1 || rep.MissingFlows[0].Rule != "AdminNetworkPolicy/deny egress[0]" || len(rep.ExtraFlows) != 1 || rep.ExtraFlows[0].Table != "Forwarding" {

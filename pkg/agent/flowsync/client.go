@@ -28,8 +28,11 @@ func (c Client) Apply(ctx context.Context, b Bundle) error {
 	for _, cm := range b.DeleteCookies {
 		changes = append(changes, openflow.FlowChange{Command: openflow.Delete, Flow: openflow.Flow{Cookie: cm.Value}, CookieMask: cm.Mask, AllTables: true})
 	}
-	return c.C.Apply(ctx, changes)
+	return c.C.ApplyChanges(ctx, openflow.Changes{Groups: b.Groups, Flows: changes})
 }
+
+// GroupIDs implements GroupLister.
+func (c Client) GroupIDs(ctx context.Context) ([]uint32, error) { return c.C.GroupIDs(ctx) }
 
 // Stats implements Installer.
 func (c Client) Stats(ctx context.Context) ([]FlowStat, error) {

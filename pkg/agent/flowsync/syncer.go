@@ -27,11 +27,14 @@ type Bundle struct {
 	Delete []openflow.Flow
 	// DeleteCookies removes every flow whose cookie matches, in all tables.
 	DeleteCookies []CookieMask
+	// Groups are added or modified before the flow changes and deleted
+	// after them, in the same bundle (see openflow.Changes).
+	Groups []openflow.GroupChange
 }
 
 // Empty says whether the bundle changes nothing.
 func (b Bundle) Empty() bool {
-	return len(b.Add)+len(b.Modify)+len(b.Delete)+len(b.DeleteCookies) == 0
+	return len(b.Add)+len(b.Modify)+len(b.Delete)+len(b.DeleteCookies)+len(b.Groups) == 0
 }
 
 // FlowStat is one installed flow's identity and counters.
@@ -51,11 +54,31 @@ type Installer interface {
 	Stats(ctx context.Context) ([]FlowStat, error)
 }
 
+// GroupLister is an Installer that can list the bridge's groups, so that a
+// start-up adoption deletes the groups of an earlier run nobody wants.
+type GroupLister interface {
+	GroupIDs(ctx context.Context) ([]uint32, error)
+}
+
 // Syncer reconciles one bridge. It is not safe for concurrent use.
+//
+// The desired flows come in parts that change independently (the policy
+// pipeline, the Service proxy's flows and groups): each part is diffed
+// only against what it installed itself, so an update of one part costs
+// nothing for the others. Parts must not share a flow (table, priority and
+// match); a flow another part installed is an error.
 type Syncer struct {
 	inst Installer
-	// installed is what the syncer believes the bridge holds of its flows.
+	// installed is what the syncer believes the bridge holds of the
+	// default part's flows (Sync, Adopt).
 	installed installedSet
+	parts     map[string]*part
+}
+
+// part is a named part's installed flows and groups.
+type part struct {
+	flows  installedSet
+	groups map[uint32]openflow.Group
 }
 
 // installedSet is a set of flows by key: the flows themselves (the
@@ -77,11 +100,17 @@ func (s installedSet) get(key string) (*openflow.Flow, bool) {
 
 // NewSyncer returns a syncer that believes the bridge holds none of its flows.
 func NewSyncer(inst Installer) *Syncer {
-	return &Syncer{inst: inst}
+	return &Syncer{inst: inst, parts: map[string]*part{}}
 }
 
 // Installed is the number of flows the syncer believes it installed.
-func (s *Syncer) Installed() int { return len(s.installed.index) }
+func (s *Syncer) Installed() int {
+	n := len(s.installed.index)
+	for _, p := range s.parts {
+		n += len(p.flows.index)
+	}
+	return n
+}
 
 // Diff computes the bundle that turns the installed flows into desired.
 func (s *Syncer) Diff(desired []openflow.Flow) (Bundle, error) {
@@ -93,6 +122,12 @@ func (s *Syncer) Diff(desired []openflow.Flow) (Bundle, error) {
 // desired[i]; nil computes them). It also returns desired as the set the
 // bridge holds once the bundle is applied.
 func (s *Syncer) diffKeyed(desired []openflow.Flow, keys []string) (Bundle, installedSet, error) {
+	return s.diff(s.installed, "", desired, keys)
+}
+
+// diff computes the bundle that turns installed (part name's; "" is the
+// default part) into desired.
+func (s *Syncer) diff(installed installedSet, name string, desired []openflow.Flow, keys []string) (Bundle, installedSet, error) {
 	if keys != nil && len(keys) != len(desired) {
 		return Bundle{}, installedSet{}, fmt.Errorf("%d keys for %d flows", len(keys), len(desired))
 	}
@@ -113,26 +148,119 @@ func (s *Syncer) diffKeyed(desired []openflow.Flow, keys []string) (Bundle, inst
 			return Bundle{}, installedSet{}, fmt.Errorf("two desired flows with the same table, priority and match: %s", k)
 		}
 		want.index[k] = int32(i)
-		old, ok := s.installed.get(k)
+		old, ok := installed.get(k)
 		switch {
 		case !ok || old.Cookie != f.Cookie:
+			if !ok {
+				if other := s.ownerOf(k, name); other != nil {
+					return Bundle{}, installedSet{}, fmt.Errorf("flow %s is part %q's and part %q's", k, *other, name)
+				}
+			}
 			b.Add = append(b.Add, *f)
 		case !actionsEqual(old.Actions, f.Actions):
 			b.Modify = append(b.Modify, *f)
 		}
 	}
 	var gone []string
-	for k := range s.installed.index {
+	for k := range installed.index {
 		if _, ok := want.index[k]; !ok {
 			gone = append(gone, k)
 		}
 	}
 	sort.Strings(gone)
 	for _, k := range gone {
-		f, _ := s.installed.get(k)
+		f, _ := installed.get(k)
 		b.Delete = append(b.Delete, *f)
 	}
 	return b, want, nil
+}
+
+// ownerOf names the part other than name that installed key, if any.
+func (s *Syncer) ownerOf(key, name string) *string {
+	if name != "" {
+		if _, ok := s.installed.index[key]; ok {
+			owner := ""
+			return &owner
+		}
+	}
+	for n, p := range s.parts {
+		if n == name {
+			continue
+		}
+		if _, ok := p.flows.index[key]; ok {
+			return &n
+		}
+	}
+	return nil
+}
+
+// SyncPart makes the bridge hold exactly desired as the flows of part
+// name (not "", the default part of Sync), and exactly groups as its
+// groups, in one bundle that also carries extra (e.g. deletions of flows
+// the switch learned). On error the bridge and the syncer's view are
+// unchanged. The syncer keeps desired as its view of the bridge: callers
+// must not modify it afterwards.
+func (s *Syncer) SyncPart(ctx context.Context, name string, desired []openflow.Flow, keys []string, groups []openflow.Group, extra Bundle) (Bundle, error) {
+	if name == "" {
+		return Bundle{}, fmt.Errorf("flowsync: a part needs a name")
+	}
+	p := s.parts[name]
+	if p == nil {
+		p = &part{groups: map[uint32]openflow.Group{}}
+	}
+	b, want, err := s.diff(p.flows, name, desired, keys)
+	if err != nil {
+		return b, err
+	}
+	wantGroups, gchanges, err := s.diffGroups(p.groups, name, groups)
+	if err != nil {
+		return b, err
+	}
+	b.Groups = gchanges
+	b.Add = append(b.Add, extra.Add...)
+	b.Modify = append(b.Modify, extra.Modify...)
+	b.Delete = append(b.Delete, extra.Delete...)
+	b.DeleteCookies = append(b.DeleteCookies, extra.DeleteCookies...)
+	b.Groups = append(b.Groups, extra.Groups...)
+	if !b.Empty() {
+		if err := s.inst.Apply(ctx, b); err != nil {
+			return b, err
+		}
+	}
+	s.parts[name] = &part{flows: want, groups: wantGroups}
+	return b, nil
+}
+
+// diffGroups returns part name's new groups and the changes from
+// installed to them.
+func (s *Syncer) diffGroups(installed map[uint32]openflow.Group, name string, groups []openflow.Group) (map[uint32]openflow.Group, []openflow.GroupChange, error) {
+	want := make(map[uint32]openflow.Group, len(groups))
+	var out []openflow.GroupChange
+	for _, g := range groups {
+		if _, dup := want[g.ID]; dup {
+			return nil, nil, fmt.Errorf("two desired groups with ID %d", g.ID)
+		}
+		for n, p := range s.parts {
+			if _, ok := p.groups[g.ID]; ok && n != name {
+				return nil, nil, fmt.Errorf("group %d is part %q's and part %q's", g.ID, n, name)
+			}
+		}
+		want[g.ID] = g
+		if old, ok := installed[g.ID]; !ok || !reflect.DeepEqual(old, g) {
+			out = append(out, openflow.GroupChange{Command: openflow.GroupAddOrModify, Group: g})
+		}
+	}
+	var gone []uint32
+	for id := range installed {
+		if _, ok := want[id]; !ok {
+			gone = append(gone, id)
+		}
+	}
+	sort.Slice(gone, func(i, j int) bool { return gone[i] < gone[j] })
+	for _, id := range gone {
+		out = append(out, openflow.GroupChange{Command: openflow.GroupDelete, Group: openflow.Group{ID: id}})
+	}
+	return want, out, nil
 }
 
 // Sync makes the bridge hold exactly desired (as far as the syncer's own
@@ -162,9 +290,11 @@ func (s *Syncer) SyncKeyed(ctx context.Context, desired []openflow.Flow, keys []
 
 // Adopt is the start-up sync of a restarted agent whose flows of earlier
 // rounds may still be installed: one bundle adds every desired flow (same
-// table, priority and match replace the old flow in place) and deletes the
-// flows of every round other than round, so established connections see no
-// gap.
+// table, priority and match replace the old flow in place), and every flow
+// and group of the other parts again, and deletes the flows of every round
+// other than round and (with a GroupLister) the groups no part has, so
+// established connections see no gap. It is also how everything is
+// installed again after the bridge lost its flows.
 func (s *Syncer) Adopt(ctx context.Context, desired []openflow.Flow, round uint8) (Bundle, error) {
 	return s.AdoptKeyed(ctx, desired, nil, round)
 }
@@ -194,6 +324,47 @@ func (s *Syncer) AdoptKeyed(ctx context.Context, desired []openflow.Flow, keys [
 	for _, r := range rounds {
 		b.DeleteCookies = append(b.DeleteCookies, CookieMask{Value: pipeline.Cookie(uint8(r), 0, 0), Mask: pipeline.CookieRoundMask})
 	}
+	names := make([]string, 0, len(s.parts))
+	for n := range s.parts {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	owned := map[uint32]bool{}
+	for _, n := range names {
+		p := s.parts[n]
+		keys := make([]string, 0, len(p.flows.index))
+		for k := range p.flows.index {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			if _, dup := want.index[k]; dup {
+				return Bundle{}, fmt.Errorf("flow %s is part %q's and the default part's", k, n)
+			}
+			f, _ := p.flows.get(k)
+			b.Add = append(b.Add, *f)
+		}
+		ids := make([]uint32, 0, len(p.groups))
+		for id := range p.groups {
+			ids = append(ids, id)
+		}
+		sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+		for _, id := range ids {
+			owned[id] = true
+			b.Groups = append(b.Groups, openflow.GroupChange{Command: openflow.GroupAddOrModify, Group: p.groups[id]})
+		}
+	}
+	if gl, ok := s.inst.(GroupLister); ok {
+		ids, err := gl.GroupIDs(ctx)
+		if err != nil {
+			return Bundle{}, err
+		}
+		for _, id := range ids {
+			if !owned[id] {
+				b.Groups = append(b.Groups, openflow.GroupChange{Command: openflow.GroupDelete, Group: openflow.Group{ID: id}})
+			}
+		}
+	}
 	if err := s.inst.Apply(ctx, b); err != nil {
 		return b, err
 	}
@@ -201,8 +372,10 @@ func (s *Syncer) AdoptKeyed(ctx context.Context, desired []openflow.Flow, keys [
 	return b, nil
 }
 
-// Forget makes the syncer believe nothing is installed, so the next Sync
-// re-adds every flow: after ovs-vswitchd restarted or the flows were wiped.
+// Forget makes the syncer believe nothing of the default part is
+// installed, so the next Sync re-adds every flow of it: after
+// ovs-vswitchd restarted or the flows were wiped (Adopt re-adds the other
+// parts).
 func (s *Syncer) Forget() { s.installed = installedSet{} }
 
 // NextRound picks the cookie round for a starting agent: one past the

@@ -23,6 +23,7 @@ var (
 	rulePackets  = prometheus.NewDesc("tierflow_rule_packets_total", "Packets a policy rule decided (allowed, denied or passed), from OpenFlow flow statistics.", ruleLabels, nil)
 	ruleBytes    = prometheus.NewDesc("tierflow_rule_bytes_total", "Bytes of the packets a policy rule decided, from OpenFlow flow statistics.", ruleLabels, nil)
 	isoPackets   = prometheus.NewDesc("tierflow_isolation_dropped_packets_total", "Packets dropped because a NetworkPolicy isolates the pod and no rule allowed them.", []string{"direction"}, nil)
+	overPackets  = prometheus.NewDesc("tierflow_overflow_dropped_packets_total", "Packets of the applied-to pods of policies left out of a full Admin or Baseline table (more rules than priorities) dropped instead of being judged by them (fail closed).", []string{"direction", "table"}, nil)
 	flowsPerTbl  = prometheus.NewDesc("tierflow_flows", "Installed flows per pipeline table.", []string{"table"}, nil)
 	scrapeErrors = prometheus.NewDesc("tierflow_flow_stats_errors", "1 when the last scrape could not read flow statistics.", nil, nil)
 )
@@ -38,7 +39,7 @@ func NewCollector(src Source) *Collector { return &Collector{src: src, timeout: 
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{rulePackets, ruleBytes, isoPackets, flowsPerTbl, scrapeErrors} {
+	for _, d := range []*prometheus.Desc{rulePackets, ruleBytes, isoPackets, overPackets, flowsPerTbl, scrapeErrors} {
 		ch <- d
 	}
 }
@@ -57,6 +58,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	type sum struct{ packets, bytes uint64 }
 	perRule := map[uint32]*sum{}
 	iso := map[string]uint64{"In": 0, "Out": 0}
+	over := map[pipeline.Table]uint64{}
 	perTable := map[string]int{}
 	for _, st := range stats {
 		perTable[pipeline.Table(st.Table).String()]++
@@ -79,7 +81,16 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			} else {
 				iso["In"] += st.Packets
 			}
+		case pipeline.RoleOverflow:
+			over[pipeline.Table(st.Table)] += st.Packets
 		}
+	}
+	for tb, v := range over {
+		dir := "In"
+		if tb == pipeline.EgressAdmin || tb == pipeline.EgressBaseline {
+			dir = "Out"
+		}
+		ch <- prometheus.MustNewConstMetric(overPackets, prometheus.CounterValue, float64(v), dir, tb.String())
 	}
 	for id, s := range perRule {
 		ri := rules[id]

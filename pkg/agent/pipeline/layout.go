@@ -2,19 +2,72 @@ package pipeline
 
 import (
 	"fmt"
+	"net"
+	"net/netip"
 
 	"github.com/tierflow/tierflow/pkg/ovs/openflow"
 )
 
 // Registers. reg0 carries per-packet flags, reg1 the output port chosen by
 // Forwarding, reg2/reg3 the IDs of the rules that allowed the packet in each
-// direction (copied into ct_label on commit).
+// direction (copied into ct_label on commit), reg6 the Service tables'
+// flags and reg7 the Service endpoint chosen for a new connection.
 const (
 	RegFlags      = 0
 	RegOutPort    = 1
 	RegEgressRule = 2
 	RegIngrRule   = 3
+	RegService    = 6
+	RegEndpoint   = 7
 )
+
+// reg6 (RegService) bits.
+const (
+	// ServiceToNode: the packet is for a node address (ServiceNodePort),
+	// where NodePort frontends listen.
+	ServiceToNode = 1 << 0
+	// ServiceChosen: a Service's group chose the endpoint in reg7 (a
+	// frontend with session affinity learns it).
+	ServiceChosen = 1 << 1
+	// ServiceAffine: a learned affinity flow chose the endpoint in reg7.
+	ServiceAffine = 1 << 2
+	// ServiceNDReply: a neighbour solicitation is being turned into its
+	// advertisement (the second step sets the target link-layer address).
+	ServiceNDReply = 1 << 3
+)
+
+// MatchService matches reg6 bits.
+func MatchService(bits uint32) openflow.Masked { return openflow.Masked{Value: bits, Mask: bits} }
+
+// LoadService sets one reg6 bit.
+func LoadService(bit uint32) openflow.LoadReg {
+	n := 0
+	for bit>>n != 1 {
+		n++
+	}
+	return openflow.LoadReg{Reg: RegService, Start: n, End: n, Value: 1}
+}
+
+// ServiceMAC is the Ethernet address the bridge answers ARP and neighbour
+// solicitations for Service and hairpin addresses with, and gives packets
+// it load-balanced to another node's pod in uplink mode (a locally
+// administered address no interface has: the fabric floods it to every
+// node, and the node of the endpoint delivers it).
+var ServiceMAC = net.HardwareAddr{0x0a, 0x74, 0x66, 0x00, 0x00, 0x01}
+
+// HairpinIPv4 and HairpinIPv6 are the source addresses a pod sees on a
+// connection it made to itself through a Service (hairpin): its own
+// address as source would be dropped by its kernel as a martian.
+var (
+	HairpinIPv4 = netip.MustParseAddr("169.254.0.253")
+	HairpinIPv6 = netip.MustParseAddr("fd74:6966::fd")
+)
+
+// HairpinZone is the conntrack zone of hairpin source NAT: a zone of its
+// own, apart from the node's zone (the connection's destination NAT and
+// its policy state), derived from it so that nodes sharing a datapath get
+// different ones.
+func HairpinZone(zone uint16) uint16 { return zone ^ 0x8000 }
 
 // reg0 bit fields.
 const (
@@ -138,6 +191,20 @@ const (
 	RoleIsolation Role = 5
 	// RoleDefault flows are a table's fall-through.
 	RoleDefault Role = 6
+	// RoleOverflow flows deny, at OverflowPriority in an Admin or
+	// Baseline table, what reaches them from the applied-to pods of the
+	// policies left out of that table because its rule priorities ran
+	// out (fail closed; see policyflows).
+	RoleOverflow Role = 7
+	// RoleService flows are a Service's frontends, node addresses and
+	// responders (package proxy); the ID is the frontend's.
+	RoleService Role = 8
+	// RoleEndpoint flows translate a new connection to one endpoint of a
+	// Service (ServiceDNAT); the ID is the endpoint's.
+	RoleEndpoint Role = 9
+	// RoleAffinity flows are learned from connections to frontends with
+	// session affinity (ServiceAffinity); the ID is the endpoint's.
+	RoleAffinity Role = 10
 )
 
 func (r Role) String() string {
@@ -156,6 +223,14 @@ func (r Role) String() string {
 		return "isolation"
 	case RoleDefault:
 		return "default"
+	case RoleOverflow:
+		return "overflow"
+	case RoleService:
+		return "service"
+	case RoleEndpoint:
+		return "endpoint"
+	case RoleAffinity:
+		return "affinity"
 	}
 	return fmt.Sprintf("role%d", uint8(r))
 }
@@ -179,9 +254,15 @@ const (
 	PriorityLow     uint16 = 100
 	PriorityDefault uint16 = 0
 	// RulePriorityMin and RulePriorityMax bound the rule flows of the Admin
-	// and Baseline tables: 63001 distinct priorities.
+	// and Baseline tables: 63001 distinct priorities, so at most
+	// RuleCapacity rules per table on one node.
 	RulePriorityMin uint16 = 1000
 	RulePriorityMax uint16 = 64000
+	RuleCapacity           = int(RulePriorityMax-RulePriorityMin) + 1
+	// OverflowPriority is below every rule of an Admin or Baseline table:
+	// the RoleOverflow denies of policies left out of a full table sit
+	// under the rules of every policy that precedes them.
+	OverflowPriority uint16 = RulePriorityMin - 1
 	// NetworkPolicyRulePriority is shared by every NetworkPolicy rule: they
 	// are all allows, so their order does not matter, and sharing one
 	// priority lets rules share clause flows.

@@ -21,12 +21,13 @@ func u8(v uint8) *uint8 { return &v }
 
 // ctState values (ovs-fields(7)).
 const (
-	ctNew = 0x01
-	ctEst = 0x02
-	ctRel = 0x04
-	ctRpl = 0x08
-	ctInv = 0x10
-	ctTrk = 0x20
+	ctNew  = 0x01
+	ctEst  = 0x02
+	ctRel  = 0x04
+	ctRpl  = 0x08
+	ctInv  = 0x10
+	ctTrk  = 0x20
+	ctDNAT = 0x80
 )
 
 func ctState(value, mask uint32) *openflow.Masked { return &openflow.Masked{Value: value, Mask: mask} }
@@ -51,6 +52,7 @@ var linkLocal = netip.MustParsePrefix("fe80::/10")
 // cookie.
 type staticFlows struct {
 	cookie uint64
+	zone   uint16
 	out    []openflow.Flow
 }
 
@@ -65,7 +67,7 @@ func (s *staticFlows) add(t Table, prio uint16, m openflow.Match, acts ...openfl
 // With synced false no port is classified, so nothing passes: the state
 // before the first full policy sync.
 func StaticFlows(cfg Config, pods []LocalPod, synced bool, round uint8) []openflow.Flow {
-	s := &staticFlows{cookie: Cookie(round, RolePipeline, 0)}
+	s := &staticFlows{cookie: Cookie(round, RolePipeline, 0), zone: cfg.CtZone}
 	pods = append([]LocalPod(nil), pods...)
 	sort.Slice(pods, func(i, j int) bool { return pods[i].OFPort < pods[j].OFPort })
 
@@ -79,6 +81,7 @@ func StaticFlows(cfg Config, pods []LocalPod, synced bool, round uint8) []openfl
 		s.pod(p, synced)
 	}
 	s.conntrack(cfg.CtZone)
+	s.services()
 	s.policyBypass()
 	s.commit(cfg.CtZone)
 	if cfg.UplinkPort != 0 {
@@ -128,18 +131,26 @@ func (s *staticFlows) pod(p LocalPod, synced bool) {
 	}
 
 	// Forwarding: by destination address (ARP by target address,
-	// neighbour solicitations by ND target).
+	// neighbour solicitations by ND target). IP packets get the pod's MAC
+	// as destination: one a Service load-balanced was sent to another
+	// address (the Service's, a node's, the gateway's).
 	to := []openflow.Action{toPort(p.OFPort), LoadDst(DstLocalPod), goTo(IngressAdmin)}
+	toIP := append([]openflow.Action{openflow.SetEthDst{MAC: p.MAC}}, to...)
 	for _, ip := range p.IPs {
 		if ip.Is4() {
 			s.add(Forwarding, PriorityNormal, openflow.Match{EthType: ethARP, ArpTpa: ip}, to...)
-			s.add(Forwarding, PriorityNormal, openflow.Match{EthType: ethIPv4, IPDst: netip.PrefixFrom(ip, 32)}, to...)
+			s.add(Forwarding, PriorityNormal, openflow.Match{EthType: ethIPv4, IPDst: netip.PrefixFrom(ip, 32)}, toIP...)
 		} else {
 			s.add(Forwarding, PriorityHigh, openflow.Match{EthType: ethIPv6, IPProto: protoICMPv6, ICMPType: u8(icmp6NS), ICMPCode: u8(0), NDTarget: netip.PrefixFrom(ip, 128)}, to...)
-			s.add(Forwarding, PriorityNormal, openflow.Match{EthType: ethIPv6, IPDst: netip.PrefixFrom(ip, 128)}, to...)
+			s.add(Forwarding, PriorityNormal, openflow.Match{EthType: ethIPv6, IPDst: netip.PrefixFrom(ip, 128)}, toIP...)
 		}
 	}
+	s.hairpin(p)
 	s.output(p.OFPort)
+	// A pod's connection to itself through a Service leaves by the port
+	// it came in on, which OpenFlow outputs to only as IN_PORT.
+	s.add(Output, PriorityHigh, openflow.Match{InPort: p.OFPort, Regs: map[int]openflow.Masked{RegOutPort: {Value: p.OFPort, Mask: 0xffffffff}}},
+		openflow.Output{Port: openflow.PortInPort})
 }
 
 // neighbourDiscovery guards an IPv6 pod's ND: a solicitation may come from
@@ -189,14 +200,29 @@ func (s *staticFlows) trusted(kind uint32) {
 }
 
 // conntrack adds Conntrack and ConntrackState: IP packets are tracked in
-// zone; invalid ones drop; replies and related packets of a connection
-// pass without policy unless a policy blocked it; original-direction
-// packets (new and established) are evaluated by the policy tables, so a
-// connection policy stops allowing is cut at its next packet.
+// zone, with the translation their connection has (a Service's
+// destination NAT, un-done on replies); invalid ones drop; replies and
+// related packets of a connection pass without policy unless a policy
+// blocked it; new connections from local pods go through the Service
+// tables; original-direction packets (new and established) are evaluated
+// by the policy tables, so a connection policy stops allowing is cut at
+// its next packet.
+//
+// A reply to a hairpin address is first un-SNATed in the hairpin zone
+// (and tracked again from Conntrack, now as the reply of its connection
+// in zone): see HairpinSNAT.
 func (s *staticFlows) conntrack(zone uint16) {
-	ctTable := ConntrackState.ID()
+	ctTable, again := ConntrackState.ID(), Conntrack.ID()
 	for _, et := range []uint16{ethIPv4, ethIPv6} {
-		s.add(Conntrack, PriorityNormal, openflow.Match{EthType: et}, openflow.CT{Zone: zone, Table: &ctTable})
+		s.add(Conntrack, PriorityNormal, openflow.Match{EthType: et}, openflow.CT{Zone: zone, Table: &ctTable, NAT: &openflow.NAT{}})
+	}
+	for _, hp := range []netip.Addr{HairpinIPv4, HairpinIPv6} {
+		et, bits := uint16(ethIPv4), 32
+		if hp.Is6() {
+			et, bits = ethIPv6, 128
+		}
+		s.add(Conntrack, PriorityHigh, openflow.Match{EthType: et, IPDst: netip.PrefixFrom(hp, bits), CtState: ctState(0, ctTrk)},
+			openflow.CT{Zone: HairpinZone(zone), Table: &again, NAT: &openflow.NAT{}})
 	}
 	blocked := &openflow.Masked{Value: CtMarkBlocked, Mask: CtMarkBlocked}
 	s.add(ConntrackState, PriorityHigh, openflow.Match{CtState: ctState(ctInv|ctTrk, ctInv|ctTrk)})
@@ -204,7 +230,102 @@ func (s *staticFlows) conntrack(zone uint16) {
 	s.add(ConntrackState, PriorityNormal+10, openflow.Match{CtState: ctState(ctRel|ctTrk, ctRel|ctTrk), CtMark: blocked})
 	s.add(ConntrackState, PriorityNormal, openflow.Match{CtState: ctState(ctRpl|ctTrk, ctRpl|ctTrk)}, LoadBypass(), goTo(Forwarding))
 	s.add(ConntrackState, PriorityNormal, openflow.Match{CtState: ctState(ctRel|ctTrk, ctRel|ctTrk)}, LoadBypass(), goTo(Forwarding))
+	// A local pod's new connection: mark node addresses, look up a
+	// learned affinity, then balance (ServiceLB goes on to the policy
+	// tables).
+	s.add(ConntrackState, PriorityLow+10, openflow.Match{Regs: flags(MatchSrc(SrcLocalPod)), CtState: ctState(ctNew|ctTrk, ctNew|ctTrk|ctDNAT)},
+		openflow.Resubmit{Table: ServiceNodePort.ID()}, openflow.Resubmit{Table: ServiceAffinity.ID()}, openflow.Resubmit{Table: ServiceLB.ID()})
 	s.add(ConntrackState, PriorityLow, openflow.Match{CtState: ctState(ctTrk, ctTrk)}, goTo(EgressAdmin))
+}
+
+// services adds the Service tables' static flows (the rest is package
+// proxy's): an endpoint chosen by a group or an affinity flow goes to
+// ServiceDNAT; ARP and neighbour solicitations for the hairpin addresses
+// are answered; the second step of every neighbour advertisement the
+// bridge answers with.
+func (s *staticFlows) services() {
+	s.add(ServiceLB, PriorityHigh, openflow.Match{Regs: map[int]openflow.Masked{RegService: MatchService(ServiceChosen)}}, goTo(ServiceDNAT))
+	s.add(ServiceLB, PriorityHigh, openflow.Match{Regs: map[int]openflow.Masked{RegService: MatchService(ServiceAffine)}}, goTo(ServiceDNAT))
+	for _, hp := range []netip.Addr{HairpinIPv4, HairpinIPv6} {
+		s.out = append(s.out, Responder(hp, s.cookie)...)
+	}
+	s.add(Forwarding, PriorityResponder, openflow.Match{EthType: ethIPv6, IPProto: protoICMPv6, ICMPType: u8(icmp6NA), ICMPCode: u8(0),
+		Regs: map[int]openflow.Masked{RegService: MatchService(ServiceNDReply)}},
+		openflow.SetField{Field: openflow.FieldNDTll, MAC: ServiceMAC}, openflow.Output{Port: openflow.PortInPort})
+}
+
+// PriorityResponder is the priority of the ARP and neighbour responders
+// in Forwarding, above every pod's flows.
+const PriorityResponder = PriorityHigh + 20
+
+// Responder returns the Forwarding flows that answer a local pod's ARP
+// request (IPv4) or neighbour solicitation (IPv6) for ip with ServiceMAC,
+// out of the port it came in on: in uplink mode pods resolve every
+// address on-link, Services' and hairpin addresses included. A
+// solicitation without a source link-layer address (duplicate address
+// detection, or a sender that left it out) is not answered.
+func Responder(ip netip.Addr, cookie uint64) []openflow.Flow {
+	local := flags(MatchSrc(SrcLocalPod))
+	flow := func(prio uint16, m openflow.Match, acts ...openflow.Action) openflow.Flow {
+		return openflow.Flow{Table: Forwarding.ID(), Priority: prio, Cookie: cookie, Match: m, Actions: acts}
+	}
+	if ip.Is4() {
+		return []openflow.Flow{flow(PriorityResponder, openflow.Match{Regs: local, EthType: ethARP, ArpOp: 1, ArpTpa: ip},
+			openflow.Move{Src: openflow.FieldEthSrc, Dst: openflow.FieldEthDst},
+			openflow.SetField{Field: openflow.FieldEthSrc, MAC: ServiceMAC},
+			openflow.SetField{Field: openflow.FieldArpOp, Value: 2},
+			openflow.Move{Src: openflow.FieldArpSha, Dst: openflow.FieldArpTha},
+			openflow.SetField{Field: openflow.FieldArpSha, MAC: ServiceMAC},
+			openflow.Move{Src: openflow.FieldArpSpa, Dst: openflow.FieldArpTpa},
+			openflow.SetField{Field: openflow.FieldArpSpa, Addr: ip},
+			openflow.Output{Port: openflow.PortInPort})}
+	}
+	ns := openflow.Match{Regs: local, EthType: ethIPv6, IPProto: protoICMPv6, ICMPType: u8(icmp6NS), ICMPCode: u8(0), NDTarget: netip.PrefixFrom(ip, 128)}
+	noSLL := ns
+	noSLL.NDSll = zeroMAC
+	return []openflow.Flow{
+		flow(PriorityResponder+1, noSLL),
+		// The advertisement: solicited and override flags, the target
+		// link-layer address option in place of the source's; OVS sets
+		// nd_tll only in a packet that is an advertisement already, so a
+		// second step (static) does.
+		flow(PriorityResponder, ns,
+			openflow.Move{Src: openflow.FieldEthSrc, Dst: openflow.FieldEthDst},
+			openflow.SetField{Field: openflow.FieldEthSrc, MAC: ServiceMAC},
+			openflow.Move{Src: openflow.FieldIPv6Src, Dst: openflow.FieldIPv6Dst},
+			openflow.SetField{Field: openflow.FieldIPv6Src, Addr: ip},
+			openflow.SetField{Field: openflow.FieldICMPv6Type, Value: icmp6NA},
+			openflow.SetField{Field: openflow.FieldNDReserved, Value: ndSolicitedOverride},
+			openflow.SetField{Field: openflow.FieldNDOptionsType, Value: ndOptTargetLL},
+			LoadService(ServiceNDReply),
+			openflow.Resubmit{Table: Forwarding.ID()}),
+	}
+}
+
+// Neighbour advertisement flags (solicited, override) and the target
+// link-layer address option type (RFC 4861).
+const (
+	ndSolicitedOverride = 0x60000000
+	ndOptTargetLL       = 2
+)
+
+// hairpin adds the source NAT of a pod's connection to itself through a
+// Service: after destination NAT its source and destination are the pod's
+// address, which the pod's kernel would drop as a martian. The source
+// becomes the hairpin address, in the hairpin zone; the pod answers that
+// address (answered by the responder in uplink mode, routed to the
+// gateway otherwise), and Conntrack undoes both translations.
+func (s *staticFlows) hairpin(p LocalPod) {
+	out := Output.ID()
+	for _, ip := range p.IPs {
+		et, bits, hp := uint16(ethIPv4), 32, HairpinIPv4
+		if ip.Is6() {
+			et, bits, hp = ethIPv6, 128, HairpinIPv6
+		}
+		host := netip.PrefixFrom(ip, bits)
+		s.add(HairpinSNAT, PriorityNormal, openflow.Match{EthType: et, IPSrc: host, IPDst: host},
+			openflow.CT{Commit: true, Zone: HairpinZone(s.zone), Table: &out, NAT: &openflow.NAT{Src: true, Addr: hp}})
+	}
 }
 
 // policyBypass adds the policy tables' bypasses every mode has: traffic
@@ -231,9 +352,9 @@ func (s *staticFlows) commit(zone uint16) {
 		s.add(ConntrackCommit, PriorityHigh, openflow.Match{EthType: et, Regs: deny, CtState: ctState(ctEst|ctTrk, ctEst|ctTrk)},
 			openflow.CT{Commit: true, Zone: zone, SetMark: &openflow.Masked{Value: CtMarkBlocked, Mask: CtMarkBlocked}})
 		s.add(ConntrackCommit, PriorityNormal, openflow.Match{EthType: et, CtState: ctState(ctNew|ctTrk, ctNew|ctTrk)},
-			openflow.CT{Commit: true, Zone: zone, SetMark: &openflow.Masked{Value: 0, Mask: CtMarkBlocked}, LabelFromRegs: ruleLabels}, goTo(Output))
+			openflow.CT{Commit: true, Zone: zone, SetMark: &openflow.Masked{Value: 0, Mask: CtMarkBlocked}, LabelFromRegs: ruleLabels}, goTo(HairpinSNAT))
 		s.add(ConntrackCommit, PriorityNormal, openflow.Match{EthType: et, CtState: ctState(ctEst|ctTrk, ctEst|ctTrk), CtMark: blocked},
-			openflow.CT{Commit: true, Zone: zone, SetMark: &openflow.Masked{Value: 0, Mask: CtMarkBlocked}, LabelFromRegs: ruleLabels}, goTo(Output))
+			openflow.CT{Commit: true, Zone: zone, SetMark: &openflow.Masked{Value: 0, Mask: CtMarkBlocked}, LabelFromRegs: ruleLabels}, goTo(HairpinSNAT))
 	}
 	s.add(ConntrackCommit, PriorityHigh-10, openflow.Match{Regs: deny})
 }
@@ -252,6 +373,13 @@ func (s *staticFlows) uplink(port uint32, synced bool) {
 	}
 	s.trusted(SrcUplink)
 	s.add(Forwarding, PriorityLow, openflow.Match{Regs: flags(MatchSrc(SrcLocalPod))}, toPort(port), LoadDst(DstUplink), goTo(IngressAdmin))
+	// A connection a Service sent to another node's pod: the pod sent it
+	// to the Service's address (ServiceMAC) or to a node's, and its
+	// endpoint's MAC is not known here. ServiceMAC, which no port has,
+	// makes the fabric flood it; the endpoint's node delivers it (with
+	// the pod's MAC) and the others drop it.
+	s.add(Forwarding, PriorityLow+1, openflow.Match{Regs: flags(MatchSrc(SrcLocalPod)), CtState: ctState(ctDNAT|ctTrk, ctDNAT|ctTrk|ctRpl)},
+		openflow.SetEthDst{MAC: ServiceMAC}, toPort(port), LoadDst(DstUplink), goTo(IngressAdmin))
 	s.output(port)
 }
 
@@ -296,7 +424,7 @@ func (s *staticFlows) gateway(gw Gateway, zone uint16, synced bool) {
 	// replies return through it (see Forwarding).
 	for _, et := range []uint16{ethIPv4, ethIPv6} {
 		s.add(ConntrackCommit, PriorityNormal+5, openflow.Match{EthType: et, Regs: flags(MatchSrc(SrcGateway)), CtState: ctState(ctNew|ctTrk, ctNew|ctTrk)},
-			openflow.CT{Commit: true, Zone: zone, SetMark: &openflow.Masked{Value: CtMarkFromGateway, Mask: CtMarkBlocked | CtMarkFromGateway}, LabelFromRegs: ruleLabels}, goTo(Output))
+			openflow.CT{Commit: true, Zone: zone, SetMark: &openflow.Masked{Value: CtMarkFromGateway, Mask: CtMarkBlocked | CtMarkFromGateway}, LabelFromRegs: ruleLabels}, goTo(HairpinSNAT))
 	}
 	s.output(gw.Port)
 }
@@ -309,6 +437,15 @@ func (s *staticFlows) gateway(gw Gateway, zone uint16, synced bool) {
 // have given it had it routed the packet, or to the gateway; local pods'
 // and the gateway's packets for a peer's pod CIDR go into the tunnel to
 // that peer. Nothing from the tunnel goes back into it (no hairpin).
+// setTunDst sets the outer destination address the flow-based tunnel port
+// encapsulates the packet to: the peer node's endpoint.
+func setTunDst(ip netip.Addr) openflow.SetField {
+	if ip.Is4() {
+		return openflow.SetField{Field: openflow.FieldTunDst, Addr: ip}
+	}
+	return openflow.SetField{Field: openflow.FieldTunIPv6Dst, Addr: ip}
+}
+
 func (s *staticFlows) tunnel(t Tunnel, gw Gateway, pods []LocalPod, synced bool) {
 	if synced {
 		s.add(Classifier, PriorityNormal, openflow.Match{InPort: t.Port}, LoadSrc(SrcTunnel), goTo(SpoofGuard))
@@ -326,7 +463,7 @@ func (s *staticFlows) tunnel(t Tunnel, gw Gateway, pods []LocalPod, synced bool)
 			// Service's DNAT to a pod of that node).
 			for _, src := range []uint32{SrcLocalPod, SrcGateway} {
 				s.add(Forwarding, PriorityNormal-10, openflow.Match{Regs: flags(MatchSrc(src)), EthType: et, IPDst: c},
-					openflow.SetTunDst{IP: p.IP}, toPort(t.Port), LoadDst(DstTunnel), goTo(IngressAdmin))
+					setTunDst(p.IP), toPort(t.Port), LoadDst(DstTunnel), goTo(IngressAdmin))
 			}
 		}
 	}
@@ -335,7 +472,7 @@ func (s *staticFlows) tunnel(t Tunnel, gw Gateway, pods []LocalPod, synced bool)
 	for _, p := range pods {
 		for _, ip := range p.IPs {
 			s.add(Forwarding, PriorityNormal+10, openflow.Match{Regs: fromTunnel, EthType: ethType(ip), IPDst: hostPrefix(ip)},
-				openflow.SetEthSrc{MAC: gw.MAC}, openflow.SetEthDst{MAC: p.MAC}, toPort(p.OFPort), LoadDst(DstLocalPod), goTo(IngressAdmin))
+				openflow.SetField{Field: openflow.FieldEthSrc, MAC: gw.MAC}, openflow.SetEthDst{MAC: p.MAC}, toPort(p.OFPort), LoadDst(DstLocalPod), goTo(IngressAdmin))
 		}
 	}
 	// From the tunnel to the host: replies to its own connections to

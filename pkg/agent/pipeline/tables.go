@@ -12,6 +12,10 @@ const (
 	SpoofGuard
 	Conntrack
 	ConntrackState
+	ServiceNodePort
+	ServiceAffinity
+	ServiceLB
+	ServiceDNAT
 	EgressAdmin
 	EgressNetworkPolicy
 	EgressIsolation
@@ -24,6 +28,7 @@ const (
 	IngressBaseline
 	IngressMetric
 	ConntrackCommit
+	HairpinSNAT
 	Output
 	numTables
 )
@@ -48,10 +53,17 @@ type tableDecl struct {
 // passes what no rule matched on (its rules decide; no rule means no
 // decision); the others drop what they do not recognize.
 var tables = [numTables]tableDecl{
-	Classifier:           {"Classifier", missDrop}, // unknown ports, and every port before the first sync
-	SpoofGuard:           {"SpoofGuard", missDrop}, // what no port may send
-	Conntrack:            {"Conntrack", missDrop},  // neither IPv4 nor IPv6
-	ConntrackState:       {"ConntrackState", missDrop},
+	Classifier:     {"Classifier", missDrop}, // unknown ports, and every port before the first sync
+	SpoofGuard:     {"SpoofGuard", missDrop}, // what no port may send
+	Conntrack:      {"Conntrack", missDrop},  // neither IPv4 nor IPv6
+	ConntrackState: {"ConntrackState", missDrop},
+	// ConntrackState resubmits a new connection to ServiceNodePort and
+	// ServiceAffinity, which only set registers (their misses do nothing),
+	// then to ServiceLB, whose flows and miss go on.
+	ServiceNodePort:      {"ServiceNodePort", missDrop}, // not for a node address: nothing marked
+	ServiceAffinity:      {"ServiceAffinity", missDrop}, // no affinity learned: nothing loaded
+	ServiceLB:            {"ServiceLB", missNext},       // no Service frontend
+	ServiceDNAT:          {"ServiceDNAT", missNext},     // no endpoint chosen
 	EgressAdmin:          {"EgressAdmin", missNext},
 	EgressNetworkPolicy:  {"EgressNetworkPolicy", missNext},
 	EgressIsolation:      {"EgressIsolation", missNext},
@@ -63,7 +75,8 @@ var tables = [numTables]tableDecl{
 	IngressIsolation:     {"IngressIsolation", missNext},
 	IngressBaseline:      {"IngressBaseline", missNext}, // no match: allowed
 	IngressMetric:        {"IngressMetric", missNext},
-	ConntrackCommit:      {"ConntrackCommit", missNext}, // allowed, nothing to commit: Output
+	ConntrackCommit:      {"ConntrackCommit", missNext}, // allowed, nothing to commit: HairpinSNAT
+	HairpinSNAT:          {"HairpinSNAT", missNext},     // no hairpin: Output
 	Output:               {"Output", missDrop},          // no port chosen
 }
 

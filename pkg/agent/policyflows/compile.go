@@ -35,6 +35,12 @@ type Result struct {
 	// Warnings name rules that could not be compiled as written and how
 	// they were compiled instead (always towards denying).
 	Warnings []string
+	// LeftOut maps the ID of every policy left out of a full Admin or
+	// Baseline table (more rules than the table has priorities, see
+	// fitTable) to why, one sentence per direction: its rules of that
+	// direction are not installed, and its applied-to pods' traffic in
+	// that direction that no higher-precedence rule decides is denied.
+	LeftOut map[string]string
 	// MatchesNothing maps the ID of every rule that compiled to no flow
 	// on this node to why: it can match no packet here (no local
 	// applied-to pod, no peer address, named ports that resolve nowhere).
@@ -110,7 +116,7 @@ type placed struct {
 // Compile compiles the whole input. An error means nothing should change
 // on the bridge (the previous flows stay).
 func (c *Compiler) Compile(in Input) (Result, error) {
-	res := Result{Rules: map[uint32]agentquery.RuleInfo{}, MatchesNothing: map[uint32]string{}}
+	res := Result{Rules: map[uint32]agentquery.RuleInfo{}, MatchesNothing: map[uint32]string{}, LeftOut: map[string]string{}}
 	pods := map[model.PodRef]pipeline.LocalPod{}
 	ports := map[uint32]model.PodRef{}
 	ips := map[netip.Addr]model.PodRef{}
@@ -179,9 +185,26 @@ func (c *Compiler) Compile(in Input) (Result, error) {
 	}
 
 	// Priorities: one per rule in the Admin and Baseline tables, one shared
-	// priority in the NetworkPolicy tables.
+	// priority in the NetworkPolicy tables. A table with more rules than
+	// priorities keeps the highest-precedence policies that fit.
 	prio := map[string]uint16{}
-	for _, t := range []pipeline.Table{pipeline.EgressAdmin, pipeline.EgressBaseline, pipeline.IngressAdmin, pipeline.IngressBaseline} {
+	leftOut := map[pipeline.Table][]*model.Policy{}
+	for _, t := range perRuleTables {
+		byTable[t], leftOut[t] = fitTable(byTable[t], pipeline.RuleCapacity)
+		for _, p := range leftOut[t] {
+			dir := tableDirection(t)
+			// No counts in the message: it is the policy's status, and must
+			// not change with every change of the other policies.
+			msg := fmt.Sprintf("%s rules not installed: table %s of this node holds more rules than its %d priorities, and this policy is among the lowest in precedence there; "+
+				"its applied-to pods' %s traffic that no higher-precedence rule decides is denied instead (fail closed)",
+				directionWord(dir), t, pipeline.RuleCapacity, directionWord(dir))
+			if prev := res.LeftOut[p.ID]; prev != "" {
+				msg = prev + "; " + msg
+			}
+			res.LeftOut[p.ID] = msg
+		}
+	}
+	for _, t := range perRuleTables {
 		a := c.prios[t]
 		if a == nil {
 			a = newPriorityAllocator(pipeline.RulePriorityMin, pipeline.RulePriorityMax)
@@ -253,6 +276,19 @@ func (c *Compiler) Compile(in Input) (Result, error) {
 		}
 	}
 
+	// Policies left out of a full table: their applied-to pods' traffic
+	// that reaches the bottom of the table (no rule of a policy that fits
+	// decided it) is denied, below every installed rule — every policy
+	// that precedes them — and above every later tier.
+	for _, t := range perRuleTables {
+		for _, p := range leftOut[t] {
+			for _, lp := range appliedPods(in, pods, p) {
+				b.add(openflow.Flow{Table: t.ID(), Priority: pipeline.OverflowPriority, Cookie: pipeline.Cookie(c.round, pipeline.RoleOverflow, 0),
+					Match: appliedMatch(tableDirection(t), lp.OFPort), Actions: []openflow.Action{pipeline.LoadDeny(), openflow.GotoTable{Table: pipeline.ConntrackCommit.ID()}}}, kindAction)
+			}
+		}
+	}
+
 	// Isolation: pods an NP-tier policy isolates in a direction drop what no
 	// NetworkPolicy rule allowed.
 	for _, p := range pols {
@@ -273,6 +309,56 @@ func (c *Compiler) Compile(in Input) (Result, error) {
 	res.Flows, res.Keys = b.out, b.keys
 	c.lastFlows = len(b.out)
 	return res, nil
+}
+
+// perRuleTables give every rule its own priority (Admin and Baseline),
+// so they hold at most pipeline.RuleCapacity rules.
+var perRuleTables = []pipeline.Table{pipeline.EgressAdmin, pipeline.EgressBaseline, pipeline.IngressAdmin, pipeline.IngressBaseline}
+
+func tableDirection(t pipeline.Table) model.Direction {
+	if t == pipeline.EgressAdmin || t == pipeline.EgressBaseline {
+		return model.DirectionOut
+	}
+	return model.DirectionIn
+}
+
+func directionWord(d model.Direction) string {
+	if d == model.DirectionOut {
+		return "egress"
+	}
+	return "ingress"
+}
+
+// fitTable keeps, of a table's rules in evaluation order, those of the
+// policies that fit in capacity priorities, and returns the policies left
+// out: every policy from the first one whose rules would exceed capacity
+// on, the lowest-precedence ones, whole. A tail is cut, never a policy in
+// the middle: a left-out policy is replaced by a deny of its pods under
+// every installed rule, so no installed rule may come after it in
+// evaluation order (it could allow what the left-out policy denies).
+func fitTable(rules []placed, capacity int) ([]placed, []*model.Policy) {
+	if len(rules) <= capacity {
+		return rules, nil
+	}
+	cut := len(rules)
+	for i := 0; i < len(rules); {
+		j := i
+		for j < len(rules) && rules[j].pol == rules[i].pol {
+			j++
+		}
+		if j > capacity {
+			cut = i
+			break
+		}
+		i = j
+	}
+	var out []*model.Policy
+	for i := cut; i < len(rules); i++ {
+		if i == cut || rules[i].pol != rules[i-1].pol {
+			out = append(out, rules[i].pol)
+		}
+	}
+	return rules[:cut], out
 }
 
 // appliedPods are the policy's applied-to pods attached to this node.

@@ -3,6 +3,7 @@ package realizer
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync"
 
 	"github.com/tierflow/tierflow/pkg/agent/flowsync"
@@ -29,6 +30,7 @@ type Realizer struct {
 	keys     []string
 	rules    map[uint32]agentquery.RuleInfo
 	warnings []string
+	leftOut  map[string]string
 }
 
 // New returns a realizer for the bridge behind inst.
@@ -119,8 +121,42 @@ func (r *Realizer) Update(ctx context.Context, in policyflows.Input) (flowsync.B
 		return b, err
 	}
 	r.adopting, r.synced = false, true
-	r.desired, r.keys, r.rules, r.warnings = desired, keys, res.Rules, res.Warnings
+	r.desired, r.keys, r.rules, r.warnings, r.leftOut = desired, keys, res.Rules, res.Warnings, res.LeftOut
 	return b, nil
+}
+
+// servicesPart names the Service proxy's share of the bridge in the syncer.
+const servicesPart = "services"
+
+// Services is the Service proxy's share of the bridge (package proxy):
+// its flows and select groups, and cookies of flows the switch learned
+// that must go (session affinity to endpoints that left).
+type Services struct {
+	Flows []openflow.Flow
+	// Keys are the flows' Flow.Key (nil: computed).
+	Keys          []string
+	Groups        []openflow.Group
+	DeleteCookies []flowsync.CookieMask
+}
+
+// UpdateServices makes the bridge hold exactly svc as the Service
+// proxy's flows and groups, in one atomic bundle, leaving the policy
+// pipeline alone. On error nothing changed on the bridge.
+func (r *Realizer) UpdateServices(ctx context.Context, svc Services) (flowsync.Bundle, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.started {
+		return flowsync.Bundle{}, fmt.Errorf("realizer not started")
+	}
+	return r.syncer.SyncPart(ctx, servicesPart, svc.Flows, svc.Keys, svc.Groups, flowsync.Bundle{DeleteCookies: svc.DeleteCookies})
+}
+
+// LeftOut maps the policies the last update left out of a full table to
+// why (policyflows.Result.LeftOut): their pods are isolated instead.
+func (r *Realizer) LeftOut() map[string]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.leftOut)
 }
 
 // Warnings are the last compilation's warnings.

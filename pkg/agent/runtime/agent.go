@@ -73,6 +73,13 @@ type Agent struct {
 
 	kick chan struct{} // asks the loop to realize again (ports changed)
 
+	// servicesReady is closed once the Service proxy realized its first
+	// state (at once when it is disabled); servicesWaited: the first
+	// policy realization waited for it.
+	servicesReady  chan struct{}
+	servicesOnce   sync.Once
+	servicesWaited bool
+
 	kubeOnce   sync.Once
 	kubeClient kubernetes.Interface
 	kubeErr    error
@@ -119,15 +126,20 @@ func New(opts Options) (*Agent, error) {
 		opts.Logger = slog.Default()
 	}
 	a := &Agent{
-		opts:     opts,
-		cfg:      opts.Config,
-		log:      opts.Logger.With("node", opts.Config.NodeName),
-		kick:     make(chan struct{}, 1),
-		state:    wire.NewNodeState(opts.Config.NodeName),
-		realized: map[string]int64{},
-		errs:     map[string]string{},
+		opts:  opts,
+		cfg:   opts.Config,
+		log:   opts.Logger.With("node", opts.Config.NodeName),
+		kick:  make(chan struct{}, 1),
+		state: wire.NewNodeState(opts.Config.NodeName),
+
+		servicesReady: make(chan struct{}),
+		realized:      map[string]int64{},
+		errs:          map[string]string{},
 	}
 	a.m = newAgentMetrics(a)
+	if !opts.Config.ServiceProxy.Enabled || opts.Datapath != agentquery.DatapathOVS {
+		a.servicesOnce.Do(func() { close(a.servicesReady) })
+	}
 	return a, nil
 }
 
@@ -238,6 +250,13 @@ func (a *Agent) Run(ctx context.Context) error {
 			}()
 			defer func() { cancel(); <-nmDone }()
 		}
+		// After the node network's start: with an underlay bridge the way
+		// to the API server is back only once RestoreUnderlay ran.
+		if a.cfg.ServiceProxy.Enabled {
+			if err := a.runServiceProxy(ctx, d); err != nil {
+				return err
+			}
+		}
 	}
 
 	var wg sync.WaitGroup
@@ -331,8 +350,9 @@ func (a *Agent) underlayBridge() string {
 
 // kube returns the agent's Kubernetes client (built once): the kubeconfig
 // of the configuration, else the in-cluster service account. Only the
-// noEncap and encap node networks (Nodes) and the metrics port's
-// authorization (TokenReview, SubjectAccessReview) use it.
+// noEncap and encap node networks (Nodes), the Service proxy (Services,
+// EndpointSlices, Nodes) and the metrics port's authorization
+// (TokenReview, SubjectAccessReview) use it.
 func (a *Agent) kube() (kubernetes.Interface, error) {
 	a.kubeOnce.Do(func() {
 		var rc *rest.Config
@@ -411,7 +431,7 @@ func (r receiver) Apply(d *wire.Delta, st *wire.NodeState) error {
 	a.mu.Unlock()
 	if a.none != nil {
 		err := a.none.Apply(d, st)
-		a.record(st, nil, err)
+		a.record(st, nil, nil, err)
 		return err
 	}
 	// Bounded, so a wedged switch cannot stall the stream forever (the
@@ -500,9 +520,19 @@ func (a *Agent) realize(ctx context.Context, trigger string) error {
 		d.pendAll(ctx, "not admitted: the agent holds no complete policy state yet")
 		return nil
 	}
+	if !a.servicesWaited {
+		// The first realization: see firstServicesWait.
+		a.servicesWaited = true
+		select {
+		case <-a.servicesReady:
+		case <-time.After(firstServicesWait):
+			a.log.Warn("service proxy not ready; realizing policy without Services", "waited", firstServicesWait)
+		case <-ctx.Done():
+		}
+	}
 	st := a.current()
 	start := time.Now()
-	warnings, err := d.realize(ctx, st)
+	warnings, leftOut, err := d.realize(ctx, st)
 	a.m.realizeTime.WithLabelValues(trigger).Observe(time.Since(start).Seconds())
 	if err != nil {
 		a.m.realizeErrs.WithLabelValues(trigger).Inc()
@@ -510,7 +540,16 @@ func (a *Agent) realize(ctx context.Context, trigger string) error {
 	} else {
 		a.log.Debug("realized", "trigger", trigger, "policies", len(st.Policies), "took", time.Since(start))
 	}
-	a.record(st, warnings, err)
+	a.record(st, warnings, leftOut, err)
+	if err == nil && len(leftOut) > 0 {
+		// Realized as intended, degraded: the update's report carries
+		// these policies' errors (nothing to retry).
+		errs := client.PolicyErrors{}
+		for id, why := range leftOut {
+			errs[id] = errors.New(why)
+		}
+		return errs
+	}
 	return err
 }
 
@@ -520,14 +559,18 @@ func (a *Agent) realize(ctx context.Context, trigger string) error {
 // policy's status must not wait for the next update to show it.
 // Realizations are serialized (realizeMu), so the pushed outcomes arrive
 // in the order they happened.
-func (a *Agent) record(st *wire.NodeState, warnings []string, err error) {
-	changed := a.recordLocked(st, warnings, err)
+//
+// leftOut are the policies a successful realization left out of a full
+// table (their pods isolated instead): they are reported failed with why,
+// but the realization is not retried — it is what the agent intends.
+func (a *Agent) record(st *wire.NodeState, warnings []string, leftOut map[string]string, err error) {
+	changed := a.recordLocked(st, warnings, leftOut, err)
 	if len(changed) > 0 && a.client != nil {
 		a.client.Report(changed)
 	}
 }
 
-func (a *Agent) recordLocked(st *wire.NodeState, warnings []string, err error) []wire.PolicyResult {
+func (a *Agent) recordLocked(st *wire.NodeState, warnings []string, leftOut map[string]string, err error) []wire.PolicyResult {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	before := a.resultsLocked(st)
@@ -546,6 +589,11 @@ func (a *Agent) recordLocked(st *wire.NodeState, warnings []string, err error) [
 			}
 		}
 		a.warnings = warnings
+		for id, why := range leftOut {
+			if a.errs[id] != why {
+				a.log.Warn("policy left out of a full table; its pods are isolated instead", "policy", st.Policies[id].Source.String(), "why", why)
+			}
+		}
 	}
 	for id := range a.realized {
 		if st.Policies[id] == nil {
@@ -559,6 +607,8 @@ func (a *Agent) recordLocked(st *wire.NodeState, warnings []string, err error) [
 			a.errs[id] = perPolicy[id].Error()
 		case perPolicy == nil && err != nil:
 			a.errs[id] = err.Error()
+		case leftOut[id] != "":
+			a.errs[id] = leftOut[id]
 		default:
 			delete(a.errs, id)
 			a.realized[id] = p.Generation

@@ -70,8 +70,21 @@
 // at once (client.Report): a failure fixed by a retry, or a realization
 // broken by a port change, shows in the policy's Realized status without
 // waiting for the next update. A failure of the whole realization counts
-// for every policy the node holds. The query socket's /v1/realization
-// shows the same outcomes.
+// for every policy the node holds. A policy left out of a full Admin or
+// Baseline table (policyflows: more rules than priorities; its pods are
+// isolated instead) is reported failed with why, but that realization
+// succeeded and is not retried. The query socket's /v1/realization shows
+// the same outcomes.
+//
+// # Endpoints
+//
+// /metrics names policies and rules: on a metricsAddress that is not a
+// loopback address it answers only Kubernetes tokens allowed to get
+// /metrics (pkg/kubeauth: TokenReview and SubjectAccessReview), and the
+// agent refuses to start without the API access to check them. /healthz
+// and /readyz are open (the kubelet's probes carry no token). The query
+// socket is created with mode 0600 in a private directory and renamed into
+// place, so it never exists with a wider mode.
 //
 // # Shutdown
 //

@@ -174,7 +174,7 @@ func (b *routedBed) routerCounter(what string) int {
 // leaves no flow, route or neighbour behind.
 func TestEncapTwoNodes(t *testing.T) {
 	c := livecluster.New(t)
-	kubeconfig := livecluster.AgentKubeconfig(t, c.Kube, c.Dir)
+	kubeconfig := agentKubeconfig(t, c)
 	cniBin := buildCNI(t)
 	tierctl := buildTierctl(t)
 	// Created early: RBAC takes a moment to see new bindings.
@@ -555,7 +555,7 @@ func TestEncapTwoNodes(t *testing.T) {
 // traffic, 10 MB with DF included.
 func TestEncapIPv6Underlay(t *testing.T) {
 	c := livecluster.New(t)
-	kubeconfig := livecluster.AgentKubeconfig(t, c.Kube, c.Dir)
+	kubeconfig := agentKubeconfig(t, c)
 	cniBin := buildCNI(t)
 	bed := newRoutedBed(t)
 	n1, n2 := bed.addNode(c, 1, 1500), bed.addNode(c, 2, 1500)
@@ -605,7 +605,7 @@ func TestEncapIPv6Underlay(t *testing.T) {
 // was.
 func TestEncapRefusesBadConfiguration(t *testing.T) {
 	c := livecluster.New(t)
-	kubeconfig := livecluster.AgentKubeconfig(t, c.Kube, c.Dir)
+	kubeconfig := agentKubeconfig(t, c)
 	bed := newRoutedBed(t)
 	// A link of MTU 1320: 1270 left under Geneve over IPv4, below the
 	// 1280 an IPv6 pod CIDR needs.

@@ -195,7 +195,11 @@ func hostListenTCP(t *testing.T, n *simNode, port uint16) {
 func sendSpoofed(t *testing.T, netns string, src, dst netip.Addr, port uint16) {
 	t.Helper()
 	addr := netip.PrefixFrom(src, src.BitLen()).String()
-	mustRun(t, "ip", "-n", netns, "addr", "add", addr, "dev", "lo")
+	add := []string{"ip", "-n", netns, "addr", "add", addr, "dev", "lo"}
+	if src.Is6() {
+		add = append(add, "nodad") // usable at once, not tentative
+	}
+	mustRun(t, add...)
 	defer mustRun(t, "ip", "-n", netns, "addr", "del", addr, "dev", "lo")
 	sendUDP(t, netns, src, dst, port)
 }

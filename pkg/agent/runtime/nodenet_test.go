@@ -61,7 +61,7 @@ type noEncapBed struct {
 func newNoEncapBed(t *testing.T) *noEncapBed {
 	t.Helper()
 	c := livecluster.New(t)
-	bed := &noEncapBed{c: c, kubeconfig: livecluster.AgentKubeconfig(t, c.Kube, c.Dir), cniBin: buildCNI(t)}
+	bed := &noEncapBed{c: c, kubeconfig: agentKubeconfig(t, c), cniBin: buildCNI(t)}
 	n1 := &simNode{name: "nn-1", ip4: netip.MustParsePrefix("192.168.77.1/24"), ip6: netip.MustParsePrefix("fd00:77::1/64"),
 		podCIDRs: []string{"10.77.1.0/24", "fd00:77:1::/64"}}
 	n2 := &simNode{name: "nn-2", ip4: netip.MustParsePrefix("192.168.77.2/24"), ip6: netip.MustParsePrefix("fd00:77::2/64"),
@@ -485,6 +485,15 @@ func mustRun(t *testing.T, args ...string) {
 	if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
 		t.Fatalf("%s: %v: %s", strings.Join(args, " "), err, out)
 	}
+}
+
+// agentKubeconfig applies the agent's RBAC from manifests/tierflow.yaml
+// and returns a kubeconfig authenticating as the agent's service account
+// (a client certificate with its user name), so the agents run with
+// exactly the permissions a cluster gives them.
+func agentKubeconfig(t testing.TB, c *livecluster.Cluster) string {
+	t.Helper()
+	return c.Kube.ServiceAccountKubeconfig(t, livecluster.AgentNamespace, livecluster.AgentSA, "tierflow-agent", c.Dir)
 }
 
 // buildCNI builds tierflow-cni and host-local.

@@ -16,6 +16,7 @@ import (
 	"github.com/tierflow/tierflow/pkg/agent/nodenet"
 	"github.com/tierflow/tierflow/pkg/agent/pipeline"
 	"github.com/tierflow/tierflow/pkg/agent/policyflows"
+	"github.com/tierflow/tierflow/pkg/agent/proxy"
 	"github.com/tierflow/tierflow/pkg/agent/realizer"
 	"github.com/tierflow/tierflow/pkg/config"
 	"github.com/tierflow/tierflow/pkg/distribution/wire"
@@ -65,6 +66,12 @@ type ovsDatapath struct {
 	// (it restarted): the node network resyncs (re-created internal ports
 	// come back without addresses).
 	onFlowsLost func()
+
+	// The Service proxy (nil compiler: disabled): its last input, kept
+	// for a new realizer, and its last installed output.
+	svcComp *proxy.Compiler
+	svcIn   *proxy.Input
+	svcOut  *proxy.Output
 }
 
 func (d *ovsDatapath) setOnFlowsLost(f func()) {
@@ -84,6 +91,16 @@ func openOVS(ctx context.Context, o *Options, log *slog.Logger, m *agentMetrics,
 	cfg := o.Config
 	d := &ovsDatapath{node: cfg.NodeName, bridge: cfg.BridgeName, zone: o.CtZone, log: log, m: m,
 		routed: cfg.NodeNetwork.Mode != config.NodeNetworkUplink}
+	var ofOpts openflow.Options
+	if cfg.ServiceProxy.Enabled {
+		d.svcComp = proxy.NewCompiler(cfg.NodeName, o.CtZone)
+		// New connections to Services without endpoints come here to be
+		// rejected.
+		rej := proxy.NewRejecter(func(port uint32, frame []byte) error {
+			return d.of.PacketOut(context.Background(), port, frame)
+		}, func(format string, args ...any) { log.Debug(fmt.Sprintf(format, args...)) })
+		ofOpts.OnPacketIn = rej.Handle
+	}
 	db, err := ovsdb.Connect(ctx, "unix:"+cfg.OVSDBSocketPath(), ovsdb.Options{})
 	if err != nil {
 		return nil, err
@@ -102,25 +119,24 @@ func openOVS(ctx context.Context, o *Options, log *slog.Logger, m *agentMetrics,
 	})
 
 	target := "unix:" + cfg.OpenFlowSocketPath()
-	of, err := openflow.Dial(ctx, target, openflow.Options{
-		OnConnect: func(_ context.Context, _ *openflow.Client, ev openflow.ConnectEvent) error {
-			m.ofConnects.Inc()
-			if ev.Reconnect && ev.FlowsLost {
-				log.Warn("bridge lost its flows (ovs-vswitchd restarted?); replaying")
-				// Asynchronous: Replay takes the realizer's lock, which an
-				// Update blocked on this very connection may hold.
-				go d.replay()
-				d.mu.Lock()
-				lost := d.onFlowsLost
-				d.mu.Unlock()
-				if lost != nil {
-					lost()
-				}
+	ofOpts.OnConnect = func(_ context.Context, _ *openflow.Client, ev openflow.ConnectEvent) error {
+		m.ofConnects.Inc()
+		if ev.Reconnect && ev.FlowsLost {
+			log.Warn("bridge lost its flows (ovs-vswitchd restarted?); replaying")
+			// Asynchronous: Replay takes the realizer's lock, which an
+			// Update blocked on this very connection may hold.
+			go d.replay()
+			d.mu.Lock()
+			lost := d.onFlowsLost
+			d.mu.Unlock()
+			if lost != nil {
+				lost()
 			}
-			return nil
-		},
-		Logf: func(format string, args ...any) { log.Info("openflow: " + fmt.Sprintf(format, args...)) },
-	})
+		}
+		return nil
+	}
+	ofOpts.Logf = func(format string, args ...any) { log.Info("openflow: " + fmt.Sprintf(format, args...)) }
+	of, err := openflow.Dial(ctx, target, ofOpts)
 	if err != nil {
 		d.close()
 		return nil, fmt.Errorf("openflow %s: %w", target, err)
@@ -231,13 +247,15 @@ func (d *ovsDatapath) check(ctx context.Context) {
 	}
 }
 
-// realize makes the bridge enforce st with the current ports.
-func (d *ovsDatapath) realize(ctx context.Context, st *wire.NodeState) ([]string, error) {
+// realize makes the bridge enforce st with the current ports. It returns
+// the compiler's warnings and the policies left out of a full table
+// (their pods isolated instead) with why.
+func (d *ovsDatapath) realize(ctx context.Context, st *wire.NodeState) ([]string, map[string]string, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	ports, uplink, err := d.ports()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// A tunnel needs the gateway: until both are ready the pipeline has
 	// neither the tunnel nor its peers.
@@ -249,11 +267,16 @@ func (d *ovsDatapath) realize(ctx context.Context, st *wire.NodeState) ([]string
 		d.log.Info("uplink, gateway or tunnel port changed; restarting the realizer", "oldUplink", d.uplink, "uplink", uplink,
 			"oldGateway", d.gateway.Port, "gateway", d.wantGateway.Port, "oldTunnel", d.tunnel.Port, "tunnel", tunnel.Port)
 		if err := d.startRealizer(ctx, uplink, d.wantGateway, tunnel); err != nil {
-			return nil, err
+			return nil, nil, err
+		}
+		// The Service flows first (the new round's), so the adopting
+		// policy bundle replaces a pipeline whose Services work.
+		if _, err := d.applyServicesLocked(ctx); err != nil {
+			d.log.Error("service proxy: realization on the new realizer failed", "err", err)
 		}
 	} else if !slices.EqualFunc(d.tunnel.Peers, tunnel.Peers, samePeer) {
 		if err := d.r.SetTunnelPeers(tunnel.Peers); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		d.tunnel = tunnel
 	}
@@ -264,9 +287,9 @@ func (d *ovsDatapath) realize(ctx context.Context, st *wire.NodeState) ([]string
 	_, err = d.r.Update(ctx, in)
 	d.writeAdmission(ctx, pods, err == nil)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return d.r.Warnings(), nil
+	return d.r.Warnings(), d.r.LeftOut(), nil
 }
 
 // pendAll records every pod port as not admitted, for why: before the
@@ -570,6 +593,14 @@ func (r *recordingInstaller) installed(round uint8) []openflow.Flow {
 		}
 	}
 	return out
+}
+
+// GroupIDs lets an adopting realizer delete an earlier run's groups.
+func (r *recordingInstaller) GroupIDs(ctx context.Context) ([]uint32, error) {
+	if gl, ok := r.inner.(flowsync.GroupLister); ok {
+		return gl.GroupIDs(ctx)
+	}
+	return nil, nil
 }
 
 // wantGatewayNow is the gateway the next realization uses.

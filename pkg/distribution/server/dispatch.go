@@ -128,9 +128,13 @@ func (s *Server) dispatchRound() {
 		}
 		if p == nil {
 			delete(s.policies, id)
+			delete(s.refs, id)
 		} else {
 			s.policies[id] = p
 			s.byRef[refKey(p.Source)] = id
+			if old := s.refs[id]; old == nil || old.src != p {
+				s.refs[id] = newPolicyRefs(p)
+			}
 		}
 	}
 	for id, g := range r.atgs {
@@ -199,13 +203,13 @@ func (s *Server) queueDelta(ss *session, r *round, now time.Time) {
 		case want && ok && samePolicy(had.src, p):
 			// Only its span changed: nothing the agent holds.
 		case want:
-			refs := newPolicyRefs(p)
+			refs := s.refs[id]
 			acquire(refs)
 			if ok {
 				release(had)
 			}
 			ss.policies[id] = refs
-			u.Policies = append(u.Policies, wire.PolicyForNode(p))
+			u.Policies = append(u.Policies, refs.sent)
 		case ok:
 			release(had)
 			delete(ss.policies, id)
@@ -314,7 +318,7 @@ func (s *Server) buildFull(ss *session) *wire.Update {
 		if !wire.PolicyInSpan(p, ss.node) {
 			continue
 		}
-		refs := newPolicyRefs(p)
+		refs := s.refs[id]
 		ss.policies[id] = refs
 		for _, g := range refs.atgs {
 			ss.atgRefs[g]++
@@ -322,7 +326,7 @@ func (s *Server) buildFull(ss *session) *wire.Update {
 		for _, g := range refs.ags {
 			ss.agRefs[g]++
 		}
-		u.Policies = append(u.Policies, wire.PolicyForNode(p))
+		u.Policies = append(u.Policies, refs.sent)
 	}
 	for _, id := range sortedKeys(ss.atgRefs) {
 		if g := s.atgs[id]; g != nil {
@@ -340,9 +344,14 @@ func (s *Server) buildFull(ss *session) *wire.Update {
 	return u
 }
 
-// policyRefs is what a session remembers of a policy it sent.
+// policyRefs is a policy as the server distributes it: the engine's
+// object, the form sent to agents, and the groups it references. One per
+// policy version, built when the server takes the policy from the engine
+// (Server.refs) and shared, read-only, by every session that holds it: a
+// policy spanning every node is not copied once per node.
 type policyRefs struct {
-	src  *model.Policy // as last sent (with span)
+	src  *model.Policy // the engine's (with span)
+	sent *model.Policy // as sent: wire.PolicyForNode(src)
 	atgs []string
 	ags  []string
 }
@@ -350,7 +359,7 @@ type policyRefs struct {
 func newPolicyRefs(p *model.Policy) *policyRefs {
 	atgs := slices.Clone(p.AppliedToGroups)
 	slices.Sort(atgs)
-	return &policyRefs{src: p, atgs: slices.Compact(atgs), ags: wire.AddressGroupRefs(p)}
+	return &policyRefs{src: p, sent: wire.PolicyForNode(p), atgs: slices.Compact(atgs), ags: wire.AddressGroupRefs(p)}
 }
 
 // samePolicy reports whether an agent holding a needs nothing to hold b.

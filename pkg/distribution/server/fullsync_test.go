@@ -65,21 +65,7 @@ func TestChunkedFullState(t *testing.T) {
 	}
 
 	// An agent without chunking: one message.
-	conn, err := grpc.NewClient(e.addr, grpc.WithTransportCredentials(credentials.NewTLS(e.clientTLS)),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer tok-n1"), 30*time.Second)
-	defer cancel()
-	stream, err := wire.OpenSync(ctx, conn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := stream.Send(&wire.ClientMessage{Hello: &wire.Hello{}}); err != nil {
-		t.Fatal(err)
-	}
+	stream := e.rawStream("tok-n1", &wire.Hello{}, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
 	m, err := stream.Recv()
 	if err != nil {
 		t.Fatal(err)
@@ -222,21 +208,7 @@ func TestStuckAgentLosesFullSyncSlot(t *testing.T) {
 	bulkPods(e, 1000, "n2")
 	// A stuck agent: small flow-control windows (no automatic growth),
 	// and it never reads.
-	conn, err := grpc.NewClient(e.addr, grpc.WithTransportCredentials(credentials.NewTLS(e.clientTLS)),
-		grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer tok-n1"), 30*time.Second)
-	defer cancel()
-	stuck, err := wire.OpenSync(ctx, conn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := stuck.Send(&wire.ClientMessage{Hello: &wire.Hello{Chunks: true}}); err != nil {
-		t.Fatal(err)
-	}
+	stuck := e.rawStream("tok-n1", &wire.Hello{Chunks: true}, grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
 	for e.metric("tierflow_distribution_full_syncs_in_progress", "") != 1 {
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -257,4 +229,25 @@ func TestStuckAgentLosesFullSyncSlot(t *testing.T) {
 			break
 		}
 	}
+}
+
+// rawStream opens a Sync stream with token and sends hello, as an agent
+// would (and no more: the test reads, or does not).
+func (e *env) rawStream(token string, hello *wire.Hello, opts ...grpc.DialOption) wire.ClientStream {
+	e.t.Helper()
+	conn, err := grpc.NewClient(e.addr, append([]grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(e.clientTLS))}, opts...)...)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { conn.Close() })
+	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+token), 30*time.Second)
+	e.t.Cleanup(cancel)
+	stream, err := wire.OpenSync(ctx, conn)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := stream.Send(&wire.ClientMessage{Hello: hello}); err != nil {
+		e.t.Fatal(err)
+	}
+	return stream
 }

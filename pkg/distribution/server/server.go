@@ -120,6 +120,7 @@ type Server struct {
 	// The distributed state: what the sessions' updates were computed
 	// from. Address groups are kept in their wire form.
 	policies map[string]*model.Policy
+	refs     map[string]*policyRefs     // policies as sent, shared by the sessions
 	byRef    map[model.PolicyRef]string // source (without UID) → policy ID
 	atgs     map[string]*model.AppliedToGroup
 	ags      map[string]*model.AddressGroup
@@ -186,6 +187,7 @@ func New(src Source, auth Authenticator, opts Options) *Server {
 		dirty:    map[objKey]struct{}{},
 		wake:     make(chan struct{}, 1),
 		policies: map[string]*model.Policy{},
+		refs:     map[string]*policyRefs{},
 		byRef:    map[model.PolicyRef]string{},
 		atgs:     map[string]*model.AppliedToGroup{},
 		ags:      map[string]*model.AddressGroup{},

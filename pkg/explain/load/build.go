@@ -2,10 +2,14 @@ package load
 
 import (
 	"fmt"
+	"net/netip"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/tierflow/tierflow/pkg/compute"
 	"github.com/tierflow/tierflow/pkg/explain"
 	"github.com/tierflow/tierflow/pkg/model"
+	"github.com/tierflow/tierflow/pkg/services"
 )
 
 // Built is what explain evaluates: the model pkg/compute computes from the
@@ -20,6 +24,13 @@ type Built struct {
 	// Excluded maps a pod that cannot be an end of a connection to the
 	// reason (see Excluded).
 	Excluded map[model.PodRef]string
+	// ServicePorts are the Services' ports with their endpoints
+	// (pkg/services), NodeAddrs the Nodes' InternalIP and ExternalIP
+	// addresses (where NodePorts answer); ServiceWarnings what the
+	// Services' reading left out.
+	ServicePorts    []services.Port
+	NodeAddrs       []netip.Addr
+	ServiceWarnings []string
 }
 
 // Build runs the objects through the same engine the controller uses, so
@@ -78,5 +89,30 @@ func Build(objs *Objects) (*Built, error) {
 		return nil, err
 	}
 	b.Inventory = inv
+	b.ServicePorts, b.NodeAddrs, b.ServiceWarnings = servicePorts(objs)
 	return b, nil
+}
+
+// servicePorts reads the Services with their EndpointSlices as the agent's
+// proxy does, and the nodes' addresses.
+func servicePorts(objs *Objects) ([]services.Port, []netip.Addr, []string) {
+	var ports []services.Port
+	var warnings []string
+	for _, svc := range objs.Services {
+		p, w := services.Translate(svc, objs.EndpointSlices)
+		ports = append(ports, p...)
+		warnings = append(warnings, w...)
+	}
+	var addrs []netip.Addr
+	for _, n := range objs.Nodes {
+		for _, a := range n.Status.Addresses {
+			if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP {
+				continue
+			}
+			if ip, err := netip.ParseAddr(a.Address); err == nil {
+				addrs = append(addrs, ip.Unmap())
+			}
+		}
+	}
+	return ports, addrs, warnings
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/network-policy-api/apis/v1alpha1"
@@ -29,7 +30,11 @@ type Objects struct {
 	AdminNetworkPolicies         []*v1alpha1.AdminNetworkPolicy
 	BaselineAdminNetworkPolicies []*v1alpha1.BaselineAdminNetworkPolicy
 	ClusterNetworkPolicies       []*v1alpha2.ClusterNetworkPolicy
-	// Ignored names the objects of other kinds (Services, Deployments, ...)
+	// Services and EndpointSlices: connections addressed to a Service are
+	// explained for each endpoint (pkg/services).
+	Services       []*corev1.Service
+	EndpointSlices []*discoveryv1.EndpointSlice
+	// Ignored names the objects of other kinds (Deployments, ...)
 	// as "apiVersion/Kind namespace/name", so a caller can mention them.
 	Ignored []string
 
@@ -45,6 +50,8 @@ var kindVersions = map[string]string{
 	"AdminNetworkPolicy":         "policy.networking.k8s.io/v1alpha1",
 	"BaselineAdminNetworkPolicy": "policy.networking.k8s.io/v1alpha1",
 	"ClusterNetworkPolicy":       "policy.networking.k8s.io/v1alpha2",
+	"Service":                    "v1",
+	"EndpointSlice":              "discovery.k8s.io/v1",
 }
 
 // Files reads every file and completes the result (see Objects.Complete).
@@ -186,6 +193,16 @@ func (o *Objects) add(js []byte, where string) error {
 		if err = decodeStrict(js, &x); err == nil {
 			o.ClusterNetworkPolicies = append(o.ClusterNetworkPolicies, &x)
 		}
+	case "Service":
+		var x corev1.Service
+		if err = decodeStrict(js, &x); err == nil {
+			o.Services = append(o.Services, &x)
+		}
+	case "EndpointSlice":
+		var x discoveryv1.EndpointSlice
+		if err = decodeStrict(js, &x); err == nil {
+			o.EndpointSlices = append(o.EndpointSlices, &x)
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("%s: %s %q: %w", where, tm.Kind, tm.Metadata.Name, err)
@@ -211,7 +228,9 @@ func (o *Objects) noteSeen(tm typeMeta, where string) error {
 	return nil
 }
 
-func namespaced(kind string) bool { return kind == "Pod" || kind == "NetworkPolicy" }
+func namespaced(kind string) bool {
+	return kind == "Pod" || kind == "NetworkPolicy" || kind == "Service" || kind == "EndpointSlice"
+}
 
 func joinName(ns, name string) string {
 	if ns == "" {
@@ -271,6 +290,17 @@ func (o *Objects) Complete() {
 		need(np.Namespace)
 		defaultNetworkPolicy(np)
 	}
+	for _, svc := range o.Services {
+		if svc.Namespace == "" {
+			svc.Namespace = corev1.NamespaceDefault
+		}
+		defaultService(svc)
+	}
+	for _, sl := range o.EndpointSlices {
+		if sl.Namespace == "" {
+			sl.Namespace = corev1.NamespaceDefault
+		}
+	}
 	for _, ns := range o.Namespaces {
 		if ns.Labels == nil {
 			ns.Labels = map[string]string{}
@@ -300,6 +330,25 @@ func (o *Objects) Complete() {
 	sortByName(o.AdminNetworkPolicies, func(x *v1alpha1.AdminNetworkPolicy) string { return x.Name })
 	sortByName(o.BaselineAdminNetworkPolicies, func(x *v1alpha1.BaselineAdminNetworkPolicy) string { return x.Name })
 	sortByName(o.ClusterNetworkPolicies, func(x *v1alpha2.ClusterNetworkPolicy) string { return x.Name })
+	sortByName(o.Services, func(x *corev1.Service) string { return x.Namespace + "/" + x.Name })
+	sortByName(o.EndpointSlices, func(x *discoveryv1.EndpointSlice) string { return x.Namespace + "/" + x.Name })
+}
+
+// defaultService applies the API server's defaults a Service's meaning
+// depends on: type ClusterIP, port protocol TCP, clusterIPs from
+// clusterIP.
+func defaultService(svc *corev1.Service) {
+	if svc.Spec.Type == "" {
+		svc.Spec.Type = corev1.ServiceTypeClusterIP
+	}
+	for i := range svc.Spec.Ports {
+		if svc.Spec.Ports[i].Protocol == "" {
+			svc.Spec.Ports[i].Protocol = corev1.ProtocolTCP
+		}
+	}
+	if len(svc.Spec.ClusterIPs) == 0 && svc.Spec.ClusterIP != "" {
+		svc.Spec.ClusterIPs = []string{svc.Spec.ClusterIP}
+	}
 }
 
 func sortByName[T any](xs []T, key func(T) string) {

@@ -35,6 +35,9 @@ items:
 - apiVersion: v1
   kind: Service
   metadata: {name: web}
+- apiVersion: apps/v1
+  kind: Deployment
+  metadata: {name: web}
 ---
 {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "prod", "labels": {"env": "prod"}}}
 ---
@@ -84,7 +87,10 @@ func TestReadAndDefault(t *testing.T) {
 	if len(o.Pods) != 2 || len(o.NetworkPolicies) != 2 || len(o.AdminNetworkPolicies) != 1 {
 		t.Fatalf("read %d pods, %d NetworkPolicies, %d AdminNetworkPolicies", len(o.Pods), len(o.NetworkPolicies), len(o.AdminNetworkPolicies))
 	}
-	if !reflect.DeepEqual(o.Ignored, []string{"v1/Service web"}) {
+	if len(o.Services) != 1 || o.Services[0].Namespace != "default" || o.Services[0].Spec.Type != "ClusterIP" {
+		t.Errorf("services = %v", o.Services)
+	}
+	if !reflect.DeepEqual(o.Ignored, []string{"apps/v1/Deployment web"}) {
 		t.Errorf("ignored = %v", o.Ignored)
 	}
 	// Namespaces: declared prod keeps its labels and gains its name; default

@@ -58,6 +58,14 @@ type Options struct {
 	SentinelTable uint8
 	// Logf receives connection state changes; nil discards them.
 	Logf func(format string, args ...any)
+	// OnPacketIn, when set, receives the packets flows send with a
+	// Controller action (the client asks the switch for them on every
+	// connection). It runs on one goroutine, one packet at a time;
+	// packets arriving while PacketInQueue of them wait are dropped.
+	OnPacketIn func(PacketIn)
+	// PacketInQueue bounds the packet-ins waiting for OnPacketIn
+	// (default 256).
+	PacketInQueue int
 }
 
 // SentinelCookie is the cookie of the client's sentinel flow (priority 0,
@@ -80,6 +88,8 @@ type Client struct {
 	closeCh   chan struct{}
 	done      chan struct{}
 	connects  int
+
+	packetIns chan PacketIn // nil without OnPacketIn
 }
 
 // Dial connects to target — "unix:PATH" (a bridge's management socket,
@@ -119,6 +129,23 @@ func Dial(ctx context.Context, target string, opts Options) (*Client, error) {
 		done:      make(chan struct{}),
 	}
 	c.xid.Store(0x1000)
+	if opts.OnPacketIn != nil {
+		if opts.PacketInQueue <= 0 {
+			opts.PacketInQueue = 256
+		}
+		c.opts.PacketInQueue = opts.PacketInQueue
+		c.packetIns = make(chan PacketIn, opts.PacketInQueue)
+		go func() {
+			for {
+				select {
+				case pi := <-c.packetIns:
+					opts.OnPacketIn(pi)
+				case <-c.closeCh:
+					return
+				}
+			}
+		}()
+	}
 	first, err := c.connectOnce(ctx)
 	if err != nil {
 		return nil, err
@@ -199,6 +226,12 @@ func (c *Client) connectOnce(ctx context.Context) (*conn, error) {
 	}
 	go cn.readLoop()
 	go cn.keepAlive()
+	if c.packetIns != nil {
+		if err := cn.setAsync(); err != nil {
+			cn.close(err)
+			return nil, fmt.Errorf("openflow: asking %s for packet-ins: %w", c.target, err)
+		}
+	}
 
 	c.mu.Lock()
 	if c.closed {
@@ -514,7 +547,10 @@ func (cn *conn) readLoop() {
 			default:
 			}
 			continue
-		case of13.Type_PacketIn, of13.Type_PortStatus, of13.Type_FlowRemoved:
+		case of13.Type_PacketIn:
+			cn.packetIn(msg)
+			continue
+		case of13.Type_PortStatus, of13.Type_FlowRemoved:
 			continue // asynchronous messages tierflow does not use
 		}
 		xid := binary.BigEndian.Uint32(msg[4:8])
@@ -537,6 +573,23 @@ func (cn *conn) readLoop() {
 		case <-cn.dead:
 			return
 		}
+	}
+}
+
+// packetIn hands a packet-in to OnPacketIn's queue, or drops it when the
+// queue is full (the read loop must not wait).
+func (cn *conn) packetIn(msg []byte) {
+	if cn.client.packetIns == nil {
+		return
+	}
+	pi, err := parsePacketIn(msg)
+	if err != nil {
+		cn.client.opts.Logf("openflow: %v", err)
+		return
+	}
+	select {
+	case cn.client.packetIns <- pi:
+	default:
 	}
 }
 

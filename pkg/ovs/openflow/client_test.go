@@ -55,10 +55,10 @@ func allFeatureFlows() []openflow.Flow {
 			Actions: []openflow.Action{openflow.Output{Port: 1}}},
 		{Table: 0, Priority: 108, Cookie: 0xf, Match: openflow.Match{InPort: 4},
 			Actions: []openflow.Action{openflow.SetEthDst{MAC: mac("0a:00:00:00:00:05")}, openflow.Output{Port: 1}}},
-		{Table: 0, Priority: 109, Cookie: 0x10, Match: openflow.Match{InPort: 5, EthType: 0x0800, TunSrc: netip.MustParseAddr("192.168.1.2")},
-			Actions: []openflow.Action{openflow.SetEthSrc{MAC: mac("0a:00:00:00:00:06")}, openflow.SetTunDst{IP: netip.MustParseAddr("192.168.1.3")}, openflow.Output{Port: 1}}},
-		{Table: 0, Priority: 110, Cookie: 0x11, Match: openflow.Match{TunSrc: netip.MustParseAddr("fd00::2")},
-			Actions: []openflow.Action{openflow.SetTunDst{IP: netip.MustParseAddr("fd00::3")}, openflow.Output{Port: 1}}},
+		{Table: 0, Priority: 109, Cookie: 0x17, Match: openflow.Match{InPort: 5, EthType: 0x0800, TunSrc: netip.MustParseAddr("192.168.1.2")},
+			Actions: []openflow.Action{openflow.SetField{Field: openflow.FieldEthSrc, MAC: mac("0a:00:00:00:00:06")}, openflow.SetField{Field: openflow.FieldTunDst, Addr: netip.MustParseAddr("192.168.1.3")}, openflow.Output{Port: 1}}},
+		{Table: 0, Priority: 110, Cookie: 0x18, Match: openflow.Match{TunSrc: netip.MustParseAddr("fd00::2")},
+			Actions: []openflow.Action{openflow.SetField{Field: openflow.FieldTunIPv6Dst, Addr: netip.MustParseAddr("fd00::3")}, openflow.Output{Port: 1}}},
 		{Table: 0, Priority: 104, Cookie: 0x5, Match: openflow.Match{
 			EthType: 0x86dd, IPProto: 58, ICMPType: u8(135), ICMPCode: u8(0),
 			NDTarget: netip.MustParsePrefix("fd00::1/128"), NDSll: mac("0a:00:00:00:00:03")}},
@@ -90,8 +90,54 @@ func allFeatureFlows() []openflow.Flow {
 			Actions: []openflow.Action{openflow.LoadReg{Reg: 15, Start: 0, End: 31, Value: 0xdeadbeef},
 				openflow.CT{Commit: true, Zone: 65000, SetMark: &openflow.Masked{Value: 0x0101, Mask: 0x0f0f},
 					SetLabel: &openflow.LabelSet{Value: 0x5}}}},
+		// A Service's ARP and neighbour responders, affinity, group, reject and DNAT.
+		{Table: 1, Priority: 300, Cookie: 0x10, Match: openflow.Match{EthType: 0x0806, ArpOp: 1, ArpTpa: netip.MustParseAddr("10.96.0.10")},
+			Actions: []openflow.Action{
+				openflow.Move{Src: openflow.FieldEthSrc, Dst: openflow.FieldEthDst},
+				openflow.SetField{Field: openflow.FieldEthSrc, MAC: mac("0a:74:66:00:00:01")},
+				openflow.SetField{Field: openflow.FieldArpOp, Value: 2},
+				openflow.Move{Src: openflow.FieldArpSha, Dst: openflow.FieldArpTha},
+				openflow.SetField{Field: openflow.FieldArpSha, MAC: mac("0a:74:66:00:00:01")},
+				openflow.Move{Src: openflow.FieldArpSpa, Dst: openflow.FieldArpTpa},
+				openflow.SetField{Field: openflow.FieldArpSpa, Addr: netip.MustParseAddr("10.96.0.10")},
+				openflow.Output{Port: openflow.PortInPort}}},
+		{Table: 1, Priority: 301, Cookie: 0x11, Match: openflow.Match{EthType: 0x86dd, IPProto: 58, ICMPType: u8(135), ICMPCode: u8(0),
+			NDTarget: netip.MustParsePrefix("fd00:96::10/128")},
+			Actions: []openflow.Action{
+				openflow.Move{Src: openflow.FieldEthSrc, Dst: openflow.FieldEthDst},
+				openflow.SetField{Field: openflow.FieldEthSrc, MAC: mac("0a:74:66:00:00:01")},
+				openflow.Move{Src: openflow.FieldIPv6Src, Dst: openflow.FieldIPv6Dst},
+				openflow.SetField{Field: openflow.FieldIPv6Src, Addr: netip.MustParseAddr("fd00:96::10")},
+				openflow.SetField{Field: openflow.FieldICMPv6Type, Value: 136},
+				openflow.SetField{Field: openflow.FieldNDReserved, Value: 0x60000000},
+				openflow.SetField{Field: openflow.FieldNDOptionsType, Value: 2},
+				openflow.Resubmit{Table: 2}}},
+		{Table: 2, Priority: 302, Cookie: 0x12, Match: openflow.Match{EthType: 0x86dd, IPProto: 58, ICMPType: u8(136), ICMPCode: u8(0)},
+			Actions: []openflow.Action{openflow.SetField{Field: openflow.FieldNDTll, MAC: mac("0a:74:66:00:00:01")}, openflow.Output{Port: openflow.PortInPort}}},
+		{Table: 2, Priority: 303, Cookie: 0x13, Match: openflow.Match{EthType: 0x0800, IPProto: 6, IPDst: netip.MustParsePrefix("10.96.0.10/32"), L4Dst: &openflow.Masked{Value: 80}},
+			Actions: []openflow.Action{openflow.Learn{Table: 5, IdleTimeout: 10800, Priority: 300, Cookie: 0x123, EthType: 0x0800, IPProto: 6,
+				MatchIPSrc: true, MatchIPDst: true, MatchL4Dst: true, CopyRegs: []int{7}, LoadRegs: []openflow.LoadReg{{Reg: 6, Start: 2, End: 2, Value: 1}}},
+				openflow.GotoTable{Table: 6}}},
+		{Table: 2, Priority: 304, Cookie: 0x14, Match: openflow.Match{EthType: 0x86dd, IPProto: 132, IPDst: netip.MustParsePrefix("fd00::1/128"), L4Dst: &openflow.Masked{Value: 80}},
+			Actions: []openflow.Action{openflow.Learn{Table: 5, HardTimeout: 20, Priority: 300, EthType: 0x86dd, IPProto: 132,
+				MatchIPSrc: true, MatchIPDst: true, MatchL4Dst: true, CopyRegs: []int{7}},
+				openflow.GroupAction{ID: 7}, openflow.Controller{MaxLen: 128}}},
+		{Table: 3, Priority: 305, Cookie: 0x15, Match: openflow.Match{EthType: 0x0800, IPProto: 6, Regs: map[int]openflow.Masked{7: {Value: 5}}},
+			Actions: []openflow.Action{
+				openflow.CT{Commit: true, Zone: 5, Table: u8(8), NAT: &openflow.NAT{Dst: true, Addr: netip.MustParseAddr("10.0.0.2"), Port: 8080},
+					SetMark: &openflow.Masked{Value: 1, Mask: 1}},
+				openflow.CT{Zone: 5, NAT: &openflow.NAT{}},
+				openflow.CT{Commit: true, Zone: 6, NAT: &openflow.NAT{Src: true, Addr: netip.MustParseAddr("169.254.0.253")}}}},
+		{Table: 3, Priority: 306, Cookie: 0x16, Match: openflow.Match{EthType: 0x86dd, IPProto: 6, Regs: map[int]openflow.Masked{7: {Value: 6}}},
+			Actions: []openflow.Action{openflow.CT{Commit: true, Zone: 5, Table: u8(8), NAT: &openflow.NAT{Dst: true, Addr: netip.MustParseAddr("fd00::2"), Port: 8080}}}},
 	}
 }
+
+// featureGroup is the group allFeatureFlows sends to.
+var featureGroup = openflow.Group{ID: 7, Buckets: []openflow.Bucket{
+	{Weight: 100, Actions: []openflow.Action{openflow.LoadReg{Reg: 7, Start: 0, End: 31, Value: 5}, openflow.Resubmit{Table: 3}}},
+	{Weight: 50, Actions: []openflow.Action{openflow.LoadReg{Reg: 7, Start: 0, End: 31, Value: 6}, openflow.Resubmit{Table: 3}}},
+}}
 
 // goldenDump is what OVS reports for allFeatureFlows (ovs-ofctl
 // dump-flows, statistics removed), checked by hand against the Flow values:
@@ -112,8 +158,15 @@ var goldenDump = []string{
 	`cookie=0xd, table=30, priority=5,ct_state=est|trk,ipv6 actions=load:0xdeadbeef->NXM_NX_REG15[],ct(commit,zone=65000,exec(load:0x1->NXM_NX_CT_MARK[0..3],load:0x1->NXM_NX_CT_MARK[8..11],load:0x5->NXM_NX_CT_LABEL[0..63]))`,
 	`cookie=0xe, table=0, priority=107,in_port=LOCAL actions=output:1`,
 	`cookie=0xf, table=0, priority=108,in_port=4 actions=set_field:0a:00:00:00:00:05->eth_dst,output:1`,
-	`cookie=0x10, table=0, priority=109,ip,tun_src=192.168.1.2,in_port=5 actions=set_field:0a:00:00:00:00:06->eth_src,set_field:192.168.1.3->tun_dst,output:1`,
-	`cookie=0x11, table=0, priority=110,tun_ipv6_src=fd00::2 actions=set_field:fd00::3->tun_ipv6_dst,output:1`,
+	`cookie=0x10, table=1, priority=300,arp,arp_tpa=10.96.0.10,arp_op=1 actions=move:NXM_OF_ETH_SRC[]->NXM_OF_ETH_DST[],set_field:0a:74:66:00:00:01->eth_src,set_field:2->arp_op,move:NXM_NX_ARP_SHA[]->NXM_NX_ARP_THA[],set_field:0a:74:66:00:00:01->arp_sha,move:NXM_OF_ARP_SPA[]->NXM_OF_ARP_TPA[],set_field:10.96.0.10->arp_spa,IN_PORT`,
+	`cookie=0x11, table=1, priority=301,icmp6,icmp_type=135,icmp_code=0,nd_target=fd00:96::10 actions=move:NXM_OF_ETH_SRC[]->NXM_OF_ETH_DST[],set_field:0a:74:66:00:00:01->eth_src,move:NXM_NX_IPV6_SRC[]->NXM_NX_IPV6_DST[],set_field:fd00:96::10->ipv6_src,set_field:136->icmpv6_type,set_field:1610612736->nd_reserved,set_field:2->nd_options_type,resubmit(,2)`,
+	`cookie=0x12, table=2, priority=302,icmp6,icmp_type=136,icmp_code=0 actions=set_field:0a:74:66:00:00:01->nd_tll,IN_PORT`,
+	`cookie=0x13, table=2, priority=303,tcp,nw_dst=10.96.0.10,tp_dst=80 actions=learn(table=5,idle_timeout=10800,priority=300,cookie=0x123,eth_type=0x800,nw_proto=6,NXM_OF_IP_SRC[],NXM_OF_IP_DST[],NXM_OF_TCP_DST[],load:NXM_NX_REG7[]->NXM_NX_REG7[],load:0x1->NXM_NX_REG6[2]),goto_table:6`,
+	`cookie=0x14, table=2, priority=304,sctp6,ipv6_dst=fd00::1,tp_dst=80 actions=learn(table=5,hard_timeout=20,priority=300,eth_type=0x86dd,nw_proto=132,NXM_NX_IPV6_SRC[],NXM_NX_IPV6_DST[],OXM_OF_SCTP_DST[],load:NXM_NX_REG7[]->NXM_NX_REG7[]),group:7,CONTROLLER:128`,
+	`cookie=0x15, table=3, priority=305,tcp,reg7=0x5 actions=ct(commit,table=8,zone=5,nat(dst=10.0.0.2:8080),exec(load:0x1->NXM_NX_CT_MARK[0])),ct(zone=5,nat),ct(commit,zone=6,nat(src=169.254.0.253))`,
+	`cookie=0x16, table=3, priority=306,tcp6,reg7=0x6 actions=ct(commit,table=8,zone=5,nat(dst=[fd00::2]:8080))`,
+	`cookie=0x17, table=0, priority=109,ip,tun_src=192.168.1.2,in_port=5 actions=set_field:0a:00:00:00:00:06->eth_src,set_field:192.168.1.3->tun_dst,output:1`,
+	`cookie=0x18, table=0, priority=110,tun_ipv6_src=fd00::2 actions=set_field:fd00::3->tun_ipv6_dst,output:1`,
 }
 
 func dialBridge(t *testing.T, br *ovsenv.Bridge, opts openflow.Options) *openflow.Client {
@@ -151,8 +204,26 @@ func TestRoundTripEveryFieldAndAction(t *testing.T) {
 	c := dialBridge(t, brA, openflow.Options{})
 	flows := allFeatureFlows()
 	ctx := context.Background()
-	if err := c.AddFlows(ctx, flows...); err != nil {
+	var changes []openflow.FlowChange
+	for _, f := range flows {
+		changes = append(changes, openflow.FlowChange{Command: openflow.Add, Flow: f})
+	}
+	if err := c.ApplyChanges(ctx, openflow.Changes{Groups: []openflow.GroupChange{{Command: openflow.GroupAddOrModify, Group: featureGroup}}, Flows: changes}); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := env.Ofctl("add-group", brB.Name, featureGroup.String()); err != nil {
+		t.Fatalf("ovs-ofctl rejected Group.String() output: %v", err)
+	}
+	groupsA, err := env.Ofctl("dump-groups", brA.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	groupsB, err := env.Ofctl("dump-groups", brB.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(groupsA) != strings.TrimSpace(groupsB) {
+		t.Errorf("client and ovs-ofctl installed different groups\nclient:\n%s\novs-ofctl:\n%s", groupsA, groupsB)
 	}
 	var text strings.Builder
 	for _, f := range flows {

@@ -8,6 +8,14 @@
 // computes for every desired flow on every update, hence append-based), and
 // a Client that installs flows on an Open vSwitch bridge.
 //
+// Besides flows it handles what the agent's Service proxy needs: select
+// groups (group.go; changed in the same atomic bundle as flows, groups
+// added before and deleted after the flow changes), conntrack NAT in CT,
+// learn (learn.go), set_field and move of the fields an ARP or neighbour
+// responder rewrites (fields.go), packet-ins and packet-outs, and
+// conntrack flushes by partial tuple (packet.go, OpenFlow NXT_CT_FLUSH of
+// OVS 3.1).
+//
 // Client:
 //
 //   - connects to a bridge's management socket (unix:RUNDIR/BRIDGE.mgmt) or
@@ -26,9 +34,14 @@
 //     the switch parses the first while the rest are encoded; they carry
 //     consecutive xids, and every error the switch sends is matched by xid
 //     to the change that caused it and returned as a *FlowError naming that
-//     flow;
+//     flow (a *GroupError for a group-mod of ApplyChanges, which streams
+//     group and flow changes through the same bundle);
 //   - reads flow counters with multipart flow-stats requests filtered by
-//     table and cookie/mask.
+//     table and cookie/mask, and lists groups;
+//   - with Options.OnPacketIn, asks the switch for packet-ins on every
+//     connection (a management-socket connection gets none by default)
+//     and hands them to one goroutine through a bounded queue, dropping
+//     what overflows (the read loop never waits).
 //
 // Monitor (monitor.go) is an observer on a connection of its own: a flow
 // monitor (the ONF extension Open vSwitch serves for OpenFlow 1.3) that

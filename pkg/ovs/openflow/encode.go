@@ -384,12 +384,43 @@ func fieldHeader(class uint16, id uint8, length uint8) *of13.MatchField {
 // encodeInstructions turns Actions into an apply-actions instruction and a
 // trailing goto-table instruction.
 func (f *Flow) encodeInstructions() ([]of13.Instruction, error) {
-	apply := of13.NewInstrApplyActions()
+	acts, gotoTable, err := f.encodeActionList()
+	if err != nil {
+		return nil, err
+	}
+	var out []of13.Instruction
+	if len(acts) > 0 {
+		apply := of13.NewInstrApplyActions()
+		for _, a := range acts {
+			_ = apply.AddAction(a, false)
+		}
+		out = append(out, apply)
+	}
+	if gotoTable != nil {
+		out = append(out, gotoTable)
+	}
+	return out, nil
+}
+
+// encodeActions encodes Actions without GotoTable (a group bucket's).
+func (f *Flow) encodeActions() ([]of13.Action, error) {
+	acts, gotoTable, err := f.encodeActionList()
+	if err == nil && gotoTable != nil {
+		err = errors.New("GotoTable outside a flow")
+	}
+	return acts, err
+}
+
+// encodeActionList encodes Actions, all but a final GotoTable, which it
+// returns as an instruction.
+func (f *Flow) encodeActionList() ([]of13.Action, *of13.InstrGotoTable, error) {
+	var acts []of13.Action
+	add := func(a of13.Action) { acts = append(acts, a) }
 	var gotoTable *of13.InstrGotoTable
 	hasConj, hasOther := false, false
 	for i, a := range f.Actions {
 		if gotoTable != nil {
-			return nil, fmt.Errorf("action %d (%T) follows GotoTable; GotoTable must be last", i, a)
+			return nil, nil, fmt.Errorf("action %d (%T) follows GotoTable; GotoTable must be last", i, a)
 		}
 		if _, ok := a.(Conjunction); ok {
 			hasConj = true
@@ -399,91 +430,103 @@ func (f *Flow) encodeInstructions() ([]of13.Instruction, error) {
 		switch a := a.(type) {
 		case Output:
 			if a.Port == 0 || (a.Port > 0xffffff00 && a.Port != PortLocal && a.Port != PortInPort && a.Port != PortController) {
-				return nil, fmt.Errorf("Output to invalid port %d", a.Port)
+				return nil, nil, fmt.Errorf("Output to invalid port %d", a.Port)
 			}
 			out := of13.NewActionOutput(a.Port)
 			if a.Port == PortController {
 				out.MaxLen = 0xffff
 			}
-			_ = apply.AddAction(out, false)
+			add(out)
+		case Controller:
+			out := of13.NewActionOutput(PortController)
+			out.MaxLen = a.MaxLen
+			if a.MaxLen == 0 {
+				out.MaxLen = 0xffff
+			}
+			add(out)
 		case Normal:
-			_ = apply.AddAction(of13.NewActionOutput(PortNormal), false)
+			add(of13.NewActionOutput(PortNormal))
 		case SetEthDst:
 			if len(a.MAC) != 6 {
-				return nil, fmt.Errorf("SetEthDst: invalid MAC %v", a.MAC)
+				return nil, nil, fmt.Errorf("SetEthDst: invalid MAC %v", a.MAC)
 			}
-			_ = apply.AddAction(of13.NewActionSetField(*of13.NewEthDstField(a.MAC, nil)), false)
-		case SetEthSrc:
-			if len(a.MAC) != 6 {
-				return nil, fmt.Errorf("SetEthSrc: invalid MAC %v", a.MAC)
+			add(of13.NewActionSetField(*of13.NewEthDstField(a.MAC, nil)))
+		case SetField:
+			sf, err := f.encodeSetField(a)
+			if err != nil {
+				return nil, nil, err
 			}
-			_ = apply.AddAction(of13.NewActionSetField(*of13.NewEthSrcField(a.MAC, nil)), false)
-		case SetTunDst:
-			switch {
-			case !a.IP.IsValid() || a.IP.Is4In6() || a.IP.Zone() != "" || a.IP.IsUnspecified():
-				return nil, fmt.Errorf("SetTunDst: invalid address %v", a.IP)
-			case a.IP.Is4():
-				_ = apply.AddAction(of13.NewActionSetField(*of13.NewTunnelIpv4DstField(a.IP.AsSlice(), nil)), false)
-			default:
-				_ = apply.AddAction(of13.NewActionSetField(*of13.NewTunnelIpv6DstField(a.IP.AsSlice(), nil)), false)
+			add(sf)
+		case Move:
+			mv, err := f.encodeMove(a)
+			if err != nil {
+				return nil, nil, err
 			}
+			add(mv)
+		case GroupAction:
+			if a.ID == 0 || a.ID > maxGroupID {
+				return nil, nil, fmt.Errorf("GroupAction: group ID %d out of range", a.ID)
+			}
+			add(of13.NewActionGroup(a.ID))
+		case Learn:
+			if err := f.checkLearn(a); err != nil {
+				return nil, nil, err
+			}
+			l, err := encodeLearn(a)
+			if err != nil {
+				return nil, nil, err
+			}
+			add(l)
 		case GotoTable:
 			if a.Table <= f.Table {
-				return nil, fmt.Errorf("GotoTable %d from table %d: the pipeline only moves forward", a.Table, f.Table)
+				return nil, nil, fmt.Errorf("GotoTable %d from table %d: the pipeline only moves forward", a.Table, f.Table)
 			}
 			if a.Table > maxTable {
-				return nil, fmt.Errorf("GotoTable %d out of range", a.Table)
+				return nil, nil, fmt.Errorf("GotoTable %d out of range", a.Table)
 			}
 			gotoTable = of13.NewInstrGotoTable(a.Table)
 		case Resubmit:
 			if a.Table > maxTable {
-				return nil, fmt.Errorf("Resubmit to table %d out of range", a.Table)
+				return nil, nil, fmt.Errorf("Resubmit to table %d out of range", a.Table)
 			}
-			_ = apply.AddAction(of13.NewNXActionResubmitTableAction(of13.OFPP_IN_PORT, a.Table), false)
+			add(of13.NewNXActionResubmitTableAction(of13.OFPP_IN_PORT, a.Table))
 		case Conjunction:
 			if a.NClauses < 2 || a.NClauses > 64 || a.Clause < 1 || a.Clause > a.NClauses {
-				return nil, fmt.Errorf("Conjunction(%d, %d/%d): need 1 <= clause <= n_clauses, 2 <= n_clauses <= 64", a.ID, a.Clause, a.NClauses)
+				return nil, nil, fmt.Errorf("Conjunction(%d, %d/%d): need 1 <= clause <= n_clauses, 2 <= n_clauses <= 64", a.ID, a.Clause, a.NClauses)
 			}
 			// On the wire the clause is 0-based.
-			_ = apply.AddAction(of13.NewNXActionConjunction(a.Clause-1, a.NClauses, a.ID), false)
+			add(of13.NewNXActionConjunction(a.Clause-1, a.NClauses, a.ID))
 		case LoadReg:
 			if err := checkReg(a.Reg, a.Start, a.End); err != nil {
-				return nil, fmt.Errorf("LoadReg: %w", err)
+				return nil, nil, fmt.Errorf("LoadReg: %w", err)
 			}
 			nbits := a.End - a.Start + 1
 			if nbits < 32 && a.Value>>nbits != 0 {
-				return nil, fmt.Errorf("LoadReg: value %#x does not fit in reg%d[%d..%d]", a.Value, a.Reg, a.Start, a.End)
+				return nil, nil, fmt.Errorf("LoadReg: value %#x does not fit in reg%d[%d..%d]", a.Value, a.Reg, a.Start, a.End)
 			}
 			rng := of13.NewNXRange(a.Start, a.End)
-			_ = apply.AddAction(of13.NewNXActionRegLoad(rng.ToOfsBits(), fieldHeader(of13.OXM_CLASS_NXM_1, uint8(of13.NXM_NX_REG0+a.Reg), 4), uint64(a.Value)), false)
+			add(of13.NewNXActionRegLoad(rng.ToOfsBits(), fieldHeader(of13.OXM_CLASS_NXM_1, uint8(of13.NXM_NX_REG0+a.Reg), 4), uint64(a.Value)))
 		case CT:
 			if f.Match.EthType != ethTypeIPv4 && f.Match.EthType != ethTypeIPv6 {
 				// OVS: OFPBAC_MATCH_INCONSISTENT.
-				return nil, errors.New("CT needs the flow to match EthType IPv4 or IPv6")
+				return nil, nil, errors.New("CT needs the flow to match EthType IPv4 or IPv6")
 			}
-			ct, err := encodeCT(a)
+			ct, err := encodeCT(a, f.Match.EthType)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
-			_ = apply.AddAction(ct, false)
+			add(ct)
 		case nil:
-			return nil, fmt.Errorf("action %d is nil", i)
+			return nil, nil, fmt.Errorf("action %d is nil", i)
 		default:
-			return nil, fmt.Errorf("action %d: unsupported type %T", i, a)
+			return nil, nil, fmt.Errorf("action %d: unsupported type %T", i, a)
 		}
 	}
 	if hasConj && hasOther {
 		// OVS rejects a flow that mixes conjunction with other actions.
-		return nil, errors.New("Conjunction actions cannot be combined with other actions")
+		return nil, nil, errors.New("Conjunction actions cannot be combined with other actions")
 	}
-	var out []of13.Instruction
-	if len(apply.Actions) > 0 {
-		out = append(out, apply)
-	}
-	if gotoTable != nil {
-		out = append(out, gotoTable)
-	}
-	return out, nil
+	return acts, gotoTable, nil
 }
 
 func checkReg(reg, start, end int) error {
@@ -496,7 +539,7 @@ func checkReg(reg, start, end int) error {
 	return nil
 }
 
-func encodeCT(a CT) (*of13.NXActionConnTrack, error) {
+func encodeCT(a CT, ethType uint16) (*of13.NXActionConnTrack, error) {
 	ct := of13.NewNXActionConnTrack().ZoneImm(a.Zone)
 	if a.Commit {
 		ct.Commit()
@@ -509,6 +552,13 @@ func encodeCT(a CT) (*of13.NXActionConnTrack, error) {
 	}
 	if !a.Commit && (a.SetMark != nil || a.SetLabel != nil || len(a.LabelFromRegs) > 0) {
 		return nil, errors.New("CT SetMark/SetLabel/LabelFromRegs need Commit")
+	}
+	if a.NAT != nil {
+		nat, err := encodeNAT(*a.NAT, a.Commit, ethType)
+		if err != nil {
+			return nil, err
+		}
+		ct.AddAction(nat)
 	}
 	if a.SetMark != nil {
 		mask := uint64(a.SetMark.Mask)

@@ -105,6 +105,20 @@ type CT struct {
 	// (move:NXM_NX_REGn[]->NXM_NX_CT_LABEL[start..start+31]), so one commit
 	// flow can record values decided earlier in the pipeline.
 	LabelFromRegs []RegToLabel
+	// NAT translates the packet through conntrack (see NAT).
+	NAT *NAT
+}
+
+// NAT is conntrack's network address translation (the nat of a ct
+// action). With no address it applies the translation the connection
+// already has: a reply is un-NATed, a later packet of the original
+// direction translated like the first. With Dst (or Src) and Addr, and
+// only with Commit, a new connection's destination (or source) becomes
+// Addr, and its port Port (0: unchanged).
+type NAT struct {
+	Src, Dst bool
+	Addr     netip.Addr
+	Port     uint16
 }
 
 // RegToLabel copies all 32 bits of register Reg into ct_label bits
@@ -120,20 +134,17 @@ type LabelSet struct {
 	Mask  uint64
 }
 
+// Controller sends the packet to the OpenFlow connections that asked for
+// packet-ins (see Options.OnPacketIn), truncated to MaxLen bytes (0: the
+// whole packet).
+type Controller struct{ MaxLen uint16 }
+
 // Normal hands the packet to the OVS normal L2 pipeline.
 type Normal struct{}
 
 // SetEthDst rewrites the destination MAC address (OpenFlow 1.3
 // set_field eth_dst), e.g. to hand a packet to a router port.
 type SetEthDst struct{ MAC net.HardwareAddr }
-
-// SetEthSrc rewrites the source MAC address (set_field eth_src).
-type SetEthSrc struct{ MAC net.HardwareAddr }
-
-// SetTunDst sets the outer destination address a tunnel port with
-// options:remote_ip=flow encapsulates the packet to (set_field tun_dst, or
-// tun_ipv6_dst for an IPv6 address).
-type SetTunDst struct{ IP netip.Addr }
 
 func (Output) isAction()      {}
 func (GotoTable) isAction()   {}
@@ -143,5 +154,4 @@ func (LoadReg) isAction()     {}
 func (CT) isAction()          {}
 func (Normal) isAction()      {}
 func (SetEthDst) isAction()   {}
-func (SetEthSrc) isAction()   {}
-func (SetTunDst) isAction()   {}
+func (Controller) isAction()  {}

@@ -129,7 +129,15 @@ func (c *Client) Apply(ctx context.Context, changes []FlowChange) error {
 	if err != nil {
 		return err
 	}
-	return cn.bundle(ctx, changes)
+	return cn.bundle(ctx, len(changes), func(i int, xid uint32) (util.Message, error) {
+		fm, err := changeMod(changes[i], xid)
+		if err != nil {
+			return nil, err
+		}
+		return fm, nil
+	}, func(i int, err error) error {
+		return &FlowError{Index: i, Command: changes[i].Command, Flow: changes[i].Flow, Err: err}
+	})
 }
 
 func changeMod(ch FlowChange, xid uint32) (*of13.FlowMod, error) {
@@ -181,17 +189,18 @@ func (cn *conn) single(ctx context.Context, ch FlowChange, fm *of13.FlowMod) err
 // rest are encoded, and one write carries a few thousand messages.
 const bundleWriteChunk = 256 << 10
 
-// bundle streams changes to the switch as one bundle: the adds are encoded
-// as they go and written in chunks (the bundle is opened just before the
-// first chunk, so a small bundle that fails local validation sends
-// nothing), then a barrier collects add-time errors, then the bundle is
-// committed — or discarded when the switch or local validation rejected a
-// change. The adds carry consecutive xids, so one range waiter collects
+// bundle streams n messages to the switch as one bundle, message i
+// encoded by encode with its xid and named in errors by fail: the adds are
+// encoded as they go and written in chunks (the bundle is opened just
+// before the first chunk, so a small bundle that fails local validation
+// sends nothing), then a barrier collects add-time errors, then the bundle
+// is committed — or discarded when the switch or local validation rejected
+// a message. The adds carry consecutive xids, so one range waiter collects
 // the switch's errors about them.
-func (cn *conn) bundle(ctx context.Context, changes []FlowChange) error {
+func (cn *conn) bundle(ctx context.Context, n int, encode func(i int, xid uint32) (util.Message, error), fail func(i int, err error) error) error {
 	id := cn.client.nextXID() // bundle IDs only need to be unique per connection
-	first := cn.client.reserveXIDs(len(changes))
-	rng := cn.registerRange(first, len(changes))
+	first := cn.client.reserveXIDs(n)
+	rng := cn.registerRange(first, n)
 	defer cn.unregisterRange(rng)
 	opened := false
 	flush := func(buf []byte) error {
@@ -205,13 +214,14 @@ func (cn *conn) bundle(ctx context.Context, changes []FlowChange) error {
 	}
 	var local []error
 	buf := make([]byte, 0, bundleWriteChunk+4096)
-	for i, ch := range changes {
-		fm, err := changeMod(ch, first+uint32(i))
+	for i := 0; i < n; i++ {
+		xid := first + uint32(i)
+		msg, err := encode(i, xid)
 		if err == nil && len(local) == 0 {
-			buf, err = appendBundleAdd(buf, id, fm)
+			buf, err = appendBundleAdd(buf, id, xid, msg)
 		}
 		if err != nil {
-			local = append(local, &FlowError{Index: i, Command: ch.Command, Flow: ch.Flow, Err: err})
+			local = append(local, fail(i, err))
 			continue
 		}
 		if len(local) == 0 && len(buf) >= bundleWriteChunk {
@@ -235,7 +245,7 @@ func (cn *conn) bundle(ctx context.Context, changes []FlowChange) error {
 	if err := cn.barrier(ctx); err != nil {
 		return err
 	}
-	if flowErrs := cn.rangeFlowErrors(rng, changes); len(flowErrs) > 0 {
+	if flowErrs := cn.rangeErrors(rng, fail); len(flowErrs) > 0 {
 		if err := cn.bundleCtrl(ctx, id, of13.OFPBCT_DISCARD_REQUEST); err != nil {
 			// The connection is probably gone; OVS discards open bundles of a
 			// closed connection.
@@ -249,16 +259,16 @@ func (cn *conn) bundle(ctx context.Context, changes []FlowChange) error {
 	}
 	// Commit-time failures name the failed message by its xid; they arrive
 	// before the commit reply.
-	flowErrs := cn.rangeFlowErrors(rng, changes)
+	flowErrs := cn.rangeErrors(rng, fail)
 	if len(flowErrs) == 0 {
 		return fmt.Errorf("commit bundle: %w", commitErr)
 	}
 	return fmt.Errorf("bundle not applied: %w", errors.Join(flowErrs...))
 }
 
-// rangeFlowErrors turns the switch's errors about a bundle's adds (by xid)
-// into FlowErrors, in change order.
-func (cn *conn) rangeFlowErrors(rng *xidRange, changes []FlowChange) []error {
+// rangeErrors turns the switch's errors about a bundle's adds (by xid)
+// into errors naming the message (fail), in bundle order.
+func (cn *conn) rangeErrors(rng *xidRange, fail func(i int, err error) error) []error {
 	byIndex := cn.takeRange(rng)
 	idx := make([]int, 0, len(byIndex))
 	for i := range byIndex {
@@ -269,7 +279,7 @@ func (cn *conn) rangeFlowErrors(rng *xidRange, changes []FlowChange) []error {
 	for _, i := range idx {
 		for _, msg := range byIndex[i] {
 			if msg[1] == of13.Type_Error {
-				errs = append(errs, &FlowError{Index: i, Command: changes[i].Command, Flow: changes[i].Flow, Err: decodeError(msg)})
+				errs = append(errs, fail(i, decodeError(msg)))
 			}
 		}
 	}
@@ -280,21 +290,21 @@ func (cn *conn) rangeFlowErrors(rng *xidRange, changes []FlowChange) []error {
 // bundle ID, padding and flags in front of a bundled message.
 const bundleAddHeaderLen = 24
 
-// appendBundleAdd appends an ONF bundle-add message carrying fm, with fm's
-// xid (OVS requires the two to be equal), to buf.
-func appendBundleAdd(buf []byte, id uint32, fm *of13.FlowMod) ([]byte, error) {
-	msg, err := fm.MarshalBinary()
+// appendBundleAdd appends an ONF bundle-add message carrying m, whose
+// xid is xid (OVS requires the two to be equal), to buf.
+func appendBundleAdd(buf []byte, id, xid uint32, m util.Message) ([]byte, error) {
+	msg, err := m.MarshalBinary()
 	if err != nil {
 		return buf, err
 	}
 	n := bundleAddHeaderLen + len(msg)
 	if n > 0xffff {
-		return buf, fmt.Errorf("flow-mod of %d bytes does not fit in an OpenFlow message", len(msg))
+		return buf, fmt.Errorf("message of %d bytes does not fit in an OpenFlow bundle-add", len(msg))
 	}
 	var h [bundleAddHeaderLen]byte
 	h[0], h[1] = of13.VERSION, of13.Type_Experimenter
 	binary.BigEndian.PutUint16(h[2:4], uint16(n))
-	binary.BigEndian.PutUint32(h[4:8], fm.Xid)
+	binary.BigEndian.PutUint32(h[4:8], xid)
 	binary.BigEndian.PutUint32(h[8:12], of13.ONF_EXPERIMENTER_ID)
 	binary.BigEndian.PutUint32(h[12:16], of13.Type_BundleAdd)
 	binary.BigEndian.PutUint32(h[16:20], id)
@@ -416,36 +426,15 @@ func (cn *conn) flowStats(ctx context.Context, filter FlowStatsFilter) ([]FlowSt
 	}
 	req.Cookie = filter.Cookie & filter.CookieMask
 	req.CookieMask = filter.CookieMask
-	mp := &of13.MultipartRequest{Header: of13.NewOfp13Header(), Type: of13.MultipartType_Flow, Body: req}
-	mp.Header.Type = of13.Type_MultiPartRequest
-	xid := cn.client.nextXID()
-	mp.Header.Xid = xid
-	w := cn.register(xid, 16)
-	defer cn.unregister(xid)
-	if err := cn.write(mp); err != nil {
-		return nil, err
-	}
 	var out []FlowStat
-	for {
-		msg, err := cn.wait(ctx, w)
-		if err != nil {
-			return nil, fmt.Errorf("flow stats: %w", err)
-		}
-		if msg[1] == of13.Type_Error {
-			return nil, fmt.Errorf("flow stats: %w", decodeError(msg))
-		}
-		if msg[1] != of13.Type_MultiPartReply || len(msg) < 16 {
-			return nil, fmt.Errorf("flow stats: unexpected reply type %d", msg[1])
-		}
-		more := binary.BigEndian.Uint16(msg[10:12])&1 != 0
-		body := msg[16:]
+	err := cn.multipart(ctx, of13.MultipartType_Flow, req, func(body []byte) error {
 		for len(body) > 0 {
 			if len(body) < 48 {
-				return nil, errors.New("flow stats: truncated entry")
+				return errors.New("truncated entry")
 			}
 			l := int(binary.BigEndian.Uint16(body[0:2]))
 			if l < 48 || l > len(body) {
-				return nil, fmt.Errorf("flow stats: bad entry length %d", l)
+				return fmt.Errorf("bad entry length %d", l)
 			}
 			out = append(out, FlowStat{
 				Table:    body[2],
@@ -457,8 +446,53 @@ func (cn *conn) flowStats(ctx context.Context, filter FlowStatsFilter) ([]FlowSt
 			})
 			body = body[l:]
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("flow stats: %w", err)
+	}
+	return out, nil
+}
+
+// multipart sends a multipart request of type typ with body req (nil: an
+// empty body) and hands the body of every reply part to each.
+func (cn *conn) multipart(ctx context.Context, typ uint16, req util.Message, each func(body []byte) error) error {
+	mp := &of13.MultipartRequest{Header: of13.NewOfp13Header(), Type: typ, Body: req}
+	mp.Header.Type = of13.Type_MultiPartRequest
+	xid := cn.client.nextXID()
+	mp.Header.Xid = xid
+	w := cn.register(xid, 16)
+	defer cn.unregister(xid)
+	if req == nil {
+		// MultipartRequest cannot marshal a nil body: header, type, flags, pad.
+		raw := make([]byte, 16)
+		raw[0], raw[1] = of13.VERSION, of13.Type_MultiPartRequest
+		binary.BigEndian.PutUint16(raw[2:4], 16)
+		binary.BigEndian.PutUint32(raw[4:8], xid)
+		binary.BigEndian.PutUint16(raw[8:10], typ)
+		if err := cn.writeRaw(raw); err != nil {
+			return err
+		}
+	} else if err := cn.write(mp); err != nil {
+		return err
+	}
+	for {
+		msg, err := cn.wait(ctx, w)
+		if err != nil {
+			return err
+		}
+		if msg[1] == of13.Type_Error {
+			return decodeError(msg)
+		}
+		if msg[1] != of13.Type_MultiPartReply || len(msg) < 16 {
+			return fmt.Errorf("unexpected reply type %d", msg[1])
+		}
+		more := binary.BigEndian.Uint16(msg[10:12])&1 != 0
+		if err := each(msg[16:]); err != nil {
+			return err
+		}
 		if !more {
-			return out, nil
+			return nil
 		}
 	}
 }

@@ -348,23 +348,28 @@ func appendAction(b []byte, a Action) []byte {
 		}
 		b = append(b, "output:"...)
 		return appendPort(b, a.Port)
+	case Controller:
+		b = append(b, "CONTROLLER:"...)
+		ml := a.MaxLen
+		if ml == 0 {
+			ml = 0xffff
+		}
+		return strconv.AppendUint(b, uint64(ml), 10)
+	case SetField:
+		return appendSetFieldText(b, a)
+	case Move:
+		return appendMoveText(b, a)
+	case GroupAction:
+		b = append(b, "group:"...)
+		return strconv.AppendUint(b, uint64(a.ID), 10)
+	case Learn:
+		return appendLearnText(b, a)
 	case Normal:
 		return append(b, "NORMAL"...)
 	case SetEthDst:
 		b = append(b, "set_field:"...)
 		b = append(b, a.MAC.String()...)
 		return append(b, "->eth_dst"...)
-	case SetEthSrc:
-		b = append(b, "set_field:"...)
-		b = append(b, a.MAC.String()...)
-		return append(b, "->eth_src"...)
-	case SetTunDst:
-		b = append(b, "set_field:"...)
-		b = a.IP.AppendTo(b)
-		if a.IP.Is4() {
-			return append(b, "->tun_dst"...)
-		}
-		return append(b, "->tun_ipv6_dst"...)
 	case GotoTable:
 		b = append(b, "goto_table:"...)
 		return strconv.AppendUint(b, uint64(a.Table), 10)
@@ -396,6 +401,10 @@ func appendAction(b []byte, a Action) []byte {
 		if a.Table != nil {
 			b = append(b, ",table="...)
 			b = strconv.AppendUint(b, uint64(*a.Table), 10)
+		}
+		if a.NAT != nil {
+			b = append(b, ',')
+			b = appendNATText(b, *a.NAT)
 		}
 		if a.SetMark == nil && a.SetLabel == nil && len(a.LabelFromRegs) == 0 {
 			return append(b, ')')

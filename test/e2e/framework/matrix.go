@@ -24,6 +24,8 @@ import (
 // namespace.
 type Pod struct {
 	Namespace, Name, Node, IP, Netns string
+	// ServiceIP is the ClusterIP of the pod's own Service (ExposePods).
+	ServiceIP string
 }
 
 func (p Pod) String() string { return p.Namespace + "/" + p.Name }

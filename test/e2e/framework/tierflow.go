@@ -22,7 +22,6 @@ import (
 	"github.com/tierflow/tierflow/pkg/queryapi"
 	"github.com/tierflow/tierflow/pkg/queryapi/agentquery"
 	"github.com/tierflow/tierflow/test/kubeapi"
-	"github.com/tierflow/tierflow/test/livecluster"
 	"github.com/tierflow/tierflow/test/testbed"
 )
 
@@ -102,12 +101,10 @@ func Start(tb testing.TB, bed *testbed.Testbed, dir string) *Tierflow {
 	tf.procs = append(tf.procs, ctrl)
 	tb.Cleanup(func() { ctrl.Stop(20 * time.Second) })
 
-	// On the encap bed the agents watch Nodes, with the agent's RBAC of
-	// manifests/ (its ClusterRole) and identity.
-	var nodeNetwork []string
-	if bed.Encap {
-		nodeNetwork = []string{"--node-network-mode=encap", "--kubeconfig=" + livecluster.AgentKubeconfig(tb, bed.Cluster, dir)}
-	}
+	// The agents watch Services, EndpointSlices and Nodes for their
+	// Service proxy (and on the encap bed Nodes for the node network), as
+	// the agent's service account with the release manifest's RBAC.
+	agentKubeconfig := bed.Cluster.ServiceAccountKubeconfig(tb, AgentNamespace, AgentSA, "tierflow-agent", dir)
 	for i, n := range bed.Nodes {
 		token, err := tf.agentToken(n.Name)
 		if err != nil {
@@ -122,9 +119,10 @@ func Start(tb testing.TB, bed *testbed.Testbed, dir string) *Tierflow {
 			"--controller-address=" + tf.AgentAddress, "--controller-ca-file=" + tf.CAFile, "--controller-server-name=localhost",
 			"--token-file=" + token, "--state-dir=" + filepath.Join(dir, n.Name+"-state"),
 			"--metrics-address=127.0.0.1:0", "--query-socket=" + sock, fmt.Sprintf("--ct-zone=%d", 100+i),
+			"--service-proxy=true", "--kubeconfig=" + agentKubeconfig,
 			"--vswitchd-ctl=" + n.OVS.VswitchdCtlPath()}
 		if bed.Encap {
-			args = append(append(args, nodeNetwork...), "--node-netns="+n.OVS.NetnsPath())
+			args = append(args, "--node-network-mode=encap", "--node-netns="+n.OVS.NetnsPath())
 		}
 		p, err := testbed.StartProcess(dir, "tierflow-agent-"+n.Name, filepath.Join(tf.BinDir, "tierflow-agent"), args...)
 		if err != nil {

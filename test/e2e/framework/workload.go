@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/tierflow/tierflow/pkg/explain"
 	"github.com/tierflow/tierflow/pkg/model"
@@ -80,4 +81,61 @@ func (tf *Tierflow) Deploy(workloads ...Workload) ([]Pod, error) {
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
+}
+
+// ExposePods gives every pod a Service of its own (named svc-POD in its
+// namespace, selecting pod=NAME) with the served ports, each targeting the
+// pod's named containerPort (so the proxy resolves the name per
+// endpoint), and returns the pods with their Service's ClusterIP in
+// ServiceIP. It waits until every Service answers from another pod.
+func (tf *Tierflow) ExposePods(pods []Pod) ([]Pod, error) {
+	ctx := context.Background()
+	kube := tf.Bed.Cluster.Kube
+	out := append([]Pod(nil), pods...)
+	for i, p := range out {
+		var ports []corev1.ServicePort
+		for _, sp := range ServedPorts {
+			ports = append(ports, corev1.ServicePort{Name: strings.ToLower(string(sp.Protocol)) + fmt.Sprint("-", sp.Port), Protocol: corev1.Protocol(sp.Protocol),
+				Port: sp.Port, TargetPort: intstr.FromString(PortName(sp))})
+		}
+		svc, err := kube.CoreV1().Services(p.Namespace).Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "svc-" + p.Name},
+			Spec: corev1.ServiceSpec{Selector: map[string]string{"pod": p.Name}, Ports: ports}}, metav1.CreateOptions{})
+		if err != nil {
+			return nil, err
+		}
+		out[i].ServiceIP = svc.Spec.ClusterIP
+	}
+	// Every Service answers (its slice is written and every agent
+	// installed it): probe each from another pod.
+	deadline := time.Now().Add(2 * time.Minute)
+	for i, p := range out {
+		src := out[(i+1)%len(out)]
+		for {
+			o := tf.probe(src, p.ViaService(), ServedPorts[0], ProbeNetns, ProbeTimeout)
+			if o.Verdict == explain.VerdictAllow {
+				break
+			}
+			if time.Now().After(deadline) {
+				return nil, fmt.Errorf("Service of %s (%s) does not answer from %s: %s%s", p, p.ServiceIP, src, o.Verdict, o.Err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	return out, nil
+}
+
+// ViaService is the pod as a destination through its Service: its address
+// is the Service's ClusterIP (ExposePods).
+func (p Pod) ViaService() Pod {
+	p.IP = p.ServiceIP
+	return p
+}
+
+// ViaServices maps ViaService over pods.
+func ViaServices(pods []Pod) []Pod {
+	out := make([]Pod, len(pods))
+	for i, p := range pods {
+		out[i] = p.ViaService()
+	}
+	return out
 }

@@ -19,6 +19,11 @@
 //     "clientip".
 //   - pause: serves nothing.
 //
+// Not agnhost: for a CoreDNS container (image name containing "coredns")
+// the test bed serves its declared ports with a DNS stand-in (dns.go) that
+// answers every A and AAAA query with a fixed documentation address, so
+// DNS traffic to a kube-dns Service can be tested.
+//
 // Differences from agnhost, chosen for the test bed: servers listen on all
 // addresses of both families (agnhost's porter binds 0.0.0.0 only), so that
 // IPv6 pods are probed like IPv4 ones; SCTP is not supported (connect and

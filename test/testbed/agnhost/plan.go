@@ -41,7 +41,7 @@ type Endpoint struct {
 
 // Protocol is the transport protocol of the endpoint: "tcp" or "udp".
 func (e Endpoint) Protocol() string {
-	if e.Kind == KindUDP || e.Kind == KindNetexecUDP {
+	if e.Kind == KindUDP || e.Kind == KindNetexecUDP || e.Kind == KindDNSUDP {
 		return "udp"
 	}
 	return "tcp"

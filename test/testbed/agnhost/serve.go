@@ -25,6 +25,7 @@ import (
 type Servers struct {
 	hostname string
 	logger   *log.Logger
+	lookup   ServiceLookup
 
 	mu      sync.Mutex
 	closers []func()
@@ -38,7 +39,13 @@ type Servers struct {
 // one endpoint cannot be bound, the ones already bound are closed and the
 // error names the endpoint.
 func Start(endpoints []Endpoint, hostname string, logger *log.Logger, listenIPs ...string) (*Servers, error) {
-	s := &Servers{hostname: hostname, logger: logger}
+	return StartWith(endpoints, hostname, logger, nil, listenIPs...)
+}
+
+// StartWith is Start with the Service lookup of the DNS stand-in (nil:
+// its fixed answers).
+func StartWith(endpoints []Endpoint, hostname string, logger *log.Logger, lookup ServiceLookup, listenIPs ...string) (*Servers, error) {
+	s := &Servers{hostname: hostname, logger: logger, lookup: lookup}
 	hosts := listenIPs
 	if len(hosts) == 0 {
 		hosts = []string{""}
@@ -75,24 +82,11 @@ func (s *Servers) onClose(f func()) {
 func (s *Servers) start(ep Endpoint, addr string) error {
 	switch ep.Kind {
 	case KindRawTCP:
-		l, err := net.Listen("tcp", addr)
-		if err != nil {
-			return err
-		}
-		s.onClose(func() { l.Close() })
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			for {
-				c, err := l.Accept()
-				if err != nil {
-					return
-				}
-				s.logger.Printf("TCP request from %s on %s", c.RemoteAddr(), addr)
-				_, _ = c.Write([]byte(ep.Body))
-				c.Close()
-			}
-		}()
+		return s.serveTCP(addr, func(c net.Conn) {
+			defer c.Close()
+			s.logger.Printf("TCP request from %s on %s", c.RemoteAddr(), addr)
+			_, _ = c.Write([]byte(ep.Body))
+		})
 	case KindUDP:
 		return s.serveUDP(addr, func(req []byte, from net.Addr) []byte { return []byte(ep.Body) })
 	case KindNetexecUDP:
@@ -110,9 +104,37 @@ func (s *Servers) start(ep Endpoint, addr string) error {
 		return s.serveHTTP(addr, h, ep.Kind == KindTLS)
 	case KindNetexecHTTP:
 		return s.serveHTTP(addr, s.netexecHTTP(), false)
+	case KindDNSUDP:
+		return s.serveUDP(addr, func(req []byte, _ net.Addr) []byte { return dnsAnswer(req, s.lookup) })
+	case KindDNSTCP:
+		return s.serveDNSTCP(addr)
 	default:
 		return fmt.Errorf("unknown endpoint kind %q", ep.Kind)
 	}
+}
+
+// serveTCP accepts connections on addr until the servers close, each
+// handled by handle on a goroutine of its own (handle closes it).
+func (s *Servers) serveTCP(addr string, handle func(net.Conn)) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	s.onClose(func() { l.Close() })
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				if errors.Is(err, net.ErrClosed) {
+					return
+				}
+				continue
+			}
+			go handle(c)
+		}
+	}()
 	return nil
 }
 

@@ -1,9 +1,15 @@
 package noderuntime
 
 import (
+	"context"
 	"fmt"
+	"net/netip"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/tierflow/tierflow/test/testbed/agnhost"
 )
@@ -24,7 +30,8 @@ func PodHostname(pod *corev1.Pod) string {
 // PodEndpoints is what a pod serves: the agnhost servers its containers run
 // (serve-hostname, porter, netexec) and, for every declared containerPort
 // no command serves, a listener answering with the hostname (raw TCP: write
-// and close; UDP: reply). Warnings name what cannot be served (SCTP ports,
+// and close; UDP: reply), or DNS for a CoreDNS container (the agnhost
+// package's DNS stand-in). Warnings name what cannot be served (SCTP ports,
 // env values from references). Two servers on the same protocol and port
 // are an error, as they would be for real containers sharing a network
 // namespace.
@@ -79,10 +86,15 @@ func PodEndpoints(pod *corev1.Pod) ([]agnhost.Endpoint, []string, error) {
 				proto = corev1.ProtocolTCP
 			}
 			var ep agnhost.Endpoint
-			switch proto {
-			case corev1.ProtocolTCP:
+			dns := agnhost.IsDNSImage(c.Image)
+			switch {
+			case proto == corev1.ProtocolTCP && dns:
+				ep = agnhost.Endpoint{Kind: agnhost.KindDNSTCP, Port: int(p.ContainerPort)}
+			case proto == corev1.ProtocolUDP && dns:
+				ep = agnhost.Endpoint{Kind: agnhost.KindDNSUDP, Port: int(p.ContainerPort)}
+			case proto == corev1.ProtocolTCP:
 				ep = agnhost.Endpoint{Kind: agnhost.KindRawTCP, Port: int(p.ContainerPort), Body: hostname}
-			case corev1.ProtocolUDP:
+			case proto == corev1.ProtocolUDP:
 				ep = agnhost.Endpoint{Kind: agnhost.KindUDP, Port: int(p.ContainerPort), Body: hostname}
 			default:
 				warnings = append(warnings, fmt.Sprintf("container %s: port %d/%s: protocol not supported, not served", c.Name, p.ContainerPort, proto))
@@ -97,4 +109,28 @@ func PodEndpoints(pod *corev1.Pod) ([]agnhost.Endpoint, []string, error) {
 		}
 	}
 	return eps, warnings, nil
+}
+
+// ServiceLookup reads Services' ClusterIPs through the API server, for the
+// DNS stand-in (agnhost.KindDNSUDP/KindDNSTCP); logf gets the errors other
+// than a Service not found.
+func ServiceLookup(kube kubernetes.Interface, logf func(format string, args ...any)) agnhost.ServiceLookup {
+	return func(namespace, name string) ([]netip.Addr, bool) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		svc, err := kube.CoreV1().Services(namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			logf("DNS: reading Service %s/%s: %v", namespace, name, err)
+		}
+		if err != nil || svc.Spec.ClusterIP == corev1.ClusterIPNone {
+			return nil, false
+		}
+		var ips []netip.Addr
+		for _, s := range svc.Spec.ClusterIPs {
+			if ip, err := netip.ParseAddr(s); err == nil {
+				ips = append(ips, ip)
+			}
+		}
+		return ips, true
+	}
 }

@@ -73,6 +73,12 @@ type Config struct {
 	// StateDir keeps per-pod files (pod spec, server log, attachment).
 	StateDir string
 	Logger   *log.Logger
+	// ClusterDNS is the cluster DNS Service's address, written into each
+	// pod's resolv.conf (as a kubelet's clusterDNS); empty: none.
+	ClusterDNS string
+	// Kubeconfig is passed to the pods' servers (the DNS stand-in reads
+	// Services).
+	Kubeconfig string
 }
 
 // Runtime attaches the pods of one node.
@@ -285,6 +291,9 @@ func (r *Runtime) attach(ctx context.Context, pod *corev1.Pod) (att *attachment,
 	if err := run("ip", "netns", "exec", att.Netns, "ip", "link", "set", "lo", "up"); err != nil {
 		return nil, err
 	}
+	if err := r.writeResolvConf(pod, att); err != nil {
+		return nil, err
+	}
 	out, err := r.cni("ADD", att)
 	if err != nil {
 		return nil, err
@@ -350,12 +359,13 @@ func (r *Runtime) startServers(pod *corev1.Pod, att *attachment, key string) err
 		return err
 	}
 	defer logFile.Close()
-	cmd := exec.Command("ip", "netns", "exec", att.Netns, r.cfg.PodRunner, "serve", "--pod-file", podFile)
+	cmd := exec.Command("ip", "netns", "exec", att.Netns, r.cfg.PodRunner, "serve", "--pod-file", podFile, "--kubeconfig", r.cfg.Kubeconfig,
+		"--host-netns", fmt.Sprintf("/proc/%d/ns/net", os.Getpid()))
 	if att.Netns == "" {
 		// hostNetwork: the node's namespace (the host's, which every node
 		// of the test bed may share), so the servers bind only this
 		// node's addresses.
-		cmd = r.onNode(r.cfg.PodRunner, "serve", "--pod-file", podFile, "--listen-ip", strings.Join(r.cfg.NodeIPs, ","))
+		cmd = r.onNode(r.cfg.PodRunner, "serve", "--pod-file", podFile, "--listen-ip", strings.Join(r.cfg.NodeIPs, ","), "--kubeconfig", r.cfg.Kubeconfig)
 	}
 	cmd.Stderr = logFile
 	stdout, err := cmd.StdoutPipe()
@@ -408,6 +418,24 @@ func (r *Runtime) onNode(name string, args ...string) *exec.Cmd {
 		return exec.Command(name, args...)
 	}
 	return exec.Command("ip", append([]string{"netns", "exec", r.cfg.NodeNetns, name}, args...)...)
+}
+
+// writeResolvConf gives the pod's namespace the resolv.conf a kubelet
+// writes for dnsPolicy ClusterFirst (the cluster DNS, the pod's search
+// domains, ndots 5): `ip netns exec` — how the pod's servers and `kubectl
+// exec` commands run — bind-mounts /etc/netns/NETNS/resolv.conf over
+// /etc/resolv.conf, so names resolve through the cluster DNS Service, by
+// DNS through the pod's network.
+func (r *Runtime) writeResolvConf(pod *corev1.Pod, att *attachment) error {
+	if r.cfg.ClusterDNS == "" || (pod.Spec.DNSPolicy != "" && pod.Spec.DNSPolicy != corev1.DNSClusterFirst) {
+		return nil
+	}
+	dir := filepath.Join("/etc/netns", att.Netns)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	conf := fmt.Sprintf("nameserver %s\nsearch %s.svc.cluster.local svc.cluster.local cluster.local\noptions ndots:5\n", r.cfg.ClusterDNS, pod.Namespace)
+	return os.WriteFile(filepath.Join(dir, "resolv.conf"), []byte(conf), 0o644)
 }
 
 // ReadyLine is what `tierflow-podrunner serve` prints on stdout once all
@@ -587,6 +615,9 @@ func (r *Runtime) undo(ctx context.Context, att *attachment) error {
 			return err
 		}
 	}
+	if att.Netns != "" {
+		_ = os.RemoveAll(filepath.Join("/etc/netns", att.Netns))
+	}
 	if ctx.Err() == nil {
 		if err := r.deleteExec(ctx, att); err != nil {
 			r.cfg.Logger.Printf("pod %s/%s: delete Exec: %v", att.Namespace, att.Name, err)
@@ -744,6 +775,7 @@ func RemoveRecorded(stateDir string) []string {
 					removed = append(removed, "namespace "+att.Netns)
 				}
 			}
+			_ = os.RemoveAll(filepath.Join("/etc/netns", att.Netns))
 		}
 		for _, suffix := range []string{".json", ".pod.json", ".log"} {
 			_ = os.Remove(filepath.Join(stateDir, string(att.UID)+suffix))

@@ -20,6 +20,8 @@ const (
 	SectionDatapath    = "Datapath overhead"
 	SectionEncap       = "Encapsulation overhead"
 	SectionFanout      = "Controller fan-out"
+	SectionSessions    = "Controller: distribution sessions"
+	SectionServices    = "Service proxy"
 )
 
 // Reference is a figure from ../shared/BENCH-REFERENCES.md, relative to the
@@ -162,6 +164,13 @@ func plan(quick bool) []*Run {
 	add(&Run{ID: "encap-throughput", Section: SectionEncap, Scenario: "iperf3 pod → pod across nodes", Scale: scale,
 		Description: "TCP throughput between pods on two nodes (each its own namespace, OVS and agent), node network noEncap vs encap (Geneve), on one underlay, in one run",
 		Package:     pkg, Bench: "^BenchmarkEncapThroughput$", Timeout: 20 * time.Minute})
+	for _, s := range shapes.All() {
+		add(&Run{ID: "sessions-" + s.Name, Section: SectionSessions, Scenario: s.Name, Description: s.Description, Scale: scale,
+			Package: pkg, Bench: fmt.Sprintf("^BenchmarkDistributionSessions$/^%s$", s.Name), Timeout: 30 * time.Minute})
+	}
+	add(&Run{ID: "service-proxy", Section: SectionServices, Scenario: "Services in the pipeline", Scale: scale,
+		Description: "10,000 Services (quick: 1,000) in a real kube-apiserver, watched and realized into a real bridge by the agent's proxy; EndpointSlice changes; connection rate and throughput through a ClusterIP vs to the pod",
+		Package:     pkg, Bench: "^BenchmarkServiceProxy$", Timeout: 40 * time.Minute, NeedsOVS: true})
 	add(&Run{ID: "fanout", Section: SectionFanout, Scenario: "datapath-less agents", Scale: scale,
 		Description: "1,000 datapath-less agents (pkg/agent/nodatapath, quick: 100) on the real distribution server; controller on a real kube-apiserver holding 100,000 pods in 1,000 namespaces with a NetworkPolicy each (quick: 400 in 20)",
 		Package:     pkg, Bench: "^BenchmarkFanout$", Timeout: 60 * time.Minute})

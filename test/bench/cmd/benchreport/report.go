@@ -349,6 +349,21 @@ func (rep *Report) Markdown() string {
 				return []string{r.Scale, gbps(r, "noencap-Gbps"), gbps(r, "encap-Gbps"), ratio(r, "encap/noencap"), num(r, "encap-pod-mtu"),
 					secs(r, "iperf-s") + " × " + num(r, "rounds") + " each"}
 			}},
+		{SectionServices,
+			"The agent's Service proxy (pkg/agent/proxy: Watcher on a real kube-apiserver, Compiler, realizer bundles into a real bridge, userspace datapath) with every Service holding two endpoints on two ports. First realization: from the informers' start until every Service's flows and groups are installed. Flows and groups per Service: the proxy's own (frontends, ARP responders, endpoint translations; select groups). EndpointSlice change: an endpoint added to or removed from one Service's slice, from the API write until the switch acknowledged the bundle with it (p50 / max). Connections: TCP connect, one echo and close, four clients in parallel, through the Service's ClusterIP and straight to the pod, alternately; throughput: iperf3 the same way; medians over the rounds. A shared 2-core machine: expect noise.",
+			[]string{"scale", "Services", "first realization", "flows / Service", "groups / Service", "bridge flows", "slice change p50 / max", "conn/s Service / pod", "throughput Service / pod", "heap in use", "peak RSS"},
+			func(r *Run) []string {
+				return []string{r.Scale, num(r, "services"), secs(r, "first-realize-s"), fmt.Sprintf("%.1f", r.Metrics["flows/service"]), fmt.Sprintf("%.1f", r.Metrics["groups/service"]),
+					num(r, "bridge-flows"), ms(r, "slice-change-p50-ms") + " / " + ms(r, "slice-change-max-ms"),
+					num(r, "service-conn/s") + " / " + num(r, "pod-conn/s"), gbps(r, "service-Gbps") + " / " + gbps(r, "pod-Gbps"),
+					mibs(r, "heap-MiB"), mibs(r, "peak-rss-MiB")}
+			}},
+		{SectionSessions,
+			"The distribution server (pkg/distribution/server) over the fully computed engine, with one in-process stream per node of the shape (no gRPC), each until its full update was sent: the heap the sessions add (after a full GC) and the largest node's encoded full update (what one full-sync slot holds while sending). With the computation and informer figures, the basis of the controller's memory limit (manifests/README.md).",
+			[]string{"scenario", "scale", "agents", "sessions' heap", "largest full update"},
+			func(r *Run) []string {
+				return []string{r.Scenario, r.Scale, num(r, "agents"), mibs(r, "sessions-MiB"), num(r, "largest-full-update-KiB") + " KiB"}
+			}},
 		{SectionFanout,
 			"pkg/controller on a real kube-apiserver and the distribution server (gRPC over TLS, static tokens) in the benchmark's process; datapath-less agents (pkg/agent/nodatapath), one gRPC stream each, in a process of their own, so the memory figures are the controller's (its informer caches, engine and distribution state, and the updates queued to the agents; peak RSS measured from the controller's start). Initial: from the agents' start until each has exactly the policies spanning its node. Change: an AdminNetworkPolicy selecting every namespace, its peers one team's namespaces (a tenth of the pods), created through the API, until every agent's state holds it. The first such policy brings every agent that new address group (in full mode 10,000 members, about 1 MB of JSON per agent, all decoded by the agents' process on the same two cores); the later ones reuse it (median / maximum).",
 			[]string{"scale", "agents", "pods", "policies", "initial convergence", "first change (new address group)", "later changes p50", "later changes max", "changes", "controller heap in use", "controller peak RSS", "agents' process peak RSS"},

@@ -23,6 +23,7 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -35,6 +36,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/tierflow/tierflow/test/ovsenv"
 	"github.com/tierflow/tierflow/test/testbed/agnhost"
 	"github.com/tierflow/tierflow/test/testbed/noderuntime"
 )
@@ -96,6 +98,8 @@ func serve(args []string) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	podFile := fs.String("pod-file", "", "the pod (JSON) whose servers to run")
 	listenIPs := fs.String("listen-ip", "", "addresses to bind, comma-separated (default: all); a hostNetwork pod binds its node's")
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig of the cluster (the DNS stand-in reads Services)")
+	hostNetns := fs.String("host-netns", "", "the node's network namespace (a /proc/PID/ns/net path), where the API server is reached from a pod's namespace")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -122,7 +126,16 @@ func serve(args []string) int {
 	if *listenIPs != "" {
 		ips = strings.Split(*listenIPs, ",")
 	}
-	servers, err := agnhost.Start(eps, noderuntime.PodHostname(pod), logger, ips...)
+	var lookup agnhost.ServiceLookup
+	if *kubeconfig != "" {
+		kube, err := apiClient(*kubeconfig, *hostNetns)
+		if err != nil {
+			logger.Print(err)
+			return 1
+		}
+		lookup = noderuntime.ServiceLookup(kube, logger.Printf)
+	}
+	servers, err := agnhost.StartWith(eps, noderuntime.PodHostname(pod), logger, lookup, ips...)
 	if err != nil {
 		logger.Print(err)
 		return 1
@@ -138,6 +151,29 @@ func serve(args []string) int {
 	return 0
 }
 
+// apiClient is a client of the API server in kubeconfig. The servers run
+// in the pod's network namespace, where the API server (on the host's
+// loopback) is out of reach: with hostNetns the client's connections are
+// made in that namespace instead.
+func apiClient(kubeconfig, hostNetns string) (kubernetes.Interface, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	if hostNetns != "" {
+		cfg.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			var c net.Conn
+			err := ovsenv.InNetns(hostNetns, func() error {
+				var err error
+				c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+				return err
+			})
+			return c, err
+		}
+	}
+	return kubernetes.NewForConfig(cfg)
+}
+
 func node(args []string) int {
 	fs := flag.NewFlagSet("node", flag.ContinueOnError)
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig of the cluster")
@@ -147,6 +183,7 @@ func node(args []string) int {
 	cniBinDir := fs.String("cni-bin-dir", "", "directory with tierflow-cni and host-local")
 	cniConfig := fs.String("cni-config", "", "tierflow-cni network configuration file")
 	stateDir := fs.String("state-dir", "", "directory for per-pod state")
+	clusterDNS := fs.String("cluster-dns", "", "the cluster DNS Service's address, for the pods' resolv.conf")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -183,6 +220,7 @@ func node(args []string) int {
 	rt, err := noderuntime.New(noderuntime.Config{
 		NodeName: *nodeName, NodeIPs: ips, NodeNetns: *nodeNetns, Kube: kube, Dynamic: dyn,
 		CNIBinDir: *cniBinDir, CNIConfig: conf, PodRunner: self, StateDir: *stateDir, Logger: logger,
+		ClusterDNS: *clusterDNS, Kubeconfig: *kubeconfig,
 	})
 	if err != nil {
 		logger.Print(err)

@@ -1,0 +1,189 @@
+package proxy
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tierflow/tierflow/pkg/agent/pipeline"
+	"github.com/tierflow/tierflow/pkg/ovs/openflow"
+	"github.com/tierflow/tierflow/pkg/services"
+)
+
+func port(name, ip string, eps ...string) services.Port {
+	p := services.Port{Key: services.PortKey{Namespace: "ns", Name: name}, Protocol: services.ProtoTCP,
+		Frontends: []services.Frontend{{Kind: services.ClusterIP, IP: netip.MustParseAddr(ip), Protocol: services.ProtoTCP, Port: 80}}}
+	for _, e := range eps {
+		ap := netip.MustParseAddrPort(e)
+		p.Endpoints = append(p.Endpoints, services.Endpoint{IP: ap.Addr(), Port: ap.Port(), Ready: true, Serving: true, NodeName: "n1"})
+	}
+	return p
+}
+
+func flowsText(out *Output) string {
+	var b strings.Builder
+	for _, f := range out.Flows {
+		b.WriteString(f.String())
+		b.WriteByte('\n')
+	}
+	for _, g := range out.Groups {
+		b.WriteString(g.String())
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// TestCompileIsValidAndStable: every flow and group validates, IDs stay
+// the same when other Services come and go, and a second compilation of
+// the same input is identical.
+func TestCompileIsValidAndStable(t *testing.T) {
+	c := NewCompiler("n1", 9)
+	in := Input{Ports: []services.Port{port("a", "10.96.0.1", "10.0.0.1:8080", "10.0.0.2:8080"), port("b", "10.96.0.2", "10.0.0.3:8080")},
+		NodeAddrs: []netip.Addr{netip.MustParseAddr("172.18.0.2")}}
+	out := c.Compile(in, 3)
+	c.Commit()
+	for _, f := range out.Flows {
+		if err := f.Validate(); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+	}
+	for _, g := range out.Groups {
+		if err := g.Validate(); err != nil {
+			t.Fatalf("%s: %v", g, err)
+		}
+	}
+	if again := c.Compile(in, 3); flowsText(again) != flowsText(out) || len(again.Flushes)+len(again.DeleteCookies) != 0 {
+		t.Fatalf("recompiling the same input changed something: %v %v", again.Flushes, again.DeleteCookies)
+	}
+	c.Commit()
+	// A Service before them in order appears: theirs keep their IDs.
+	in2 := Input{Ports: append([]services.Port{port("0", "10.96.0.3", "10.0.0.4:80")}, in.Ports...), NodeAddrs: in.NodeAddrs}
+	out2 := c.Compile(in2, 3)
+	for id, k := range out.Ports {
+		if out2.Ports[id] != k {
+			t.Fatalf("port %s changed ID", k)
+		}
+	}
+	for id, e := range out.Endpoints {
+		if out2.Endpoints[id] != e {
+			t.Fatalf("endpoint %v changed ID", e)
+		}
+	}
+}
+
+// TestCompileEndsWhatLeft: an endpoint that leaves gets its connections
+// flushed (by frontend and endpoint, in this node's zone) and its learned
+// affinities deleted; a removed Service's frontends are flushed whole; an
+// uncommitted compilation is measured again from the last commit.
+func TestCompileEndsWhatLeft(t *testing.T) {
+	c := NewCompiler("n1", 9)
+	a := port("a", "10.96.0.1", "10.0.0.1:8080", "10.0.0.2:8080")
+	a.Affinity = time.Hour
+	b := port("b", "10.96.0.2", "10.0.0.3:8080")
+	c.Compile(Input{Ports: []services.Port{a, b}}, 1)
+	c.Commit()
+
+	a2 := a
+	a2.Endpoints = a.Endpoints[:1]
+	out := c.Compile(Input{Ports: []services.Port{a2}}, 1)
+	want := []openflow.ConntrackFlush{
+		{Zone: 9, IPProto: 6, Orig: openflow.ConntrackTuple{Dst: netip.MustParseAddr("10.96.0.1"), DstPort: 80}, Reply: openflow.ConntrackTuple{Src: netip.MustParseAddr("10.0.0.2"), SrcPort: 8080}},
+		{Zone: 9, IPProto: 6, Orig: openflow.ConntrackTuple{Dst: netip.MustParseAddr("10.96.0.2"), DstPort: 80}},
+	}
+	if fmt.Sprint(out.Flushes) != fmt.Sprint(want) {
+		t.Fatalf("flushes\n got %v\nwant %v", out.Flushes, want)
+	}
+	// The endpoint that left a and b's lose their affinities; the one
+	// that stays in a's group keeps them.
+	if len(out.DeleteCookies) != 2 {
+		t.Fatalf("affinity deletions: %v", out.DeleteCookies)
+	}
+	for _, d := range out.DeleteCookies {
+		if _, role, _ := pipeline.DecodeCookie(d.Value); role != pipeline.RoleAffinity || d.Mask != roleAndID {
+			t.Fatalf("deletion %#x/%#x is not of learned affinities", d.Value, d.Mask)
+		}
+	}
+	// Not committed (the bundle failed): the next compilation still ends them.
+	out = c.Compile(Input{Ports: []services.Port{a2}}, 1)
+	if len(out.Flushes) != 2 {
+		t.Fatalf("after an uncommitted compilation: %v", out.Flushes)
+	}
+	c.Commit()
+	if out := c.Compile(Input{Ports: []services.Port{a2}}, 1); len(out.Flushes)+len(out.DeleteCookies) != 0 {
+		t.Fatalf("after the commit: %v %v", out.Flushes, out.DeleteCookies)
+	}
+}
+
+// TestCompileConflictsAndDecisions: a frontend two Services claim goes to
+// the first (by namespace and name), with a warning; no endpoints reject
+// through the agent; internalTrafficPolicy Local without a local endpoint
+// drops; affinity timeouts past OpenFlow's limit are cut.
+func TestCompileConflictsAndDecisions(t *testing.T) {
+	c := NewCompiler("n1", 9)
+	x := port("x", "192.0.2.1", "10.0.0.1:80")
+	x.Frontends[0].Kind = services.ExternalIP
+	y := port("y", "192.0.2.1", "10.0.0.2:80")
+	y.Frontends[0].Kind = services.ExternalIP
+	empty := port("empty", "10.96.0.9")
+	local := port("local", "10.96.0.8", "10.0.0.3:80")
+	local.Endpoints[0].NodeName = "n2"
+	local.InternalLocal = true
+	long := port("long", "10.96.0.7", "10.0.0.4:80")
+	long.Affinity = 24 * time.Hour
+	out := c.Compile(Input{Ports: []services.Port{y, x, empty, local, long}}, 1)
+	if len(out.Warnings) != 1 || !strings.Contains(out.Warnings[0], "ns/y") || !strings.Contains(out.Warnings[0], "ns/x") {
+		t.Fatalf("warnings: %q", out.Warnings)
+	}
+	text := flowsText(out)
+	if len(out.Groups) != 2 {
+		t.Errorf("%d groups, want x's and long's:\n%s", len(out.Groups), text)
+	}
+	for _, want := range []string{
+		"nw_dst=10.96.0.9,ip_proto=6,tcp_dst=80 actions=CONTROLLER:256",
+		"nw_dst=10.96.0.8,ip_proto=6,tcp_dst=80 actions=drop",
+		"idle_timeout=65535",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("no %q in\n%s", want, text)
+		}
+	}
+}
+
+// TestRejectFrame: the answer is an ICMP port unreachable from the
+// Service's address to the client, with valid checksums, quoting the
+// rejected packet.
+func TestRejectFrame(t *testing.T) {
+	syn := make([]byte, 14+20+20)
+	copy(syn[0:6], []byte{0x0a, 0x74, 0x66, 0, 0, 1})
+	copy(syn[6:12], []byte{0x0a, 0x58, 0, 0, 0, 1})
+	binary.BigEndian.PutUint16(syn[12:14], 0x0800)
+	ip := syn[14:]
+	ip[0], ip[8], ip[9] = 0x45, 64, 6
+	binary.BigEndian.PutUint16(ip[2:4], 40)
+	copy(ip[12:16], []byte{10, 0, 0, 1})
+	copy(ip[16:20], []byte{10, 96, 0, 9})
+	out, err := RejectFrame(syn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(out[0:6]) != string(syn[6:12]) || string(out[6:12]) != string(syn[0:6]) {
+		t.Fatal("MAC addresses not swapped")
+	}
+	rip := out[14:34]
+	if rip[9] != 1 || netip.AddrFrom4([4]byte(rip[12:16])).String() != "10.96.0.9" || netip.AddrFrom4([4]byte(rip[16:20])).String() != "10.0.0.1" {
+		t.Fatalf("IP header %x", rip)
+	}
+	if checksum(rip, 0) != 0 {
+		t.Fatal("bad IPv4 header checksum")
+	}
+	icmp := out[34:]
+	if icmp[0] != 3 || icmp[1] != 3 || checksum(icmp, 0) != 0 || string(icmp[8:]) != string(syn[14:]) {
+		t.Fatalf("ICMP %x", icmp)
+	}
+	if _, err := RejectFrame(syn[:30]); err == nil {
+		t.Fatal("truncated packet accepted")
+	}
+}

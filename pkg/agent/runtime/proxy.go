@@ -1,0 +1,124 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/tierflow/tierflow/pkg/agent/proxy"
+	"github.com/tierflow/tierflow/pkg/agent/realizer"
+)
+
+// firstServicesWait bounds how long the first policy realization waits
+// for the Service proxy's first one: an agent that restarts over a
+// previous run's flows adopts them in its first policy bundle, which
+// deletes the previous run's Service flows; installing the new ones first
+// leaves no gap for new connections to Services.
+const firstServicesWait = 30 * time.Second
+
+// runServiceProxy watches Services, EndpointSlices and Nodes and realizes
+// them on d until ctx ends. It closes a.servicesReady after the first
+// realization (or when the watch cannot sync).
+func (a *Agent) runServiceProxy(ctx context.Context, d *ovsDatapath) error {
+	kube, err := a.kube()
+	if err != nil {
+		return fmt.Errorf("service proxy: %w", err)
+	}
+	kick := make(chan struct{}, 1)
+	w := proxy.NewWatcher(kube, func() {
+		select {
+		case kick <- struct{}{}:
+		default:
+		}
+	})
+	go func() {
+		if err := w.Run(ctx); err != nil && ctx.Err() == nil {
+			a.log.Error("service proxy: watching Services", "err", err)
+		}
+	}()
+	go func() {
+		defer a.servicesOnce.Do(func() { close(a.servicesReady) })
+		retry := time.NewTimer(0)
+		<-retry.C
+		failing := false
+		var lastWarn string
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-kick:
+			case <-retry.C:
+				if !failing {
+					continue
+				}
+			}
+			// A rollout changes slices in bursts: take them in one go.
+			time.Sleep(20 * time.Millisecond)
+			select {
+			case <-kick:
+			default:
+			}
+			in, warn := w.Input()
+			start := time.Now()
+			out, err := d.realizeServices(ctx, in)
+			a.m.realizeTime.WithLabelValues("services").Observe(time.Since(start).Seconds())
+			if err != nil {
+				failing = true
+				a.m.realizeErrs.WithLabelValues("services").Inc()
+				a.log.Error("service proxy: realization failed; previous Service flows stay installed", "err", err)
+				retry.Reset(a.opts.RetryInterval)
+				continue
+			}
+			failing = false
+			if out != nil {
+				warn = append(warn, out.Warnings...)
+			}
+			if s := fmt.Sprint(warn); s != lastWarn {
+				for _, x := range warn {
+					a.log.Warn("service proxy", "warning", x)
+				}
+				lastWarn = s
+			}
+			a.log.Debug("services realized", "ports", len(in.Ports), "took", time.Since(start))
+			a.servicesOnce.Do(func() { close(a.servicesReady) })
+		}
+	}()
+	return nil
+}
+
+// realizeServices installs the Service proxy's flows for in, then ends
+// the connections of what left. It returns nil output before the
+// realizer runs (the input is kept and installed when it starts).
+func (d *ovsDatapath) realizeServices(ctx context.Context, in proxy.Input) (*proxy.Output, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.svcIn = &in
+	if d.r == nil {
+		return nil, nil
+	}
+	return d.applyServicesLocked(ctx)
+}
+
+// applyServicesLocked compiles the last Service input for the current
+// realizer (its round) and installs it. Called with d.mu held.
+func (d *ovsDatapath) applyServicesLocked(ctx context.Context) (*proxy.Output, error) {
+	if d.svcIn == nil || d.svcComp == nil {
+		return nil, nil
+	}
+	out := d.svcComp.Compile(*d.svcIn, d.r.Round())
+	if _, err := d.r.UpdateServices(ctx, realizer.Services{Flows: out.Flows, Keys: out.Keys, Groups: out.Groups, DeleteCookies: out.DeleteCookies}); err != nil {
+		return nil, err
+	}
+	d.svcComp.Commit()
+	d.svcOut = out
+	if len(out.Flushes) > 0 {
+		d.log.Info("service proxy: ending the connections of removed endpoints and frontends", "flushes", fmt.Sprint(out.Flushes))
+	}
+	if err := d.of.FlushConntrack(ctx, out.Flushes...); err != nil {
+		// Connections to endpoints that left go on until they end by
+		// themselves (OVS before 3.1 has no NXT_CT_FLUSH).
+		d.m.ofErrors.WithLabelValues("conntrack-flush").Inc()
+		d.log.Warn("service proxy: ending connections of removed endpoints", "err", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,393 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/tierflow/tierflow/pkg/agent/pipeline"
+	"github.com/tierflow/tierflow/test/e2e/framework"
+	"github.com/tierflow/tierflow/test/ovsenv"
+	"github.com/tierflow/tierflow/test/testbed"
+)
+
+// churnChanges is how many backend changes TestEndpointChurn makes (make
+// test-services runs the issue's 100; make test a smoke of 20).
+var churnChanges = flag.Int("churn-changes", 20, "backend changes TestEndpointChurn makes")
+
+// TestEndpointChurn changes a Service's backends (pods leaving and joining
+// its selector: the EndpointSlice controller rewrites the slice, the
+// agents their flows) under continuous client load from both nodes:
+//
+//   - long-lived connections (HTTP keep-alive, a request every 40 ms) to
+//     backends that stay in the Service never fail;
+//   - a connection to a backend that left ends (its next request fails);
+//   - new connections (one every 40 ms per client) always succeed, and
+//     none started after the client's node stopped choosing a backend
+//     reaches it (the backends keep running: they would answer).
+func TestEndpointChurn(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("needs root (network namespaces, OVS): run as root, e.g. through `make test`")
+	}
+	bed := testbed.Start(t, testbed.Options{Nodes: 2})
+	tf := framework.Start(t, bed, "")
+	kube := bed.Cluster.Kube
+	ctx := context.Background()
+	const ns = "churn"
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Six backends over both nodes, three in the Service at a time; two
+	// clients, one per node.
+	var backends []string
+	for i := 0; i < 6; i++ {
+		name := fmt.Sprintf("b%d", i)
+		backends = append(backends, name)
+		in := "no"
+		if i < 3 {
+			in = "yes"
+		}
+		createPod(t, tf, ns, name, fmt.Sprintf("node-%d", i%2+1), map[string]string{"app": "churn", "in": in},
+			[]string{"/agnhost", "netexec", "--http-port=8080", "--udp-port=-1"})
+	}
+	for i, c := range []string{"c1", "c2"} {
+		createPod(t, tf, ns, c, fmt.Sprintf("node-%d", i+1), map[string]string{"app": "client"}, []string{"/agnhost", "pause"})
+	}
+	svc, err := kube.CoreV1().Services(ns).Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "churn"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "churn", "in": "yes"},
+			Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods, err := tf.Pods(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ipOf := map[string]string{}
+	var clients []framework.Pod
+	for _, p := range pods {
+		ipOf[p.Name] = p.IP
+		if strings.HasPrefix(p.Name, "c") {
+			clients = append(clients, p)
+		}
+	}
+	vip := svc.Spec.ClusterIP + ":80"
+	in := map[string]bool{"b0": true, "b1": true, "b2": true}
+	// waitChosen waits until every node's bridge chooses exactly the
+	// backends in want (the translations in ServiceDNAT), and returns when.
+	waitChosen := func(want map[string]bool) time.Time {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			ok := true
+			for _, n := range bed.Nodes {
+				flows, err := n.Bridge.DumpFlows(int(pipeline.ServiceDNAT.ID()))
+				if err != nil {
+					t.Fatal(err)
+				}
+				text := strings.Join(flows, "\n")
+				for _, b := range backends {
+					if strings.Contains(text, "nat(dst="+ipOf[b]+":8080)") != want[b] {
+						ok = false
+					}
+				}
+			}
+			if ok {
+				return time.Now()
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the bridges do not choose exactly %v after 60s\n%s", want, tf.Logs(20))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitChosen(in)
+
+	// removedAt[b] is when every bridge stopped choosing b (zero while b
+	// is in the Service).
+	var mu sync.Mutex
+	removedAt := map[string]time.Time{}
+	var violations []string
+	violate := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(violations) < 20 {
+			violations = append(violations, fmt.Sprintf(format, args...))
+		}
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var newConns, longRequests, endedOnRemoval atomic.Int64
+
+	// New connections.
+	for _, c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(40 * time.Millisecond):
+				}
+				start := time.Now()
+				host, err := hostnameOnce(c, vip)
+				if err != nil {
+					violate("%s: new connection at %s: %v", c.Name, start.Format("15:04:05.000"), err)
+					continue
+				}
+				newConns.Add(1)
+				mu.Lock()
+				at := removedAt[host]
+				mu.Unlock()
+				if !at.IsZero() && start.After(at) {
+					violate("%s: new connection at %s reached %s, removed at %s", c.Name, start.Format("15:04:05.000"), host, at.Format("15:04:05.000"))
+				}
+			}
+		}()
+	}
+	// Long-lived connections: each client keeps four, replacing any that
+	// ends because its backend left.
+	for _, c := range clients {
+		for k := 0; k < 4; k++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					lc, err := dialKeepAlive(c, vip)
+					if err != nil {
+						violate("%s: opening a long-lived connection: %v", c.Name, err)
+						time.Sleep(100 * time.Millisecond)
+						continue
+					}
+					host, err := lc.hostname()
+					if err != nil {
+						violate("%s: first request of a long-lived connection: %v", c.Name, err)
+						lc.Close()
+						continue
+					}
+					for {
+						select {
+						case <-stop:
+							lc.Close()
+							return
+						case <-time.After(40 * time.Millisecond):
+						}
+						h, err := lc.hostname()
+						if err == nil && h == host {
+							longRequests.Add(1)
+							continue
+						}
+						mu.Lock()
+						gone := !removedAt[host].IsZero() || !in[host]
+						mu.Unlock()
+						if !gone {
+							violate("%s: long-lived connection to %s (still a backend) failed: %q %v", c.Name, host, h, err)
+						} else {
+							endedOnRemoval.Add(1)
+						}
+						lc.Close()
+						break
+					}
+				}
+			}()
+		}
+	}
+
+	// The churn: take a backend out and put another in, one change at a
+	// time, each realized before the next.
+	patch := func(name, value string) {
+		t.Helper()
+		body := fmt.Sprintf(`{"metadata":{"labels":{"in":%q}}}`, value)
+		if _, err := kube.CoreV1().Pods(ns).Patch(ctx, name, types.MergePatchType, []byte(body), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	var took []time.Duration
+	for i := 0; i < *churnChanges; i++ {
+		var name string
+		mu.Lock()
+		if i%2 == 0 {
+			// Out: the oldest backend in.
+			for _, b := range backends {
+				if in[b] {
+					name = b
+					break
+				}
+			}
+			in[name] = false
+		} else {
+			for _, b := range backends {
+				if !in[b] && removedAt[b].Before(time.Now().Add(-time.Second)) {
+					name = b
+				}
+			}
+			in[name] = true
+			// From the patch on, a node may choose it again.
+			delete(removedAt, name)
+		}
+		want := map[string]bool{}
+		for b, v := range in {
+			want[b] = v
+		}
+		mu.Unlock()
+		t0 := time.Now()
+		if want[name] {
+			patch(name, "yes")
+		} else {
+			patch(name, "no")
+		}
+		at := waitChosen(want)
+		took = append(took, at.Sub(t0))
+		if !want[name] {
+			mu.Lock()
+			removedAt[name] = at
+			mu.Unlock()
+		}
+		// Let the load see each state.
+		time.Sleep(300 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	var total time.Duration
+	var worst time.Duration
+	for _, d := range took {
+		total += d
+		worst = max(worst, d)
+	}
+	t.Logf("%d backend changes in %v (label change to flows on both nodes: mean %v, worst %v); %d new connections, %d requests on long-lived ones, %d long-lived connections ended with their backend",
+		len(took), time.Since(start).Round(time.Second), (total / time.Duration(len(took))).Round(time.Millisecond), worst.Round(time.Millisecond),
+		newConns.Load(), longRequests.Load(), endedOnRemoval.Load())
+	if len(violations) > 0 {
+		t.Fatalf("%d violations:\n  %s\n%s\n%s", len(violations), strings.Join(violations, "\n  "), churnEvidence(bed, svc.Spec.ClusterIP), tf.Logs(40))
+	}
+	if endedOnRemoval.Load() == 0 || newConns.Load() < int64(len(took)) {
+		t.Fatalf("the load saw too little: %d new connections, %d long-lived ones ended", newConns.Load(), endedOnRemoval.Load())
+	}
+}
+
+// createPod creates a pod with command on node and waits for it to run.
+func createPod(t *testing.T, tf *framework.Tierflow, ns, name, node string, labels map[string]string, command []string) {
+	t.Helper()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "main", Image: "registry.k8s.io/e2e-test-images/agnhost:2.53", Command: command}}}}
+	if _, err := tf.Bed.Cluster.Kube.CoreV1().Pods(ns).Create(context.Background(), pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		p, err := tf.Bed.Cluster.Kube.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err == nil && p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pod %s/%s not running: %v", ns, name, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// hostnameOnce asks netexec's /hostname on a new connection from pod c.
+func hostnameOnce(c framework.Pod, addr string) (string, error) {
+	lc, err := dialKeepAlive(c, addr)
+	if err != nil {
+		return "", err
+	}
+	defer lc.Close()
+	return lc.hostname()
+}
+
+// keepAlive is one HTTP/1.1 connection opened in a pod's network
+// namespace, reused for every request.
+type keepAlive struct {
+	conn net.Conn
+	r    *bufio.Reader
+}
+
+func dialKeepAlive(c framework.Pod, addr string) (*keepAlive, error) {
+	var conn net.Conn
+	err := ovsenv.InNetns("/run/netns/"+c.Netns, func() error {
+		var err error
+		conn, err = net.DialTimeout("tcp", addr, 2*time.Second)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &keepAlive{conn: conn, r: bufio.NewReader(conn)}, nil
+}
+
+func (k *keepAlive) hostname() (string, error) {
+	_ = k.conn.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := fmt.Fprintf(k.conn, "GET /hostname HTTP/1.1\r\nHost: churn\r\n\r\n"); err != nil {
+		return "", err
+	}
+	resp, err := http.ReadResponse(k.r, nil)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var b strings.Builder
+	if _, err := bufio.NewReader(resp.Body).WriteTo(&b); err != nil {
+		return "", err
+	}
+	return b.String(), nil
+}
+
+func (k *keepAlive) Close() { k.conn.Close() }
+
+// churnEvidence is what the bridges say after a failed run: the drop
+// flows that dropped packets, the conntrack entries of the Service's
+// address and the fabric's MAC table.
+func churnEvidence(bed *testbed.Testbed, vip string) string {
+	var b strings.Builder
+	for _, n := range bed.Nodes {
+		flows, _ := n.Bridge.DumpFlowsWithStats(-1)
+		for _, f := range flows {
+			if strings.Contains(f, "n_packets=0,") || !(strings.HasSuffix(f, "actions=drop") || strings.Contains(f, "actions=controller")) {
+				continue
+			}
+			fmt.Fprintf(&b, "%s dropped: %s\n", n.Name, f)
+		}
+	}
+	// Each node's own OVS on the encap bed (its conntrack), the shared one
+	// otherwise.
+	seen := map[*ovsenv.Env]bool{}
+	for _, n := range bed.Nodes {
+		if seen[n.OVS] {
+			continue
+		}
+		seen[n.OVS] = true
+		ct, _ := n.OVS.Appctl("dpctl/dump-conntrack", "-m")
+		for _, l := range strings.Split(ct, "\n") {
+			if strings.Contains(l, vip) {
+				fmt.Fprintf(&b, "%s conntrack: %s\n", n.Name, l)
+			}
+		}
+	}
+	if bed.Fabric != nil {
+		fdb, _ := bed.OVS.Appctl("fdb/show", bed.Fabric.Name)
+		fmt.Fprintf(&b, "fabric fdb:\n%s", fdb)
+	}
+	return b.String()
+}
