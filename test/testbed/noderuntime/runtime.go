@@ -363,9 +363,12 @@ func (r *Runtime) startServers(pod *corev1.Pod, att *attachment, key string) err
 		"--host-netns", fmt.Sprintf("/proc/%d/ns/net", os.Getpid()))
 	if att.Netns == "" {
 		// hostNetwork: the node's namespace (the host's, which every node
-		// of the test bed may share), so the servers bind only this
-		// node's addresses.
-		cmd = r.onNode(r.cfg.PodRunner, "serve", "--pod-file", podFile, "--listen-ip", strings.Join(r.cfg.NodeIPs, ","), "--kubeconfig", r.cfg.Kubeconfig)
+		// of the test bed may share; on the encap bed its own, where the
+		// API server on the host's loopback is reached through
+		// --host-netns too), so the servers bind only this node's
+		// addresses.
+		cmd = r.onNode(r.cfg.PodRunner, "serve", "--pod-file", podFile, "--listen-ip", strings.Join(r.cfg.NodeIPs, ","), "--kubeconfig", r.cfg.Kubeconfig,
+			"--host-netns", fmt.Sprintf("/proc/%d/ns/net", os.Getpid()))
 	}
 	cmd.Stderr = logFile
 	stdout, err := cmd.StdoutPipe()
