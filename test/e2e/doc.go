@@ -25,10 +25,8 @@
 // default-deny egress plus "allow UDP and TCP 53 to the kube-dns pods"
 // (TestScenarios/dns-through-kube-dns-service; scenarios/svc-*.yaml hold
 // the issue's other Service stories), and TestEndpointChurn: a Service's
-// backends changing under continuous client load (-churn-changes, 20 by
-// default, 100 in make test-services; make test leaves it out for now: the
-// first connections of its load from one node time out in about two runs
-// of three, a Service proxy bug not yet found).
+// backends changing under continuous client load (-churn-changes, 20 in
+// make test, 100 in make test-services).
 //
 // TestScenarios needs root, OVS and the Kubernetes binaries (`make test`
 // prepares them); without them it fails.

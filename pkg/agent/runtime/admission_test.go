@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	anpv1 "sigs.k8s.io/network-policy-api/apis/v1alpha1"
 
@@ -47,19 +46,7 @@ func TestNoEncapNewPodAdmission(t *testing.T) {
 	// db pods take connections from role=friend only; target pods are
 	// denied anything from role=evil pods (enforced at the target's node,
 	// where evil pods are peers).
-	np := &networkingv1.NetworkPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: "db-friends", Namespace: ovsenv.PodNamespace},
-		Spec: networkingv1.NetworkPolicySpec{
-			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}},
-			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
-			Ingress: []networkingv1.NetworkPolicyIngressRule{{
-				From: []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"role": "friend"}}}},
-			}},
-		},
-	}
-	if _, err := c.Kube.Kube.NetworkingV1().NetworkPolicies(ovsenv.PodNamespace).Create(ctx, np, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	createIngressFromPods(t, c, "db-friends", map[string]string{"app": "db"}, map[string]string{"role": "friend"})
 	anp := &anpv1.AdminNetworkPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: "no-evil"},
 		Spec: anpv1.AdminNetworkPolicySpec{

@@ -48,20 +48,8 @@ func TestNoEncapGatewayTrust(t *testing.T) {
 		hostListenTCP(t, n, 10250)
 	}
 	// c takes connections from a only.
-	np := &networkingv1.NetworkPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: "c-from-a", Namespace: ovsenv.PodNamespace},
-		Spec: networkingv1.NetworkPolicySpec{
-			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "c"}},
-			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
-			Ingress: []networkingv1.NetworkPolicyIngressRule{{
-				From: []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "a"}}}},
-			}},
-		},
-	}
+	np := createIngressFromPods(t, c, "c-from-a", map[string]string{"app": "c"}, map[string]string{"app": "a"})
 	nps := c.Kube.Kube.NetworkingV1().NetworkPolicies(ovsenv.PodNamespace)
-	if _, err := nps.Create(ctx, np, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	// a may not reach any node.
 	anp := &anpv1.AdminNetworkPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: "a-no-nodes"},

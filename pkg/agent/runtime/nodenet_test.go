@@ -262,19 +262,7 @@ func TestNoEncapTwoNodes(t *testing.T) {
 
 	// Ingress policy on b (node 2): only role=friend pods. It is realized
 	// on node 2 alone (the span of its applied-to pod) and enforced there.
-	np := &networkingv1.NetworkPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: "b-friends", Namespace: ovsenv.PodNamespace},
-		Spec: networkingv1.NetworkPolicySpec{
-			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "b"}},
-			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
-			Ingress: []networkingv1.NetworkPolicyIngressRule{{
-				From: []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"role": "friend"}}}},
-			}},
-		},
-	}
-	if _, err := c.Kube.Kube.NetworkingV1().NetworkPolicies(ovsenv.PodNamespace).Create(ctx, np, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	createIngressFromPods(t, c, "b-friends", map[string]string{"app": "b"}, map[string]string{"role": "friend"})
 	const npRef = "NetworkPolicy/default/b-friends"
 	ag2.RealizedOn(t, npRef)
 	ag1.RealizedOn(t)
@@ -680,4 +668,26 @@ func serveEcho(t *testing.T, netnsPath, addr string, seen func(netip.Addr)) {
 			}()
 		}
 	}()
+}
+
+// createIngressFromPods creates a NetworkPolicy in the pods' namespace that
+// isolates the pods labelled subject for ingress and lets in only pods
+// labelled peer. It returns the policy as created.
+func createIngressFromPods(t *testing.T, c *livecluster.Cluster, name string, subject, peer map[string]string) *networkingv1.NetworkPolicy {
+	t.Helper()
+	np := &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ovsenv.PodNamespace},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: subject},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{{
+				From: []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: peer}}},
+			}},
+		},
+	}
+	created, err := c.Kube.Kube.NetworkingV1().NetworkPolicies(ovsenv.PodNamespace).Create(context.Background(), np, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return created
 }

@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	networkingv1 "k8s.io/api/networking/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/tierflow/tierflow/test/livecluster"
@@ -43,19 +41,7 @@ func TestNoEncapAgentRestartKeepsTraffic(t *testing.T) {
 
 	// c (node 1) takes connections from a only: node 1 enforces it, so
 	// b -> c must stay blocked while node 1's agent restarts.
-	np := &networkingv1.NetworkPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: "c-from-a", Namespace: ovsenv.PodNamespace},
-		Spec: networkingv1.NetworkPolicySpec{
-			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "c"}},
-			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
-			Ingress: []networkingv1.NetworkPolicyIngressRule{{
-				From: []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "a"}}}},
-			}},
-		},
-	}
-	if _, err := c.Kube.Kube.NetworkingV1().NetworkPolicies(ovsenv.PodNamespace).Create(ctx, np, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	createIngressFromPods(t, c, "c-from-a", map[string]string{"app": "c"}, map[string]string{"app": "a"})
 
 	ctrl := c.StartController(t)
 	ag1 := bed.startAgent(t, n1, 1, bed.kubeconfig)
