@@ -96,8 +96,11 @@
 //     the pipeline sets each packet's outer destination (tun_dst) from its
 //     destination's pod CIDR, and accepts a packet from the tunnel only
 //     from a known node's endpoint for that node's pod CIDRs (see the
-//     pipeline's DESIGN.md, "Encap mode"). The peers (Node name,
-//     InternalIP, pod CIDRs) go to the pipeline through
+//     pipeline's DESIGN.md, "Encap mode"), or from its InternalIPs (the
+//     connections its host forwards after the nat chain SNATed them to
+//     its InternalIP; the replies go back through the tunnel). The peers
+//     (Node name, InternalIP, pod CIDRs, InternalIPs claimed by no other
+//     node) go to the pipeline through
 //     EncapOptions.OnTunnel on every change: a node joining is reachable,
 //     and a node leaving forgotten, without restarting any agent.
 //   - Endpoint: each node tunnels from its IPv4 InternalIP, else its IPv6

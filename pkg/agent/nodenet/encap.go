@@ -76,6 +76,14 @@ func TunnelEndpoint(n Node) (netip.Addr, error) {
 // out with an error.
 func DesiredPeers(local Node, endpoint netip.Addr, others []Node, bad map[string]error, gateway string) ([]pipeline.TunnelPeer, []Route, map[string]error) {
 	nodes, errs := claims(local, others, bad)
+	// A host address claimed by two nodes (or this one) could not tell
+	// them apart: neither is accepted for it.
+	hostClaims := map[netip.Addr]int{}
+	for _, n := range append([]Node{local}, nodes...) {
+		for _, ip := range n.InternalIPs {
+			hostClaims[ip]++
+		}
+	}
 	var cands []pipeline.TunnelPeer
 	byIP := map[netip.Addr][]string{}
 	for _, n := range nodes {
@@ -87,7 +95,13 @@ func DesiredPeers(local Node, endpoint netip.Addr, others []Node, bad map[string
 			errs[n.Name] = errors.Join(errs[n.Name], fmt.Errorf("node %s: no InternalIP of the family of this node's tunnel endpoint %s; not tunneled to", n.Name, endpoint))
 			continue
 		}
-		cands = append(cands, pipeline.TunnelPeer{Node: n.Name, IP: ip, PodCIDRs: n.PodCIDRs})
+		var hosts []netip.Addr
+		for _, h := range n.InternalIPs {
+			if hostClaims[h] == 1 {
+				hosts = append(hosts, h)
+			}
+		}
+		cands = append(cands, pipeline.TunnelPeer{Node: n.Name, IP: ip, PodCIDRs: n.PodCIDRs, HostIPs: hosts})
 		byIP[ip] = append(byIP[ip], n.Name)
 	}
 	var peers []pipeline.TunnelPeer

@@ -133,7 +133,8 @@ func TestSyncWithoutLocalPodCIDRsChangesNothing(t *testing.T) {
 }
 
 // TestDesiredPeers: every other node is a peer at its InternalIP of the
-// local endpoint's family with the pod CIDRs it can claim, and the host
+// local endpoint's family with the pod CIDRs it can claim and its
+// InternalIPs as host addresses, and the host
 // routes each CIDR to its first address through the gateway; nodes that
 // cannot be told apart by their outer source, or reached, are left out.
 func TestDesiredPeers(t *testing.T) {
@@ -154,9 +155,9 @@ func TestDesiredPeers(t *testing.T) {
 	peers, routes, errs := DesiredPeers(local, endpoint, others, map[string]error{"n8": ErrNoPodCIDR}, "tierflow-gw0")
 	var got []string
 	for _, p := range peers {
-		got = append(got, fmt.Sprintf("%s %s %v", p.Node, p.IP, p.PodCIDRs))
+		got = append(got, fmt.Sprintf("%s %s %v hosts %v", p.Node, p.IP, p.PodCIDRs, p.HostIPs))
 	}
-	want := []string{"n2 172.18.0.3 [10.244.2.0/24 fd00:2::/64]", "n6 172.18.0.7 [fd00:6::/64]"}
+	want := []string{"n2 172.18.0.3 [10.244.2.0/24 fd00:2::/64] hosts [172.18.0.3 fc00::3]", "n6 172.18.0.7 [fd00:6::/64] hosts [172.18.0.7]"}
 	if strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("peers %q, want %q", got, want)
 	}

@@ -50,9 +50,16 @@ type TunnelPeer struct {
 	// accepted for its pod CIDRs.
 	IP netip.Addr
 	// PodCIDRs are the node's pod CIDRs: the inner destinations sent to
-	// it, and the only inner sources accepted from it (its pods, and its
-	// host through its gateway, which owns the first address).
+	// it, and inner sources accepted from it (its pods, and its host
+	// through its gateway, which owns the first address).
 	PodCIDRs []netip.Prefix
+	// HostIPs are the node's InternalIPs, the other inner sources
+	// accepted from it: its host sends through the tunnel, with its
+	// InternalIP as source, the connections kube-proxy marked for
+	// masquerading (a NodePort reached from outside, backed by a pod of
+	// this node; pkg/agent/nodenet). Local pods' replies to them go back
+	// through the tunnel.
+	HostIPs []netip.Addr
 }
 
 // Gateway is the OVS internal port through which the node's host stack
@@ -134,7 +141,7 @@ func (t Tunnel) validate(c Config) error {
 	case t.Port == c.Gateway.Port:
 		return fmt.Errorf("pipeline: tunnel and gateway on one port %d", t.Port)
 	}
-	endpoints := map[netip.Addr]string{}
+	endpoints, hosts := map[netip.Addr]string{}, map[netip.Addr]string{}
 	var cidrs []netip.Prefix
 	for _, p := range t.Peers {
 		if !p.IP.IsValid() || p.IP.Is4In6() || p.IP.Zone() != "" || p.IP.IsUnspecified() {
@@ -154,6 +161,15 @@ func (t Tunnel) validate(c Config) error {
 				}
 			}
 			cidrs = append(cidrs, c)
+		}
+		for _, ip := range p.HostIPs {
+			if !ip.IsValid() || ip.Is4In6() || ip.Zone() != "" || ip.IsUnspecified() {
+				return fmt.Errorf("pipeline: tunnel peer %s: invalid host address %v", p.Node, ip)
+			}
+			if other, dup := hosts[ip]; dup && other != p.Node {
+				return fmt.Errorf("pipeline: tunnel peers %s and %s share host address %s", other, p.Node, ip)
+			}
+			hosts[ip] = p.Node
 		}
 	}
 	return nil

@@ -466,6 +466,18 @@ func (s *staticFlows) tunnel(t Tunnel, gw Gateway, pods []LocalPod, synced bool)
 					setTunDst(p.IP), toPort(t.Port), LoadDst(DstTunnel), goTo(IngressAdmin))
 			}
 		}
+		// The peer's host, by its InternalIPs: what it forwards with them
+		// as source (kube-proxy's masqueraded connections) is accepted,
+		// and local pods' replies go back through the tunnel, where the
+		// peer's conntrack undoes its NAT. A local pod's own connection
+		// to the peer's host goes out through the gateway (routed by the
+		// underlay).
+		for _, ip := range sortedAddrs(p.HostIPs) {
+			et := ethType(ip)
+			s.add(SpoofGuard, PriorityNormal, openflow.Match{Regs: fromTunnel, TunSrc: p.IP, EthType: et, IPSrc: hostPrefix(ip)}, goTo(Conntrack))
+			s.add(Forwarding, PriorityNormal-10, openflow.Match{Regs: flags(MatchSrc(SrcLocalPod)), CtState: ctState(ctRpl|ctTrk, ctRpl|ctTrk), EthType: et, IPDst: hostPrefix(ip)},
+				setTunDst(p.IP), toPort(t.Port), LoadDst(DstTunnel), goTo(IngressAdmin))
+		}
 	}
 	// From the tunnel to a local pod: the packet carries the sending
 	// node's MACs; the pod gets it as from its gateway.

@@ -59,8 +59,10 @@ func staticCases() []struct {
 	// Two peers, given out of order: a dual-stack node with an IPv4
 	// endpoint and an IPv6-only node with an IPv6 endpoint.
 	tunnel := Tunnel{Port: 9, Peers: []TunnelPeer{
-		{Node: "n3", IP: netip.MustParseAddr("fd00:172:18::3"), PodCIDRs: []netip.Prefix{netip.MustParsePrefix("fd00:10:244:3::/64")}},
-		{Node: "n2", IP: netip.MustParseAddr("172.18.0.2"), PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.2.0/24"), netip.MustParsePrefix("fd00:10:244:2::/64")}},
+		{Node: "n3", IP: netip.MustParseAddr("fd00:172:18::3"), PodCIDRs: []netip.Prefix{netip.MustParsePrefix("fd00:10:244:3::/64")},
+			HostIPs: []netip.Addr{netip.MustParseAddr("fd00:172:18::3")}},
+		{Node: "n2", IP: netip.MustParseAddr("172.18.0.2"), PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.2.0/24"), netip.MustParsePrefix("fd00:10:244:2::/64")},
+			HostIPs: []netip.Addr{netip.MustParseAddr("fd00:172:18::2"), netip.MustParseAddr("172.18.0.2")}},
 	}}
 	type c = struct {
 		name   string

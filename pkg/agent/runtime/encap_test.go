@@ -165,8 +165,9 @@ func (b *routedBed) routerCounter(what string) int {
 // the configuration (and MTU) tierflow-install-cni writes. noEncap cannot
 // reach the other node's pods there; encap (Geneve, then VXLAN) carries
 // TCP and UDP over IPv4 and IPv6 between pods, node-to-pod traffic,
-// Service DNAT by the host to a pod of the other node and the way out of
-// the cluster; ingress policy is enforced on the destination node; 10 MB
+// Service DNAT by the host to a pod of the other node, a NodePort reached
+// from outside backed by the other node's pod, and the way out of the
+// cluster; ingress policy is enforced on the destination node; 10 MB
 // cross with DF set; a packet from the underlay claiming a pod's address
 // is dropped; ovs-vswitchd restarting on a node, its underlay bridge's
 // interface losing the node's address, and agent restarts are survived; a
@@ -275,6 +276,26 @@ func TestEncapTwoNodes(t *testing.T) {
 		"-j", "DNAT", "--to-destination", b.IPv4().String()+":8080")
 	if err := retry(3, func() error { return a.ProbeTCP(netip.MustParseAddrPort("10.96.7.8:80"), 3*time.Second) }); err != nil {
 		t.Errorf("pod a -> service 10.96.7.8 (pod b on node 2): %v", err)
+	}
+	// A NodePort of node 1 reached from outside the cluster (the router),
+	// backed by node 2's pod, as kube-proxy sets it up: marked for
+	// masquerading and DNATed. The agent's nat chain SNATs it to node 1's
+	// InternalIP; node 2 accepts that source from node 1's endpoint and
+	// sends b's replies back through the tunnel, where node 1 undoes both
+	// translations.
+	for _, rule := range [][]string{
+		{"-j", "MARK", "--set-xmark", "0x4000/0x4000"},
+		{"-j", "DNAT", "--to-destination", b.IPv4().String() + ":8080"},
+	} {
+		mustRun(t, append([]string{"ip", "netns", "exec", n1.env.Netns(), "iptables", "-t", "nat", "-A", "PREROUTING", "-d", n1.ip4.Addr().String(), "-p", "tcp", "--dport", "30080"}, rule...)...)
+	}
+	nodePort := netip.AddrPortFrom(n1.ip4.Addr(), 30080)
+	if err := retry(3, func() error {
+		return inNetNS("/run/netns/"+bed.router, func() error { return echo(nodePort, 3*time.Second) })
+	}); err != nil {
+		t.Errorf("the router -> node 1's NodePort %s (pod b on node 2): %v", nodePort, err)
+	} else if peers := servers[b].Peers(); !slices.Contains(peers, n1.ip4.Addr()) {
+		t.Errorf("b's server saw %v, want node 1's InternalIP %s among them", peers, n1.ip4.Addr())
 	}
 	// Out of the cluster (the router's own address): masqueraded to the
 	// node's address.
