@@ -167,7 +167,8 @@
 // pkg/agent/uninstall (`tierflow-agent cleanup`), which also removes the
 // gateway and tunnel ports' devices with the bridge's. The underlay bridge
 // is gone by then: the stopping agent moved the node's address back (see
-// "Encap"). An agent whose configuration has no underlay (another
+// "Encap"); after an agent that did not stop cleanly the uninstall moves
+// it back from the record in OVS's database file (RevertUnderlayHost). An agent whose configuration has no underlay (another
 // nodeNetwork.mode, or the kernel datapath) also moves back what a record
 // says was moved (an agent that did not stop cleanly).
 //

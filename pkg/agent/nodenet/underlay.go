@@ -143,7 +143,12 @@ func (u *underlay) record() (*underlayRecord, error) {
 	if err != nil {
 		return nil, err
 	}
-	raw, ok := br.ExternalIDs[UnderlayKey]
+	return parseRecord(bridge, br.ExternalIDs)
+}
+
+// parseRecord reads the record among a bridge's external_ids (nil: none).
+func parseRecord(bridge string, externalIDs map[string]string) (*underlayRecord, error) {
+	raw, ok := externalIDs[UnderlayKey]
 	if !ok {
 		return nil, nil
 	}
@@ -294,6 +299,7 @@ func (h *host) moveAddresses(to, from string, rec *underlayRecord) error {
 			errs = append(errs, fmt.Errorf("underlay: %s: route %s via %s: %w", to, r.Dst, r.Via, err))
 		}
 	}
+	var notFound netlink.LinkNotFoundError
 	if src, err := h.h.LinkByName(from); err == nil {
 		for _, p := range prefixes {
 			if err := h.h.AddrDel(src, &netlink.Addr{IPNet: ipNet(p)}); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
@@ -306,7 +312,7 @@ func (h *host) moveAddresses(to, from string, rec *underlayRecord) error {
 				_ = h.h.RouteDel(&r)
 			}
 		}
-	} else {
+	} else if !errors.As(err, &notFound) { // gone: nothing left to remove
 		errs = append(errs, fmt.Errorf("underlay: interface %s: %w", from, err))
 	}
 	return errors.Join(errs...)
@@ -360,18 +366,54 @@ func (r underlayRoute) netlink(link int) (*netlink.Route, error) {
 // for a few milliseconds while the addresses move.
 func RevertUnderlay(ctx context.Context, db *ovsdb.Client, bridge, netns string, log *slog.Logger) error {
 	return withRecord(db, bridge, netns, log, func(u *underlay, rec *underlayRecord) error {
-		return u.revert(ctx, netns, rec)
+		return u.revert(ctx, rec)
 	})
 }
 
-// revert is RevertUnderlay with the record.
-func (u *underlay) revert(ctx context.Context, netns string, rec *underlayRecord) error {
-	db, h, bridge, log := u.db, u.host, u.bridge, u.log
-	log.Info("moving the node's interface back from the underlay bridge", "interface", rec.Interface, "bridge", bridge, "addresses", rec.Addresses)
-	if err := hostguard.Remove(netns, rec.Interface); err != nil {
-		return fmt.Errorf("underlay: %w", err)
+// RevertUnderlayHost is RevertUnderlay's host part alone, for tierflow's
+// uninstall: it runs once OVS is gone and reads the underlay bridge's
+// external_ids from OVS's database file. The network interface their
+// record names gets back its addresses and routes and loses its host
+// guard; the bridge's device, which held them, is the uninstall's to
+// delete. It returns that interface, "" when there was nothing to move
+// back (no record, or the interface holds the record's addresses).
+func RevertUnderlayHost(bridge, netns string, externalIDs map[string]string) (string, error) {
+	rec, err := parseRecord(bridge, externalIDs)
+	if err != nil || rec == nil {
+		return "", err
 	}
-	if err := h.giveBack(bridge, rec); err != nil {
+	h, err := openHost(netns)
+	if err != nil {
+		return "", err
+	}
+	defer h.close()
+	if back, err := h.holdsAll(rec.Interface, rec.Addresses); err != nil || back {
+		return "", err
+	}
+	return rec.Interface, h.revert(bridge, rec)
+}
+
+// holdsAll reports whether the interface named iface holds every address
+// of prefixes.
+func (h *host) holdsAll(iface string, prefixes []string) (bool, error) {
+	for _, s := range prefixes {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return false, fmt.Errorf("underlay record: address %q: %w", s, err)
+		}
+		link, err := h.linkWithAddr(p.Addr())
+		if err != nil || link == nil || link.Attrs().Name != iface {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// revert is RevertUnderlay with the record.
+func (u *underlay) revert(ctx context.Context, rec *underlayRecord) error {
+	db, bridge := u.db, u.bridge
+	u.log.Info("moving the node's interface back from the underlay bridge", "interface", rec.Interface, "bridge", bridge, "addresses", rec.Addresses)
+	if err := u.host.revert(bridge, rec); err != nil {
 		return err
 	}
 	if err := db.DeletePort(ctx, bridge, rec.Interface); err != nil {
@@ -383,8 +425,11 @@ func (u *underlay) revert(ctx context.Context, netns string, rec *underlayRecord
 	return nil
 }
 
-// giveBack is takeOver reversed: rec's interface gets its addresses and
-// routes back, the bridge's interface loses them.
-func (h *host) giveBack(bridge string, rec *underlayRecord) error {
+// revert is takeOver reversed: rec's interface loses its host guard and
+// gets its addresses and routes back, the bridge's interface loses them.
+func (h *host) revert(bridge string, rec *underlayRecord) error {
+	if err := hostguard.Remove(h.nsPath, rec.Interface); err != nil {
+		return fmt.Errorf("underlay: %w", err)
+	}
 	return h.moveAddresses(rec.Interface, bridge, rec)
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -25,6 +26,7 @@ import (
 
 	"github.com/tierflow/tierflow/pkg/agent/nodenet"
 	"github.com/tierflow/tierflow/pkg/agent/runtime"
+	"github.com/tierflow/tierflow/pkg/agent/uninstall"
 	"github.com/tierflow/tierflow/pkg/config"
 	"github.com/tierflow/tierflow/pkg/config/cniinstall"
 	"github.com/tierflow/tierflow/test/livecluster"
@@ -172,7 +174,8 @@ func (b *routedBed) routerCounter(what string) int {
 // is dropped; ovs-vswitchd restarting on a node, its underlay bridge's
 // interface losing the node's address, and agent restarts are survived; a
 // third node joins and leaves without restarting the other agents and
-// leaves no flow, route or neighbour behind.
+// leaves no flow, route or neighbour behind; the uninstall's cleanup
+// gives a node whose agent crashed its address back.
 func TestEncapTwoNodes(t *testing.T) {
 	c := livecluster.New(t)
 	kubeconfig := agentKubeconfig(t, c)
@@ -526,6 +529,29 @@ func TestEncapTwoNodes(t *testing.T) {
 	}
 	probe(t, "node 3 gone", flow{cc, b, 8080, "tcp", true}, flow{b, a, 8080, "tcp6", true})
 
+	// Node 3's agent stopped as if it crashed (KeepUnderlay): the node's
+	// address is still on its underlay bridge. The uninstall's cleanup
+	// (tierflow-agent cleanup, once OVS has stopped as the DaemonSet's ovs
+	// container stops) moves it back: node 3 reaches the router again.
+	if err := underlayErr(n3); err != nil {
+		t.Fatalf("node 3 after its agent stopped: %v", err)
+	}
+	cleanupCfg := *ag3.Opts.Config
+	cleanupCfg.CNI.ConfDir, cleanupCfg.CNI.BinDir = t.TempDir(), t.TempDir()
+	removed := uninstallNode(t, n3, &cleanupCfg)
+	if want := "the node's addresses and routes moved back from tierflow-phy0 to tfen" + n3.env.ID; !slices.Contains(removed, want) {
+		t.Errorf("the cleanup on node 3 removed %q, want %q among them", removed, want)
+	}
+	if err := linkBackErr(n3); err != nil {
+		t.Errorf("node 3 after the cleanup: %v", err)
+	}
+	if out, err := exec.Command("ip", "-n", n3.env.Netns(), "link", "show", "tierflow-phy0").CombinedOutput(); err == nil {
+		t.Errorf("node 3 after the cleanup still has tierflow-phy0: %s", out)
+	}
+	if err := inNetNS(n3.env.NetnsPath(), func() error { return echo(netip.MustParseAddrPort("192.168.92.1:9090"), 3*time.Second) }); err != nil {
+		t.Errorf("node 3 -> the router after the cleanup: %v", err)
+	}
+
 	// Node 1's agent stops (as when its pod is deleted, at an uninstall or
 	// an update): it moves the node's address back from the underlay
 	// bridge and deletes it. Node 2's agent "crashed" (kept it): its next
@@ -533,16 +559,11 @@ func TestEncapTwoNodes(t *testing.T) {
 	// each other through the router again, their pods do not.
 	ag1.Stop()
 	revertedErr := func(n *simNode) error {
-		link := "tfen" + n.env.ID
-		out, err := exec.Command("ip", "-n", n.env.Netns(), "addr", "show", "dev", link).CombinedOutput()
-		if err != nil || !strings.Contains(string(out), n.ip4.String()) || !strings.Contains(string(out), n.ip6.String()) {
-			return fmt.Errorf("node %s: %s after the revert: %s (%v), want %s and %s", n.name, link, out, err, n.ip4, n.ip6)
+		if err := linkBackErr(n); err != nil {
+			return err
 		}
 		if out, err := n.env.Vsctl("list-br"); err != nil || strings.Contains(out, "tierflow-phy0") {
 			return fmt.Errorf("node %s: bridges %q (%v) after the revert, want no tierflow-phy0", n.name, out, err)
-		}
-		if out, err := exec.Command("ip", "-n", n.env.Netns(), "route", "show", "default").CombinedOutput(); err != nil || !strings.Contains(string(out), "dev "+link) {
-			return fmt.Errorf("node %s: default route %q (%v) after the revert, want through %s", n.name, out, err, link)
 		}
 		return nil
 	}
@@ -756,6 +777,47 @@ func underlayErr(n *simNode) error {
 	return nil
 }
 
+// linkBackErr fails unless node n's link holds the node's addresses and
+// its default route again (after an underlay was reverted).
+func linkBackErr(n *simNode) error {
+	link := "tfen" + n.env.ID
+	out, err := exec.Command("ip", "-n", n.env.Netns(), "addr", "show", "dev", link).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), n.ip4.String()) || !strings.Contains(string(out), n.ip6.String()) {
+		return fmt.Errorf("node %s: %s after the revert: %s (%v), want %s and %s", n.name, link, out, err, n.ip4, n.ip6)
+	}
+	if out, err := exec.Command("ip", "-n", n.env.Netns(), "route", "show", "default").CombinedOutput(); err != nil || !strings.Contains(string(out), "dev "+link) {
+		return fmt.Errorf("node %s: default route %q (%v) after the revert, want through %s", n.name, out, err, link)
+	}
+	return nil
+}
+
+// uninstallNode stops node n's OVS as the DaemonSet's ovs container does
+// (ovs-appctl exit, without --cleanup: the userspace datapath's devices
+// stay) and runs the uninstall's cleanup on the node with the agent
+// configuration cfg; it returns what the cleanup removed.
+func uninstallNode(t *testing.T, n *simNode, cfg *config.Agent) []string {
+	t.Helper()
+	for _, target := range []string{n.env.VswitchdCtlPath(), filepath.Join(n.env.Dir, "ovsdb-server.ctl")} {
+		if out, err := exec.Command("ovs-appctl", "-t", target, "exit").CombinedOutput(); err != nil {
+			t.Fatalf("node %s: ovs-appctl -t %s exit: %v: %s", n.name, target, err, out)
+		}
+	}
+	o := uninstall.Options{Agent: cfg, OVSDatabase: n.env.DBPath(), NetNS: n.env.NetnsPath()}
+	var removed []string
+	livecluster.Eventually(t, 30*time.Second, "node "+n.name+"'s cleanup", func() error {
+		var err error
+		removed, err = uninstall.Run(context.Background(), o)
+		if errors.Is(err, uninstall.ErrOVSRunning) {
+			return err // still stopping
+		}
+		if err != nil {
+			t.Fatalf("node %s: cleanup: %v (removed %q)", n.name, err, removed)
+		}
+		return nil
+	})
+	return removed
+}
+
 func ofport(t *testing.T, n *simNode, iface string) uint32 {
 	t.Helper()
 	p, err := n.br.OFPort(iface)
@@ -877,22 +939,7 @@ func spoofVXLAN(t *testing.T, ns, local, remote string, dst *ovsenv.Pod, port ui
 	mustRun(t, "ip", "-n", ns, "link", "set", dev, "up")
 	mustRun(t, "ip", "-n", ns, "route", "add", dst.IPv4().String()+"/32", "dev", dev, "src", spoofedSource)
 	mustRun(t, "ip", "-n", ns, "neigh", "add", dst.IPv4().String(), "lladdr", dst.MAC.String(), "dev", dev, "nud", "permanent")
-	if err := inNetNS("/run/netns/"+ns, func() error {
-		conn, err := net.Dial("udp", netip.AddrPortFrom(dst.IPv4(), port).String())
-		if err != nil {
-			return err
-		}
-		defer conn.Close()
-		for i := 0; i < 5; i++ {
-			if _, err := conn.Write([]byte("spoofed")); err != nil {
-				return err
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		return nil
-	}); err != nil {
-		t.Fatalf("sending spoofed VXLAN packets: %v", err)
-	}
+	sendUDP(t, ns, netip.MustParseAddr(spoofedSource), dst.IPv4(), port)
 	time.Sleep(500 * time.Millisecond)
 }
 
