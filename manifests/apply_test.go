@@ -512,8 +512,9 @@ func testInstallCNI(t *testing.T, ctx context.Context, c *kubeapi.Cluster, check
 	if node, err = c.Kube.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	// An InternalIP, as every node has (encap mode derives the pods' MTU
-	// from the interface holding it).
+	// The release manifest's encap mode derives the pods' MTU from the
+	// interface holding the node's InternalIP (here: this machine's
+	// loopback, MTU 65536, less Geneve's 50 bytes over IPv4).
 	node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}}
 	if _, err := c.Kube.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
@@ -531,7 +532,7 @@ func testInstallCNI(t *testing.T, ctx context.Context, c *kubeapi.Cluster, check
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`"subnet": "10.244.7.0/24"`, `"subnet": "fd00:10:244:7::/64"`, `"bridge": "br-int"`, `"ovsdbSocket": "/run/openvswitch/db.sock"`} {
+	for _, want := range []string{`"subnet": "10.244.7.0/24"`, `"subnet": "fd00:10:244:7::/64"`, `"bridge": "br-int"`, `"ovsdbSocket": "/run/openvswitch/db.sock"`, `"mtu": 65486`} {
 		if !strings.Contains(string(conf), want) {
 			t.Errorf("conflist lacks %s:\n%s", want, conf)
 		}

@@ -72,7 +72,7 @@ func DefaultValues() Values {
 		ControllerMetricsPort: config.DefaultControllerMetricsPort,
 		AgentMetricsPort:      config.DefaultAgentMetricsPort,
 		QueryPort:             config.DefaultQueryPort,
-		NodeNetworkMode:       config.NodeNetworkNoEncap,
+		NodeNetworkMode:       config.NodeNetworkEncap,
 		TunnelType:            config.TunnelGeneve,
 		// See manifests/README.md, "Sizing the controller".
 		ControllerMemoryRequest: "2Gi",
