@@ -226,7 +226,7 @@ e2e-cluster: cluster-prereqs ## tierflow on a real cluster: tierctl, conformance
 		tee $(OUT)/e2e-cluster/go-test.jsonl | $(GO) run ./test/clustere2e/cmd/testsummary
 
 # Every case cyclonus generates (126, TCP and UDP) on the real cluster, to
-# pod IPs, Service IPs and Service names (about 45 minutes).
+# pod IPs, Service IPs and Service names (about 50 minutes).
 .PHONY: e2e-cluster-cyclonus
 e2e-cluster-cyclonus: ## cyclonus's every generated case on a real cluster (test/clustere2e, -cyclonus-include=)
 	@$(MAKE) --no-print-directory e2e-cluster E2E_RUN='TestRealCluster/Cyclonus' E2E_ARGS='-cyclonus-include='
