@@ -136,10 +136,10 @@ func New(cfg Config) (*Controller, error) {
 	for _, k := range []compute.ObjectKind{compute.KindPolicy, compute.KindAppliedToGroup, compute.KindAddressGroup} {
 		c.computedGauges[k] = m.computedObjects.WithLabelValues(string(k))
 	}
-	// The core caches keep only what the controller reads (transform.go);
-	// the policy kinds' keep everything but the managed fields (status
-	// writes send the object back).
-	c.kubeFactory = informers.NewSharedInformerFactoryWithOptions(cfg.Kube, cfg.ResyncPeriod, informers.WithTransform(CoreTransform))
+	// The core caches keep only what the controller reads (transform.go,
+	// informers.go); the policy kinds' keep everything but the managed
+	// fields (status writes send the object back).
+	c.kubeFactory = NewCoreInformerFactory(cfg.Kube, cfg.ResyncPeriod)
 	c.policyFactory = npinformers.NewSharedInformerFactoryWithOptions(cfg.Policy, cfg.ResyncPeriod, npinformers.WithTransform(stripManagedFields))
 	for _, k := range policyKinds(c) {
 		c.kinds[k.kind] = k

@@ -40,10 +40,13 @@
 // (cmd/pause, the containerd sandbox image), agnhost (tagged as the suites
 // name it: 2.43, 2.45, 2.53; its /agnhost is cmd/agnhost-wrapper, which
 // runs the real one but keeps `agnhost porter` from failing on SCTP ports
-// where the kernel has no SCTP, as here), CoreDNS (build/coredns) and the offline
+// where the kernel has no SCTP, as here), cyclonus's worker image
+// (agnhost with test/cyclonus/cmd/cyclonus-worker as /worker, for
+// cyclonus's batch prober), CoreDNS (build/coredns) and the offline
 // stand-ins for the bases of tierflow's own Dockerfiles (BaseImage,
 // GoImage). Up loads pause, agnhost and CoreDNS into every node's
-// containerd (LoadImages, as `kind load docker-image` does); tierflow's
+// containerd (LoadImages, as `kind load docker-image` does; the cyclonus
+// suite loads the worker when it runs); tierflow's
 // images are loaded the same way by `make cluster-load-images`. The
 // kubelets never collect images (the disk is shared; nothing could be
 // pulled again).

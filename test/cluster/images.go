@@ -45,6 +45,12 @@ var AgnhostImages = []string{
 	"registry.k8s.io/e2e-test-images/agnhost:2.53",
 }
 
+// CyclonusWorkerImage is the image cyclonus's batch prober gives its pods
+// (test/cyclonus/cmd/cyclonus-batch): the agnhost image with
+// test/cyclonus/cmd/cyclonus-worker as /worker, which runs a batch of
+// `agnhost connect` inside the pod.
+const CyclonusWorkerImage = "mfenwick100/cyclonus-worker:latest"
+
 // nodePackages are the Debian (bookworm) packages of a node: the container
 // runtime, what the kubelet and kube-proxy call (iptables, conntrack,
 // mount, nsenter), the control plane's etcd, and tini as init.
@@ -57,7 +63,7 @@ var nodePackages = []string{
 // must be there (`make cluster-prereqs` builds them).
 var Binaries = []string{
 	"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kubelet", "kube-proxy",
-	"agnhost", "agnhost-wrapper", "coredns", "pause",
+	"agnhost", "agnhost-wrapper", "coredns", "pause", "cyclonus-worker",
 }
 
 // imageBuilder builds the cluster's images with docker, in a scratch
@@ -106,10 +112,15 @@ func (b *imageBuilder) ensureAll(ctx context.Context) (string, error) {
 	// /agnhost is cmd/agnhost-wrapper, which runs the real agnhost (it
 	// only keeps porter from failing on SCTP ports where the kernel has
 	// no SCTP).
-	if _, err := b.build(ctx, AgnhostImages, false,
-		"FROM "+BaseImage+"\nCOPY agnhost /usr/local/lib/agnhost/agnhost\nCOPY agnhost-wrapper /agnhost\n"+
-			"ENTRYPOINT [\"/agnhost\"]\nCMD [\"pause\"]\n",
-		map[string]string{"agnhost": filepath.Join(b.binDir, "agnhost"), "agnhost-wrapper": filepath.Join(b.binDir, "agnhost-wrapper")}, nil); err != nil {
+	agnhostFiles := map[string]string{"agnhost": filepath.Join(b.binDir, "agnhost"), "agnhost-wrapper": filepath.Join(b.binDir, "agnhost-wrapper")}
+	const agnhostDockerfile = "FROM " + BaseImage + "\nCOPY agnhost /usr/local/lib/agnhost/agnhost\nCOPY agnhost-wrapper /agnhost\n" +
+		"ENTRYPOINT [\"/agnhost\"]\nCMD [\"pause\"]\n"
+	if _, err := b.build(ctx, AgnhostImages, false, agnhostDockerfile, agnhostFiles, nil); err != nil {
+		return "", err
+	}
+	agnhostFiles["worker"] = filepath.Join(b.binDir, "cyclonus-worker")
+	if _, err := b.build(ctx, []string{CyclonusWorkerImage}, false,
+		agnhostDockerfile+"COPY worker /worker\n", agnhostFiles, nil); err != nil {
 		return "", err
 	}
 	if _, err := b.build(ctx, []string{CoreDNSImage}, false,

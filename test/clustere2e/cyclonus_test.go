@@ -3,36 +3,134 @@
 package clustere2e
 
 import (
+	"bytes"
 	"context"
+	"flag"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/tierflow/tierflow/test/cluster"
 	"github.com/tierflow/tierflow/test/cyclonus"
 )
+
+var (
+	// cyclonusInclude is the tags of the generated cases testCyclonus
+	// runs: make e2e-cluster cyclonusSubset, make e2e-cluster-cyclonus
+	// every case (-cyclonus-include=).
+	cyclonusInclude = flag.String("cyclonus-include", cyclonusSubset,
+		"cyclonus tags testCyclonus runs (comma-separated; empty: every case)")
+	cyclonusDestinations = flag.String("cyclonus-destinations", "pod-ip,service-ip,service-name",
+		"cyclonus destination types testCyclonus probes (comma-separated)")
+)
+
+// cyclonusSubset is make e2e-cluster's share of cyclonus's 126 cases (28
+// of them, 38 steps): the cases that change the cluster between probes
+// (policies created, updated and deleted; pods and namespaces created,
+// relabelled and deleted), ingress and egress policies that conflict,
+// ipBlocks with and without except, and namespaces chosen by their name
+// label. The cases are generated, so the subset is the same every run.
+const cyclonusSubset = "action,conflict,peer-ipblock,namespaces-by-default-label"
 
 // testCyclonus runs cyclonus's generated NetworkPolicy cases against the
 // cluster (test/cyclonus: namespaces x, y, z with pods a, b, c serving TCP
 // and UDP on ports 80 and 81, each generated policy set probed pair by
-// pair through `kubectl exec` and compared with cyclonus's model), once
-// with pod IPs and once through Service names (the Service proxy, or
-// kube-proxy, and CoreDNS in the path). Every case is a subtest.
+// pair from inside the pods, through cyclonus's batch prober, and compared
+// with cyclonus's model), once per destination type: pod IPs, each pod's
+// Service's ClusterIP and its DNS name (kube-proxy or tierflow's Service
+// proxy, and CoreDNS, in the path). Every case is a subtest. First it
+// checks that the prober notices a cluster that does not do what the
+// model says.
 func testCyclonus(t *testing.T) {
-	bin, err := cyclonus.Build(env.root)
+	bin, err := cyclonus.BuildBatch(env.root)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, dest := range []string{"pod-ip", "service-name"} {
-		t.Run(dest, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Hour)
-			defer cancel()
-			res, err := cyclonus.Run{Kubeconfig: env.c.Kubeconfig, Destination: dest, Dir: env.out}.Generate(ctx, bin)
-			if res != nil {
-				t.Logf("cyclonus generate --destination-type=%s: %v (exit: %v); log %s", dest, res.Took.Round(time.Second), res.ExitErr, res.Log)
-			}
-			if err != nil {
+	// Up builds the worker's image; only this suite needs it on the nodes.
+	if err := env.c.LoadImages(context.Background(), cluster.CyclonusWorkerImage); err != nil {
+		t.Fatal(err)
+	}
+	run := func(t *testing.T, r cyclonus.Run) *cyclonus.Result {
+		t.Helper()
+		// The run before cleaned up its namespaces; deletion finishes
+		// asynchronously, and cyclonus cannot create its pods in a
+		// terminating namespace.
+		for _, ns := range []string{"x", "y", "z"} {
+			if err := waitNamespacesGone(t, ns, 5*time.Minute); err != nil {
 				t.Fatal(err)
 			}
-			res.Report(t)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Hour)
+		defer cancel()
+		r.Batch, r.Kubeconfig = true, env.c.Kubeconfig
+		res, err := r.Generate(ctx, bin)
+		if res != nil {
+			t.Logf("cyclonus generate --destination-type=%s: %d cases in %v (exit: %v); log %s",
+				r.Destination, len(res.Cases), res.Took.Round(time.Second), res.ExitErr, res.Log)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.ExitErr != nil { // cyclonus-batch stopped before the last case
+			t.Errorf("cyclonus-batch: %v (see %s)", res.ExitErr, res.Log)
+		}
+		return res
+	}
+	t.Run("NoticesWrongCluster", func(t *testing.T) {
+		// An AdminNetworkPolicy, which cyclonus's model knows nothing of,
+		// allows x's ingress from y and denies it from z: in every case
+		// some connection the model denies passes or one it allows is
+		// dropped, so every case must fail.
+		ctx := context.Background()
+		if _, err := env.c.Kubectl(ctx, bytes.NewBufferString(unknownToCyclonus), "apply", "-f", "-"); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if _, err := env.c.Kubectl(ctx, nil, "delete", "adminnetworkpolicy", "cyclonus-must-notice"); err != nil {
+				t.Error(err)
+			}
+		}()
+		res := run(t, cyclonus.Run{Destination: "pod-ip", Include: []string{"ip-block-with-except"}, Dir: filepath.Join(env.out, "cyclonus-wrong-cluster")})
+		for _, c := range res.Cases {
+			if c.Failure == nil {
+				t.Errorf("case %s passed on a cluster that does not do what cyclonus's model says", c.Name)
+			}
+		}
+	})
+	var include []string
+	if *cyclonusInclude != "" {
+		include = strings.Split(*cyclonusInclude, ",")
+	}
+	for _, dest := range strings.Split(*cyclonusDestinations, ",") {
+		t.Run(dest, func(t *testing.T) {
+			run(t, cyclonus.Run{Destination: dest, Include: include, Dir: env.out}).Report(t)
 		})
 	}
 }
+
+// unknownToCyclonus is testCyclonus's AdminNetworkPolicy.
+const unknownToCyclonus = `apiVersion: policy.networking.k8s.io/v1alpha1
+kind: AdminNetworkPolicy
+metadata:
+  name: cyclonus-must-notice
+spec:
+  priority: 1
+  subject:
+    namespaces:
+      matchLabels:
+        kubernetes.io/metadata.name: "x"
+  ingress:
+  - name: allow-from-y
+    action: Allow
+    from:
+    - namespaces:
+        matchLabels:
+          kubernetes.io/metadata.name: "y"
+  - name: deny-from-z
+    action: Deny
+    from:
+    - namespaces:
+        matchLabels:
+          kubernetes.io/metadata.name: "z"
+`

@@ -32,8 +32,24 @@ func Build(root string) (string, error) {
 	return bin, nil
 }
 
+// BuildBatch builds cmd/cyclonus-batch (cyclonus's generate with its batch
+// prober, from tierflow's module) into root's _output/bin.
+func BuildBatch(root string) (string, error) {
+	bin := filepath.Join(root, "_output", "bin", "cyclonus-batch")
+	cmd := exec.Command("go", "build", "-o", bin, "./test/cyclonus/cmd/cyclonus-batch")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build cyclonus-batch: %v\n%s", err, out)
+	}
+	return bin, nil
+}
+
 // Run is one `cyclonus generate`.
 type Run struct {
+	// Batch: the binary is BuildBatch's, which probes through cyclonus's
+	// worker (one exec per source pod and step; the pods run the
+	// cyclonus-worker image) instead of one exec per probe.
+	Batch      bool
 	Kubeconfig string
 	// Destination is what the probes connect to: pod-ip, service-ip
 	// (the pod's own Service's ClusterIP) or service-name (its DNS name).
@@ -63,18 +79,26 @@ type Run struct {
 func (r Run) Generate(ctx context.Context, bin string) (*Result, error) {
 	junit := filepath.Join(r.Dir, "cyclonus-"+r.Destination+".xml")
 	log := filepath.Join(r.Dir, "cyclonus-"+r.Destination+".log")
+	if err := os.MkdirAll(r.Dir, 0o755); err != nil {
+		return nil, err
+	}
 	_ = os.Remove(junit)
 	logf, err := os.Create(log)
 	if err != nil {
 		return nil, err
 	}
 	defer logf.Close()
-	args := []string{"generate",
+	args := []string{
 		"--server-protocol=tcp,udp", "--destination-type=" + r.Destination,
 		"--exclude=multi-peer,upstream-e2e,example",
 		"--ignore-loopback", "--cleanup-namespaces",
-		"--perturbation-wait-seconds=3", "--job-timeout-seconds=2", "--retries=1",
+		"--perturbation-wait-seconds=3", "--retries=1",
 		"--junit-results-file=" + junit}
+	if !r.Batch {
+		// cyclonus's own command; agnhost connect's timeout (the batch
+		// prober's is one second).
+		args = append([]string{"generate"}, append(args, "--job-timeout-seconds=2")...)
+	}
 	if len(r.Include) > 0 {
 		args = append(args, "--include="+strings.Join(r.Include, ","))
 	}

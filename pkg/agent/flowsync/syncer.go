@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"slices"
 	"sort"
 
 	"github.com/tierflow/tierflow/pkg/agent/pipeline"
@@ -35,6 +36,28 @@ type Bundle struct {
 // Empty says whether the bundle changes nothing.
 func (b Bundle) Empty() bool {
 	return len(b.Add)+len(b.Modify)+len(b.Delete)+len(b.DeleteCookies)+len(b.Groups) == 0
+}
+
+// ApplyTo applies b's flow changes to flows (by Flow.Key) as a switch
+// applies the bundle to its tables: for a view of a bridge's flows kept
+// from the bundles sent to it.
+func (b Bundle) ApplyTo(flows map[string]openflow.Flow) {
+	for _, f := range b.Add {
+		flows[f.Key()] = f
+	}
+	for _, f := range b.Modify {
+		flows[f.Key()] = f // same key and cookie, new actions
+	}
+	for _, f := range b.Delete {
+		delete(flows, f.Key())
+	}
+	for _, cm := range b.DeleteCookies {
+		for k, f := range flows {
+			if f.Cookie&cm.Mask == cm.Value&cm.Mask {
+				delete(flows, k)
+			}
+		}
+	}
 }
 
 // FlowStat is one installed flow's identity and counters.
@@ -88,6 +111,45 @@ type part struct {
 type installedSet struct {
 	flows []openflow.Flow
 	index map[string]int32
+	// owned says flows is the set's own copy (a changed set, see apply),
+	// not a caller's list; stale counts its entries no key points to.
+	owned bool
+	stale int
+}
+
+// apply changes the set by ch (checked by SyncChanges): in place, so an
+// update costs its changes, not the set's size.
+func (s *installedSet) apply(ch Changes) {
+	if !s.owned {
+		s.flows, s.owned = slices.Clone(s.flows), true
+		if s.index == nil {
+			s.index = map[string]int32{}
+		}
+	}
+	for i, k := range ch.Keys {
+		if j, ok := s.index[k]; ok {
+			s.flows[j] = ch.Upserts[i]
+			continue
+		}
+		s.index[k] = int32(len(s.flows))
+		s.flows = append(s.flows, ch.Upserts[i])
+	}
+	for _, k := range ch.Removes {
+		if _, ok := s.index[k]; ok {
+			delete(s.index, k)
+			s.stale++
+		}
+	}
+	if s.stale > len(s.index) {
+		// Compact once most entries are stale (amortized over the changes
+		// that made them so).
+		flows := make([]openflow.Flow, 0, len(s.index))
+		for k, j := range s.index {
+			s.index[k] = int32(len(flows))
+			flows = append(flows, s.flows[j])
+		}
+		s.flows, s.stale = flows, 0
+	}
 }
 
 func (s installedSet) get(key string) (*openflow.Flow, bool) {
@@ -261,6 +323,68 @@ func (s *Syncer) diffGroups(installed map[uint32]openflow.Group, name string, gr
 		out = append(out, openflow.GroupChange{Command: openflow.GroupDelete, Group: openflow.Group{ID: id}})
 	}
 	return want, out, nil
+}
+
+// Changes are what changed in a set of flows since it was synced, as a
+// compiler that keeps its output reports them (package policyflows): the
+// flows that are new or may have changed (Upserts; Keys[i] is
+// Upserts[i]'s Flow.Key) and the keys of flows no longer wanted (Removes).
+type Changes struct {
+	Upserts []openflow.Flow
+	Keys    []string
+	Removes []string
+}
+
+// Empty says whether there are no changes.
+func (c Changes) Empty() bool { return len(c.Upserts)+len(c.Removes) == 0 }
+
+// SyncChanges changes the default part's flows by ch, in one bundle: an
+// upsert the bridge already holds as it is costs nothing, one it holds
+// with other actions is modified, one with another cookie or not
+// installed is added, and a removed key installed is deleted. The work is
+// that of the changes, whatever the number of installed flows. On error
+// the bridge and the syncer's view are unchanged.
+func (s *Syncer) SyncChanges(ctx context.Context, ch Changes) (Bundle, error) {
+	if len(ch.Keys) != len(ch.Upserts) {
+		return Bundle{}, fmt.Errorf("%d keys for %d flows", len(ch.Keys), len(ch.Upserts))
+	}
+	var b Bundle
+	seen := make(map[string]bool, len(ch.Keys)+len(ch.Removes))
+	for i := range ch.Upserts {
+		f, k := &ch.Upserts[i], ch.Keys[i]
+		if seen[k] {
+			return Bundle{}, fmt.Errorf("two changed flows with the same table, priority and match: %s", k)
+		}
+		seen[k] = true
+		old, ok := s.installed.get(k)
+		switch {
+		case !ok || old.Cookie != f.Cookie:
+			if !ok {
+				if other := s.ownerOf(k, ""); other != nil {
+					return Bundle{}, fmt.Errorf("flow %s is part %q's and the default part's", k, *other)
+				}
+			}
+			b.Add = append(b.Add, *f)
+		case !actionsEqual(old.Actions, f.Actions):
+			b.Modify = append(b.Modify, *f)
+		}
+	}
+	for _, k := range ch.Removes {
+		if seen[k] {
+			return Bundle{}, fmt.Errorf("flow %s both changed and removed", k)
+		}
+		seen[k] = true
+		if old, ok := s.installed.get(k); ok {
+			b.Delete = append(b.Delete, *old)
+		}
+	}
+	if !b.Empty() {
+		if err := s.inst.Apply(ctx, b); err != nil {
+			return b, err
+		}
+	}
+	s.installed.apply(ch)
+	return b, nil
 }
 
 // Sync makes the bridge hold exactly desired (as far as the syncer's own

@@ -2,6 +2,7 @@ package flowsync
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"slices"
 	"testing"
@@ -75,5 +76,75 @@ func BenchmarkDiffUnchanged200k(b *testing.B) {
 		if _, err := s.Diff(flows); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// failing is an Installer whose Apply fails.
+type failing struct{ recorder }
+
+func (f *failing) Apply(context.Context, Bundle) error { return errors.New("bridge gone") }
+
+func keysOf(fs []openflow.Flow) []string {
+	out := make([]string, len(fs))
+	for i := range fs {
+		out[i] = fs[i].Key()
+	}
+	return out
+}
+
+// TestSyncChanges: changes become the smallest bundle (an upsert installed
+// as it is costs nothing), the syncer's view follows them through
+// compaction, the caller's list is never written, and a failed or invalid
+// change leaves the view as it was.
+func TestSyncChanges(t *testing.T) {
+	rec := &recorder{}
+	s := NewSyncer(rec)
+	flows := manyFlows(10, 2000)
+	given := slices.Clone(flows)
+	if _, err := s.Sync(context.Background(), flows); err != nil {
+		t.Fatal(err)
+	}
+	changed := flows[3]
+	changed.Actions = []openflow.Action{openflow.GotoTable{Table: 14}}
+	fresh := manyFlows(11, 2000)[10:]
+	ch := Changes{Upserts: append([]openflow.Flow{flows[0], changed}, fresh...), Keys: keysOf(append([]openflow.Flow{flows[0], changed}, fresh...)),
+		Removes: keysOf(flows[4:10])}
+	b, err := s.SyncChanges(context.Background(), ch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b.Add) != 1 || len(b.Modify) != 1 || len(b.Delete) != 6 {
+		t.Fatalf("bundle: %d adds, %d modifies, %d deletes; want 1, 1, 6", len(b.Add), len(b.Modify), len(b.Delete))
+	}
+	if s.installed.stale != 0 || len(s.installed.flows) != 5 {
+		t.Fatalf("not compacted: %d stale of %d", s.installed.stale, len(s.installed.flows))
+	}
+	if !slices.EqualFunc(flows, given, func(a, b openflow.Flow) bool { return a.Key() == b.Key() && actionsEqual(a.Actions, b.Actions) }) {
+		t.Fatal("SyncChanges wrote the list Sync was given")
+	}
+	// The view (compacted: 6 of 11 entries were stale) is flows 0-3, with
+	// 3 changed, and the fresh one: a full sync of that is empty.
+	want := append(append(slices.Clone(flows[:3]), changed), fresh...)
+	if s.Installed() != len(want) {
+		t.Fatalf("syncer holds %d flows, want %d", s.Installed(), len(want))
+	}
+	if d, err := s.Diff(want); err != nil || !d.Empty() {
+		t.Fatalf("view differs from the changes applied: %+v %v", d, err)
+	}
+	for name, bad := range map[string]Changes{
+		"duplicate": {Upserts: []openflow.Flow{changed, changed}, Keys: keysOf([]openflow.Flow{changed, changed})},
+		"both":      {Upserts: []openflow.Flow{changed}, Keys: keysOf([]openflow.Flow{changed}), Removes: keysOf([]openflow.Flow{changed})},
+		"keys":      {Upserts: []openflow.Flow{changed}},
+	} {
+		if _, err := s.SyncChanges(context.Background(), bad); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+	s.inst = &failing{}
+	if _, err := s.SyncChanges(context.Background(), Changes{Removes: keysOf(fresh)}); err == nil {
+		t.Fatal("failed bundle: no error")
+	}
+	if d, err := s.Diff(want); err != nil || !d.Empty() {
+		t.Fatalf("a failed bundle changed the view: %+v %v", d, err)
 	}
 }

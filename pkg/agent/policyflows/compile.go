@@ -3,10 +3,12 @@ package policyflows
 import (
 	"fmt"
 	"hash/maphash"
+	"math"
 	"net/netip"
 	"sort"
 	"strings"
 
+	"github.com/tierflow/tierflow/pkg/agent/flowsync"
 	"github.com/tierflow/tierflow/pkg/agent/pipeline"
 	"github.com/tierflow/tierflow/pkg/model"
 	"github.com/tierflow/tierflow/pkg/ovs/openflow"
@@ -60,8 +62,12 @@ type Compiler struct {
 	// the rule's fingerprint (everything its flows depend on) is unchanged.
 	cache map[string]*ruleCache
 	seed  maphash.Seed
-	// lastFlows sizes the next compilation's output up front.
-	lastFlows int
+	// asm is the compiled flows, merged (assembly.go); order is the rules
+	// of the last compilation in evaluation order, extras the overflow and
+	// isolation flows (after every rule's).
+	asm    assembly
+	order  []*ruleCache
+	extras *ruleCache
 }
 
 // ruleCache is one rule's compiled flows.
@@ -74,12 +80,16 @@ type ruleCache struct {
 	warns    []string
 	// nothing is why the rule has no flow ("" when it has some).
 	nothing string
+	// seq is the rule's place in the last compilation's evaluation order;
+	// slots[i] is the assembly's flow that flows[i] is part of.
+	seq   int32
+	slots []*slot
 }
 
 // NewCompiler returns a compiler whose flows carry round in their cookies.
 func NewCompiler(round uint8) *Compiler {
 	return &Compiler{round: round, ruleIDs: map[string]uint32{}, conjIDs: map[string]uint32{}, prios: map[pipeline.Table]*priorityAllocator{},
-		cache: map[string]*ruleCache{}, seed: maphash.MakeSeed()}
+		cache: map[string]*ruleCache{}, seed: maphash.MakeSeed(), asm: newAssembly()}
 }
 
 // Round is the cookie round of the compiler's flows.
@@ -116,23 +126,48 @@ type placed struct {
 // Compile compiles the whole input. An error means nothing should change
 // on the bridge (the previous flows stay).
 func (c *Compiler) Compile(in Input) (Result, error) {
+	res, _, err := c.CompileChanges(in)
+	if err != nil {
+		return res, err
+	}
+	res.Flows, res.Keys = c.Flows()
+	return res, nil
+}
+
+// Flows are the flows of the last compilation that succeeded, with their
+// Flow.Key: Compile's Result.Flows and Keys.
+func (c *Compiler) Flows() ([]openflow.Flow, []string) {
+	if c.extras == nil {
+		return nil, nil
+	}
+	rules := append(make([]*ruleCache, 0, len(c.order)+1), c.order...)
+	return c.asm.flows(append(rules, c.extras))
+}
+
+// CompileChanges compiles the whole input like Compile, but returns, in
+// place of Result.Flows, what changed in the flows since the compiler's
+// previous compilation (the flows it has now: Flows): the work and the
+// changes are those of the rules whose inputs changed. An error means
+// nothing should change on the bridge and the compiler's flows are those
+// of the previous compilation.
+func (c *Compiler) CompileChanges(in Input) (Result, flowsync.Changes, error) {
 	res := Result{Rules: map[uint32]agentquery.RuleInfo{}, MatchesNothing: map[uint32]string{}, LeftOut: map[string]string{}}
 	pods := map[model.PodRef]pipeline.LocalPod{}
 	ports := map[uint32]model.PodRef{}
 	ips := map[netip.Addr]model.PodRef{}
 	for _, p := range in.Pods {
 		if err := p.Validate(); err != nil {
-			return res, err
+			return res, flowsync.Changes{}, err
 		}
 		if _, dup := pods[p.Pod]; dup {
-			return res, fmt.Errorf("pod %s attached twice", p.Pod)
+			return res, flowsync.Changes{}, fmt.Errorf("pod %s attached twice", p.Pod)
 		}
 		if other, dup := ports[p.OFPort]; dup {
-			return res, fmt.Errorf("pods %s and %s on the same OpenFlow port %d", other, p.Pod, p.OFPort)
+			return res, flowsync.Changes{}, fmt.Errorf("pods %s and %s on the same OpenFlow port %d", other, p.Pod, p.OFPort)
 		}
 		for _, ip := range p.IPs {
 			if other, dup := ips[ip]; dup {
-				return res, fmt.Errorf("pods %s and %s share address %s", other, p.Pod, ip)
+				return res, flowsync.Changes{}, fmt.Errorf("pods %s and %s share address %s", other, p.Pod, ip)
 			}
 			ips[ip] = p.Pod
 		}
@@ -142,7 +177,7 @@ func (c *Compiler) Compile(in Input) (Result, error) {
 	pols := append([]*model.Policy(nil), in.Policies...)
 	for _, p := range pols {
 		if p == nil {
-			return res, fmt.Errorf("nil policy in input")
+			return res, flowsync.Changes{}, fmt.Errorf("nil policy in input")
 		}
 	}
 	sort.SliceStable(pols, func(i, j int) bool { return model.ComparePolicies(pols[i], pols[j]) < 0 })
@@ -152,12 +187,12 @@ func (c *Compiler) Compile(in Input) (Result, error) {
 	seenKeys := map[string]bool{}
 	for _, p := range pols {
 		if p == nil {
-			return res, fmt.Errorf("nil policy in input")
+			return res, flowsync.Changes{}, fmt.Errorf("nil policy in input")
 		}
 		switch p.Tier {
 		case model.TierAdmin, model.TierNetworkPolicy, model.TierBaseline:
 		default:
-			return res, fmt.Errorf("policy %s: unknown tier %d", p.Source, p.Tier)
+			return res, flowsync.Changes{}, fmt.Errorf("policy %s: unknown tier %d", p.Source, p.Tier)
 		}
 		rules := make([]*model.Rule, 0, len(p.Rules))
 		for i := range p.Rules {
@@ -166,7 +201,7 @@ func (c *Compiler) Compile(in Input) (Result, error) {
 		sort.SliceStable(rules, func(i, j int) bool { return rules[i].Index < rules[j].Index })
 		for _, r := range rules {
 			if r.Direction != model.DirectionIn && r.Direction != model.DirectionOut {
-				return res, fmt.Errorf("policy %s rule %d: unknown direction %q", p.Source, r.Index, r.Direction)
+				return res, flowsync.Changes{}, fmt.Errorf("policy %s rule %d: unknown direction %q", p.Source, r.Index, r.Direction)
 			}
 			if p.Tier == model.TierNetworkPolicy && !isolates(p, r.Direction) {
 				// A NetworkPolicy's rules of a direction missing from its
@@ -175,7 +210,7 @@ func (c *Compiler) Compile(in Input) (Result, error) {
 			}
 			k := ruleKey(p, r)
 			if seenKeys[k] {
-				return res, fmt.Errorf("policy %s: two %s rules with index %d (or two policies with ID %q)", p.Source, r.Direction, r.Index, p.ID)
+				return res, flowsync.Changes{}, fmt.Errorf("policy %s: two %s rules with index %d (or two policies with ID %q)", p.Source, r.Direction, r.Index, p.ID)
 			}
 			seenKeys[k] = true
 			ts := tablesFor(r.Direction)
@@ -216,20 +251,21 @@ func (c *Compiler) Compile(in Input) (Result, error) {
 		}
 		got, err := a.assign(keys)
 		if err != nil {
-			return res, fmt.Errorf("table %s: %w", t, err)
+			return res, flowsync.Changes{}, fmt.Errorf("table %s: %w", t, err)
 		}
 		for k, v := range got {
 			prio[k] = v
 		}
 	}
 
-	// Rule IDs stay stable while the rule exists.
+	// Rule IDs stay stable while the rule exists. A rule whose fingerprint
+	// is unchanged keeps its cached flows and its share of the assembly;
+	// the others are compiled again and re-merged (assembly.go).
 	live := map[string]bool{}
 	liveConj := map[string]bool{}
-	b := newBuilder(c.round)
-	b.out = make([]openflow.Flow, 0, c.lastFlows+c.lastFlows/8)
-	b.keys = make([]string, 0, cap(b.out))
-	b.kinds = make([]flowKind, 0, cap(b.out))
+	seq, lastKept, reordered := int32(0), int32(-1), false
+	c.order = c.order[:0]
+	var withdrawn, added []*ruleCache
 	for _, t := range pipeline.Tables() {
 		for _, pr := range byTable[t] {
 			live[pr.key] = true
@@ -248,27 +284,46 @@ func (c *Compiler) Compile(in Input) (Result, error) {
 			fp := c.fingerprint(in, pods, pr, id, p)
 			e := c.cache[pr.key]
 			if e == nil || e.fp != fp {
+				if e != nil {
+					withdrawn = append(withdrawn, e)
+				}
 				rb := newBuilder(c.round)
 				e = &ruleCache{fp: fp}
 				e.warns, e.nothing = c.compileRule(rb, in, pods, pr, id, p, &e.conjKeys)
 				e.flows, e.keys, e.kinds = rb.out, rb.keys, rb.kinds
 				c.cache[pr.key] = e
+				added = append(added, e)
+			} else {
+				// Kept rules must keep their order among themselves, or the
+				// merged flows they share are merged in another order.
+				reordered = reordered || e.seq <= lastKept
+				lastKept = e.seq
 			}
+			e.seq = seq
+			seq++
+			c.order = append(c.order, e)
 			for _, k := range e.conjKeys {
 				liveConj[k] = true
 			}
-			b.addRule(e, pr.pol.Tier == model.TierNetworkPolicy)
 			res.Warnings = append(res.Warnings, e.warns...)
 			if e.nothing != "" {
 				res.MatchesNothing[id] = e.nothing
 			}
 		}
 	}
+	var gone []string
 	for k := range c.ruleIDs {
 		if !live[k] {
-			delete(c.ruleIDs, k)
-			delete(c.cache, k)
+			gone = append(gone, k)
 		}
+	}
+	sort.Strings(gone) // the changes come in a deterministic order
+	for _, k := range gone {
+		delete(c.ruleIDs, k)
+		if e := c.cache[k]; e != nil {
+			withdrawn = append(withdrawn, e)
+		}
+		delete(c.cache, k)
 	}
 	for k := range c.conjIDs {
 		if !liveConj[k] {
@@ -276,6 +331,16 @@ func (c *Compiler) Compile(in Input) (Result, error) {
 		}
 	}
 
+	// Overflow and isolation flows come after every rule's; they are few
+	// (one per local pod and direction or table) and built every time.
+	b := newBuilder(c.round)
+	seen := map[[2]uint32]bool{}
+	add := func(t pipeline.Table, port uint32, f openflow.Flow) {
+		if k := [2]uint32{uint32(t.ID()), port}; !seen[k] {
+			seen[k] = true
+			b.add(f, kindAction)
+		}
+	}
 	// Policies left out of a full table: their applied-to pods' traffic
 	// that reaches the bottom of the table (no rule of a policy that fits
 	// decided it) is denied, below every installed rule — every policy
@@ -283,8 +348,8 @@ func (c *Compiler) Compile(in Input) (Result, error) {
 	for _, t := range perRuleTables {
 		for _, p := range leftOut[t] {
 			for _, lp := range appliedPods(in, pods, p) {
-				b.add(openflow.Flow{Table: t.ID(), Priority: pipeline.OverflowPriority, Cookie: pipeline.Cookie(c.round, pipeline.RoleOverflow, 0),
-					Match: appliedMatch(tableDirection(t), lp.OFPort), Actions: []openflow.Action{pipeline.LoadDeny(), openflow.GotoTable{Table: pipeline.ConntrackCommit.ID()}}}, kindAction)
+				add(t, lp.OFPort, openflow.Flow{Table: t.ID(), Priority: pipeline.OverflowPriority, Cookie: pipeline.Cookie(c.round, pipeline.RoleOverflow, 0),
+					Match: appliedMatch(tableDirection(t), lp.OFPort), Actions: []openflow.Action{pipeline.LoadDeny(), openflow.GotoTable{Table: pipeline.ConntrackCommit.ID()}}})
 			}
 		}
 	}
@@ -299,16 +364,23 @@ func (c *Compiler) Compile(in Input) (Result, error) {
 			if d != model.DirectionIn && d != model.DirectionOut {
 				continue
 			}
+			t := tablesFor(d).isolation
 			for _, lp := range appliedPods(in, pods, p) {
-				b.add(openflow.Flow{Table: tablesFor(d).isolation.ID(), Priority: pipeline.PriorityNormal,
+				add(t, lp.OFPort, openflow.Flow{Table: t.ID(), Priority: pipeline.PriorityNormal,
 					Cookie: pipeline.Cookie(c.round, pipeline.RoleIsolation, 0), Match: appliedMatch(d, lp.OFPort),
-					Actions: []openflow.Action{pipeline.LoadDeny(), openflow.GotoTable{Table: pipeline.ConntrackCommit.ID()}}}, kindAction)
+					Actions: []openflow.Action{pipeline.LoadDeny(), openflow.GotoTable{Table: pipeline.ConntrackCommit.ID()}}})
 			}
 		}
 	}
-	res.Flows, res.Keys = b.out, b.keys
-	c.lastFlows = len(b.out)
-	return res, nil
+	if c.extras != nil {
+		withdrawn = append(withdrawn, c.extras)
+	}
+	c.extras = &ruleCache{flows: b.out, keys: b.keys, kinds: b.kinds, seq: math.MaxInt32}
+	c.asm.update(withdrawn, append(added, c.extras))
+	if reordered {
+		c.asm.refoldShared()
+	}
+	return res, c.asm.changes(), nil
 }
 
 // perRuleTables give every rule its own priority (Admin and Baseline),
@@ -830,24 +902,6 @@ func (b *builder) addKeyed(f openflow.Flow, key string, k flowKind) {
 		b.out[i].Actions = append(append(acts, b.out[i].Actions...), f.Actions...)
 	}
 }
-
-// addRule adds one rule's compiled flows. Rules with their own priority
-// (Admin and Baseline tables, their Metric flows) cannot share a flow with
-// another rule, so they are appended without merging; NetworkPolicy rules
-// share a priority and are merged.
-func (b *builder) addRule(e *ruleCache, merge bool) {
-	if merge {
-		for i := range e.flows {
-			b.addKeyed(e.flows[i], e.keys[i], e.kinds[i])
-		}
-		return
-	}
-	b.out = append(b.out, e.flows...)
-	b.keys = append(b.keys, e.keys...)
-	b.kinds = append(b.kinds, e.kinds...)
-}
-
-func (b *builder) flows() []openflow.Flow { return b.out }
 
 func isolates(p *model.Policy, d model.Direction) bool {
 	for _, x := range p.Isolates {

@@ -30,9 +30,12 @@ func (c *Compiler) fingerprint(in Input, pods map[model.PodRef]pipeline.LocalPod
 		_, _ = h.WriteString(s)
 	}
 	addr := func(a netip.Addr) {
-		b, _ := a.MarshalBinary()
-		u(uint64(len(b)))
-		_, _ = h.Write(b)
+		// Its length (0, 4 or 16: invalid, IPv4, IPv6), bytes and zone,
+		// as MarshalBinary has them, without allocating.
+		u(uint64(a.BitLen() / 8))
+		b := a.As16()
+		_, _ = h.Write(b[:])
+		str(a.Zone())
 	}
 	namedPorts := func(ps []model.NamedPort) {
 		u(uint64(len(ps)))

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"encoding/binary"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -149,41 +148,5 @@ func TestCompileConflictsAndDecisions(t *testing.T) {
 		if !strings.Contains(text, want) {
 			t.Errorf("no %q in\n%s", want, text)
 		}
-	}
-}
-
-// TestRejectFrame: the answer is an ICMP port unreachable from the
-// Service's address to the client, with valid checksums, quoting the
-// rejected packet.
-func TestRejectFrame(t *testing.T) {
-	syn := make([]byte, 14+20+20)
-	copy(syn[0:6], []byte{0x0a, 0x74, 0x66, 0, 0, 1})
-	copy(syn[6:12], []byte{0x0a, 0x58, 0, 0, 0, 1})
-	binary.BigEndian.PutUint16(syn[12:14], 0x0800)
-	ip := syn[14:]
-	ip[0], ip[8], ip[9] = 0x45, 64, 6
-	binary.BigEndian.PutUint16(ip[2:4], 40)
-	copy(ip[12:16], []byte{10, 0, 0, 1})
-	copy(ip[16:20], []byte{10, 96, 0, 9})
-	out, err := RejectFrame(syn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(out[0:6]) != string(syn[6:12]) || string(out[6:12]) != string(syn[0:6]) {
-		t.Fatal("MAC addresses not swapped")
-	}
-	rip := out[14:34]
-	if rip[9] != 1 || netip.AddrFrom4([4]byte(rip[12:16])).String() != "10.96.0.9" || netip.AddrFrom4([4]byte(rip[16:20])).String() != "10.0.0.1" {
-		t.Fatalf("IP header %x", rip)
-	}
-	if checksum(rip, 0) != 0 {
-		t.Fatal("bad IPv4 header checksum")
-	}
-	icmp := out[34:]
-	if icmp[0] != 3 || icmp[1] != 3 || checksum(icmp, 0) != 0 || string(icmp[8:]) != string(syn[14:]) {
-		t.Fatalf("ICMP %x", icmp)
-	}
-	if _, err := RejectFrame(syn[:30]); err == nil {
-		t.Fatal("truncated packet accepted")
 	}
 }

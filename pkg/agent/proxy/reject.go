@@ -4,8 +4,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 
+	"golang.org/x/net/icmp"
+	"golang.org/x/net/ipv4"
+	"golang.org/x/net/ipv6"
 	"golang.org/x/time/rate"
 
 	"github.com/tierflow/tierflow/pkg/agent/pipeline"
@@ -19,6 +23,10 @@ import (
 // the rejected packet from its Ethernet header (possibly truncated; its IP
 // header and 8 bytes of its payload are needed). The answer goes back to
 // the MAC address it came from, from the MAC address it was sent to.
+//
+// The ICMP message and its checksum come from golang.org/x/net/icmp; the
+// Ethernet and IP headers around it are written here, because a
+// packet-out carries the whole frame.
 func RejectFrame(frame []byte) ([]byte, error) {
 	if len(frame) < 14 {
 		return nil, errors.New("reject: frame too short")
@@ -31,65 +39,71 @@ func RejectFrame(frame []byte) ([]byte, error) {
 	out = append(out, dstMAC...)
 	switch eth {
 	case 0x0800:
-		if len(pkt) < 20 || pkt[0]>>4 != 4 {
+		if len(pkt) < ipv4.HeaderLen || pkt[0]>>4 != 4 {
 			return nil, errors.New("reject: not an IPv4 packet")
 		}
 		ihl := int(pkt[0]&0x0f) * 4
-		if ihl < 20 || len(pkt) < ihl+8 {
+		if ihl < ipv4.HeaderLen || len(pkt) < ihl+8 {
 			return nil, errors.New("reject: IPv4 packet truncated")
 		}
 		if binary.BigEndian.Uint16(pkt[6:8])&0x1fff != 0 {
 			return nil, errors.New("reject: not the first fragment")
 		}
-		src := netip.AddrFrom4([4]byte(pkt[12:16]))
-		if !unicast(src) {
-			return nil, fmt.Errorf("reject: source %v is not unicast", src)
+		client, service := pkt[12:16], pkt[16:20]
+		if a := netip.AddrFrom4([4]byte(client)); !unicast(a) {
+			return nil, fmt.Errorf("reject: source %v is not unicast", a)
 		}
 		// RFC 1812: as much of the packet as fits in 576 bytes.
-		quote := quoted(pkt, 576-20-8)
-		icmp := make([]byte, 8, 8+len(quote))
-		icmp[0], icmp[1] = 3, 3 // destination unreachable, port unreachable
-		icmp = append(icmp, quote...)
-		binary.BigEndian.PutUint16(icmp[2:4], checksum(icmp, 0))
-		ip := make([]byte, 20)
-		ip[0] = 0x45
-		binary.BigEndian.PutUint16(ip[2:4], uint16(20+len(icmp)))
-		ip[8], ip[9] = 64, 1
-		copy(ip[12:16], pkt[16:20]) // from the address it was sent to
-		copy(ip[16:20], pkt[12:16])
-		binary.BigEndian.PutUint16(ip[10:12], checksum(ip, 0))
+		msg, err := portUnreachable(ipv4.ICMPTypeDestinationUnreachable, 3, quoted(pkt, 576-ipv4.HeaderLen-8), nil)
+		if err != nil {
+			return nil, err
+		}
+		ip := make([]byte, ipv4.HeaderLen)
+		ip[0] = 4<<4 | ipv4.HeaderLen/4
+		binary.BigEndian.PutUint16(ip[2:4], uint16(ipv4.HeaderLen+len(msg)))
+		ip[8], ip[9] = 64, 1 // TTL, ICMP
+		copy(ip[12:16], service)
+		copy(ip[16:20], client)
+		binary.BigEndian.PutUint16(ip[10:12], headerChecksum(ip))
 		out = binary.BigEndian.AppendUint16(out, 0x0800)
 		out = append(out, ip...)
-		return append(out, icmp...), nil
+		return append(out, msg...), nil
 	case 0x86dd:
-		if len(pkt) < 48 || pkt[0]>>4 != 6 {
+		if len(pkt) < ipv6.HeaderLen+8 || pkt[0]>>4 != 6 {
 			return nil, errors.New("reject: IPv6 packet truncated")
 		}
-		src := netip.AddrFrom16([16]byte(pkt[8:24]))
-		if !unicast(src) {
-			return nil, fmt.Errorf("reject: source %v is not unicast", src)
+		client, service := pkt[8:24], pkt[24:40]
+		if a := netip.AddrFrom16([16]byte(client)); !unicast(a) {
+			return nil, fmt.Errorf("reject: source %v is not unicast", a)
 		}
 		// RFC 4443: as much as fits in the minimum MTU.
-		quote := quoted(pkt, 1280-40-8)
-		icmp := make([]byte, 8, 8+len(quote))
-		icmp[0], icmp[1] = 1, 4 // destination unreachable, port unreachable
-		icmp = append(icmp, quote...)
-		ip := make([]byte, 40)
-		ip[0] = 0x60
-		binary.BigEndian.PutUint16(ip[4:6], uint16(len(icmp)))
-		ip[6], ip[7] = 58, 64
-		copy(ip[8:24], pkt[24:40])
-		copy(ip[24:40], pkt[8:24])
-		// The pseudo-header: addresses, length, next header.
-		var sum uint32
-		sum = sumWords(ip[8:40], sum)
-		sum += uint32(len(icmp)) + 58
-		binary.BigEndian.PutUint16(icmp[2:4], checksum(icmp, sum))
+		msg, err := portUnreachable(ipv6.ICMPTypeDestinationUnreachable, 4, quoted(pkt, 1280-ipv6.HeaderLen-8),
+			icmp.IPv6PseudoHeader(net.IP(service), net.IP(client)))
+		if err != nil {
+			return nil, err
+		}
+		ip := make([]byte, ipv6.HeaderLen)
+		ip[0] = 6 << 4
+		binary.BigEndian.PutUint16(ip[4:6], uint16(len(msg)))
+		ip[6], ip[7] = 58, 64 // ICMPv6, hop limit
+		copy(ip[8:24], service)
+		copy(ip[24:40], client)
 		out = binary.BigEndian.AppendUint16(out, 0x86dd)
 		out = append(out, ip...)
-		return append(out, icmp...), nil
+		return append(out, msg...), nil
 	}
 	return nil, fmt.Errorf("reject: EtherType %#04x is not IP", eth)
+}
+
+// portUnreachable is the ICMP (or ICMPv6, with its pseudo-header psh)
+// destination unreachable message quoting pkt, checksum included.
+func portUnreachable(typ icmp.Type, code int, pkt, psh []byte) ([]byte, error) {
+	m := icmp.Message{Type: typ, Code: code, Body: &icmp.DstUnreach{Data: pkt}}
+	b, err := m.Marshal(psh)
+	if err != nil {
+		return nil, fmt.Errorf("reject: %w", err)
+	}
+	return b, nil
 }
 
 // quoted is the start of the rejected packet, at most max bytes.
@@ -97,27 +111,21 @@ func quoted(pkt []byte, max int) []byte {
 	if len(pkt) > max {
 		pkt = pkt[:max]
 	}
-	return append([]byte(nil), pkt...)
+	return pkt
 }
 
 func unicast(a netip.Addr) bool {
 	return !a.IsMulticast() && !a.IsUnspecified() && a != netip.AddrFrom4([4]byte{255, 255, 255, 255})
 }
 
-// sumWords adds b's 16-bit words to sum (the Internet checksum's sum).
-func sumWords(b []byte, sum uint32) uint32 {
-	for i := 0; i+1 < len(b); i += 2 {
-		sum += uint32(binary.BigEndian.Uint16(b[i:]))
+// headerChecksum is the Internet checksum of an IPv4 header (x/net/ipv4
+// marshals headers in the host's socket byte order, and not their
+// checksum, so the header is written here).
+func headerChecksum(h []byte) uint16 {
+	var sum uint32
+	for i := 0; i+1 < len(h); i += 2 {
+		sum += uint32(binary.BigEndian.Uint16(h[i:]))
 	}
-	if len(b)%2 == 1 {
-		sum += uint32(b[len(b)-1]) << 8
-	}
-	return sum
-}
-
-// checksum is the Internet checksum of b over an initial sum.
-func checksum(b []byte, sum uint32) uint16 {
-	sum = sumWords(b, sum)
 	for sum>>16 != 0 {
 		sum = sum&0xffff + sum>>16
 	}

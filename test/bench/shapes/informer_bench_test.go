@@ -151,7 +151,7 @@ func BenchmarkInformersOnly(b *testing.B) {
 		kube := newClientset(c)
 		harness := harnessRSS(b)
 		for b.Loop() {
-			elapsed, cpu := listEverything(b, kube, c, func(any) {}, informers.WithTransform(controller.CoreTransform))
+			elapsed, cpu := listEverything(b, controller.NewCoreInformerFactory(kube, 0), c, func(any) {})
 			b.StopTimer()
 			measure.ReportMemory(b) // the process's peak: never reset
 			b.ReportMetric(elapsed.Seconds(), "informer-s")
@@ -186,7 +186,7 @@ func BenchmarkEngineFromInformerStart(b *testing.B) {
 				}
 			}
 			cpu0, start := measure.MustCPUTime(b), time.Now()
-			listEverything(b, kube, c, upsert)
+			listEverything(b, informers.NewSharedInformerFactory(kube, 0), c, upsert)
 			s := e.Snapshot()
 			elapsed, cpu := time.Since(start), measure.MustCPUTime(b)-cpu0
 			b.StopTimer()
@@ -200,16 +200,15 @@ func BenchmarkEngineFromInformerStart(b *testing.B) {
 	})
 }
 
-// listEverything starts client-go informers for the core kinds over kube
-// (with the factory options given), hands every object of c they deliver
-// to handle (concurrently, from their goroutines), and returns once all
-// were handed over, with the wall and CPU time that took; the informers
+// listEverything starts the factory's informers for the core kinds (over
+// a fake clientset holding c), hands every object of c they deliver to
+// handle (concurrently, from their goroutines), and returns once all were
+// handed over, with the wall and CPU time that took; the informers
 // are stopped.
-func listEverything(b *testing.B, kube *fake.Clientset, c *shapes.Cluster, handle func(any), opts ...informers.SharedInformerOption) (elapsed, cpu time.Duration) {
+func listEverything(b *testing.B, factory informers.SharedInformerFactory, c *shapes.Cluster, handle func(any)) (elapsed, cpu time.Duration) {
 	b.Helper()
 	total := int64(c.Objects() + len(c.Nodes))
 	var seen atomic.Int64
-	factory := informers.NewSharedInformerFactoryWithOptions(kube, 0, opts...)
 	h := cache.ResourceEventHandlerFuncs{AddFunc: func(o any) { handle(o); seen.Add(1) }}
 	for _, inf := range []cache.SharedIndexInformer{
 		factory.Core().V1().Namespaces().Informer(), factory.Core().V1().Nodes().Informer(),
