@@ -314,7 +314,7 @@ func testRBAC(t *testing.T, ctx context.Context, c *kubeapi.Cluster, checked *Ch
 		},
 		AgentName: {
 			{"get", "", "nodes", "", "", "node-a", true},
-			// The noEncap node network routes to every Node's pod CIDRs.
+			// The node network tunnels or routes to every Node's pod CIDRs.
 			{"list", "", "nodes", "", "", "", true},
 			{"watch", "", "nodes", "", "", "", true},
 			{"update", "", "nodes", "", "", "node-a", false},
@@ -509,7 +509,14 @@ func testInstallCNI(t *testing.T, ctx context.Context, c *kubeapi.Cluster, check
 		t.Fatal(err)
 	}
 	node.Spec.PodCIDR, node.Spec.PodCIDRs = "10.244.7.0/24", []string{"10.244.7.0/24", "fd00:10:244:7::/64"}
-	if _, err := c.Kube.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+	if node, err = c.Kube.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The release manifest's encap mode derives the pods' MTU from the
+	// interface holding the node's InternalIP (here: this machine's
+	// loopback, MTU 65536, less Geneve's 50 bytes over IPv4).
+	node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}}
+	if _, err := c.Kube.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -525,7 +532,7 @@ func testInstallCNI(t *testing.T, ctx context.Context, c *kubeapi.Cluster, check
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`"subnet": "10.244.7.0/24"`, `"subnet": "fd00:10:244:7::/64"`, `"bridge": "br-int"`, `"ovsdbSocket": "/run/openvswitch/db.sock"`} {
+	for _, want := range []string{`"subnet": "10.244.7.0/24"`, `"subnet": "fd00:10:244:7::/64"`, `"bridge": "br-int"`, `"ovsdbSocket": "/run/openvswitch/db.sock"`, `"mtu": 65486`} {
 		if !strings.Contains(string(conf), want) {
 			t.Errorf("conflist lacks %s:\n%s", want, conf)
 		}

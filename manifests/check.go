@@ -315,12 +315,12 @@ func (c *checker) run(res *Checked) error {
 }
 
 // checkAgentWatches: the agent's service account may list and watch what
-// its configuration makes it watch: Nodes for the noEncap node network;
-// Services, EndpointSlices and Nodes for the Service proxy.
+// its configuration makes it watch: Nodes for the noEncap and encap node
+// networks; Services, EndpointSlices and Nodes for the Service proxy.
 func (c *checker) checkAgentWatches(sa string, agent config.Agent) error {
 	type res struct{ group, resource string }
 	var need []res
-	if agent.NodeNetwork.Mode == config.NodeNetworkNoEncap {
+	if agent.NodeNetwork.Mode == config.NodeNetworkNoEncap || agent.NodeNetwork.Mode == config.NodeNetworkEncap {
 		need = append(need, res{"", "nodes"})
 	}
 	if agent.ServiceProxy.Enabled {

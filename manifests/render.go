@@ -36,8 +36,13 @@ type Values struct {
 	ControllerMetricsPort int
 	AgentMetricsPort      int // on every node: the agent runs on the host network
 	QueryPort             int // tierctl's queries: the controller's query API (and the Service's port)
-	// PodMTU is the agent's cni.mtu: 0 keeps the kernel default.
+	// PodMTU is the agent's cni.mtu: 0 keeps the kernel default (encap:
+	// derived from the node's interface minus the tunnel overhead).
 	PodMTU int
+	// NodeNetworkMode is the agent's nodeNetwork.mode (encap or noEncap),
+	// TunnelType its nodeNetwork.tunnelType (geneve or vxlan).
+	NodeNetworkMode string
+	TunnelType      string
 	// ControllerMemoryRequest and ControllerMemoryLimit are the
 	// controller container's memory request and limit (quantities such as
 	// "2Gi"); the defaults are sized from the benchmarks at the 100k-pod
@@ -67,6 +72,8 @@ func DefaultValues() Values {
 		ControllerMetricsPort: config.DefaultControllerMetricsPort,
 		AgentMetricsPort:      config.DefaultAgentMetricsPort,
 		QueryPort:             config.DefaultQueryPort,
+		NodeNetworkMode:       config.NodeNetworkEncap,
+		TunnelType:            config.TunnelGeneve,
 		// See manifests/README.md, "Sizing the controller".
 		ControllerMemoryRequest: "2Gi",
 		ControllerMemoryLimit:   "3Gi",
@@ -114,6 +121,12 @@ func (v Values) Validate() error {
 	}
 	if v.PodMTU != 0 && (v.PodMTU < 68 || v.PodMTU > 65535) {
 		return fmt.Errorf("manifests: pod MTU %d must be 0 (kernel default) or in 68..65535", v.PodMTU)
+	}
+	if v.NodeNetworkMode != config.NodeNetworkEncap && v.NodeNetworkMode != config.NodeNetworkNoEncap {
+		return fmt.Errorf("manifests: node network mode %q must be %s or %s", v.NodeNetworkMode, config.NodeNetworkEncap, config.NodeNetworkNoEncap)
+	}
+	if v.TunnelType != config.TunnelGeneve && v.TunnelType != config.TunnelVXLAN {
+		return fmt.Errorf("manifests: tunnel type %q must be %s or %s", v.TunnelType, config.TunnelGeneve, config.TunnelVXLAN)
 	}
 	req, err := resource.ParseQuantity(v.ControllerMemoryRequest)
 	if err != nil {

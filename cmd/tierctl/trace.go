@@ -21,7 +21,9 @@ const traceLong = `Trace a new connection's first packet through the OVS pipelin
 ovs-appctl ofproto/trace (conntrack answered as a new connection) on the
 source pod's node and, when the packet leaves that node for the
 destination pod's node, on the destination node from the port it arrives
-by (the uplink; in noEncap mode the gateway). Every
+by: the uplink, in encap mode the tunnel port with the outer source and
+destination (tun_src, tun_dst) the packet arrives with, in noEncap mode
+the gateway. Every
 flow the packet hits is printed with its table name and the rule its
 cookie names; the verdict is Allow when every trace ends with the
 connection committed and output, Deny when one drops it after a Deny rule
@@ -141,20 +143,6 @@ type agentView struct {
 	status *agentquery.Status
 	pods   *agentquery.Pods
 	rules  map[uint32]agentquery.Rule
-}
-
-// arrivalPort is the OpenFlow port by which a packet from another node's
-// pod enters this node's bridge: the uplink (nodes joined at L2, as on the
-// test bed) or, in noEncap mode, the gateway (the host routed it there);
-// 0 when the node has neither.
-func (a *agentView) arrivalPort() uint32 {
-	if a.pods.Uplink != 0 {
-		return a.pods.Uplink
-	}
-	if nn := a.status.NodeNetwork; nn != nil {
-		return nn.GatewayPort
-	}
-	return 0
 }
 
 func (o *traceOptions) agents(ctx context.Context, srcName, dstName string) ([]*agentView, error) {
@@ -301,7 +289,7 @@ func (o *traceOptions) traceTo(ctx context.Context, srcName, dstName string, por
 	for _, a := range agents {
 		byBridge[a.status.Bridge] = a
 	}
-	first, err := o.trace(ctx, srcAgent, src.OFPort, src.MAC, dstMAC, srcIP, dstIP, port, byBridge)
+	first, err := o.trace(ctx, srcAgent, src.OFPort, "", src.MAC, dstMAC, srcIP, dstIP, port, byBridge)
 	if err != nil {
 		return nil, err
 	}
@@ -310,13 +298,14 @@ func (o *traceOptions) traceTo(ctx context.Context, srcName, dstName string, por
 	}
 	res.Traces = append(res.Traces, *first)
 	// The destination node's ingress: traced from the port the packet
-	// arrives by, once it left the source node.
+	// arrives by (with the tunnel metadata it carries there), once it left
+	// the source node.
 	if dstAgent != nil && dstAgent != srcAgent && first.Verdict == "Allow" {
-		in := dstAgent.arrivalPort()
-		if in == 0 {
-			return nil, fmt.Errorf("node %s has no uplink or gateway port: cannot trace the packet's arrival there", dstAgent.node)
+		inPort, tunnel, err := arrival(srcAgent, dstAgent)
+		if err != nil {
+			return nil, err
 		}
-		second, err := o.trace(ctx, dstAgent, in, src.MAC, dstMAC, srcIP, dstIP, port, byBridge)
+		second, err := o.trace(ctx, dstAgent, inPort, tunnel, src.MAC, dstMAC, srcIP, dstIP, port, byBridge)
 		if err != nil {
 			return nil, err
 		}
@@ -337,6 +326,32 @@ func (o *traceOptions) traceTo(ctx context.Context, srcName, dstName string, por
 		}
 	}
 	return res, nil
+}
+
+// arrival is where a packet from src's node enters dst's bridge: the
+// uplink; in encap mode the tunnel port, with the outer addresses it
+// carries (from src's endpoint to dst's); in noEncap mode the gateway.
+func arrival(src, dst *agentView) (inPort uint32, tunnel string, err error) {
+	if dst.pods.Uplink != 0 {
+		return dst.pods.Uplink, "", nil
+	}
+	sn, dn := src.status.NodeNetwork, dst.status.NodeNetwork
+	if dn == nil || (dn.TunnelPort == 0 && dn.GatewayPort == 0) {
+		return 0, "", fmt.Errorf("node %s has no uplink, tunnel or gateway port: cannot trace the packet's arrival there", dst.node)
+	}
+	if dn.TunnelPort == 0 {
+		return dn.GatewayPort, "", nil
+	}
+	var from netip.Addr
+	var err1 error
+	if sn != nil {
+		from, err1 = netip.ParseAddr(sn.TunnelEndpoint)
+	}
+	to, err2 := netip.ParseAddr(dn.TunnelEndpoint)
+	if sn == nil || err1 != nil || err2 != nil {
+		return 0, "", fmt.Errorf("tunnel endpoints of nodes %s and %s unknown: cannot trace the packet's arrival", src.node, dst.node)
+	}
+	return dn.TunnelPort, ovsctl.TunnelFields(from, to), nil
 }
 
 func nodeList(agents []*agentView) string {
@@ -411,7 +426,7 @@ func confineToBridge(t *NodeTrace, bridge string) {
 
 var protoNumber = map[model.Protocol]int{model.ProtocolTCP: 6, model.ProtocolUDP: 17, model.ProtocolSCTP: 132}
 
-func (o *traceOptions) trace(ctx context.Context, a *agentView, inPort uint32, srcMAC, dstMAC string, srcIP, dstIP netip.Addr,
+func (o *traceOptions) trace(ctx context.Context, a *agentView, inPort uint32, tunnel, srcMAC, dstMAC string, srcIP, dstIP netip.Addr,
 	port explain.PortSpec, byBridge map[string]*agentView) (*NodeTrace, error) {
 	l3, addr := "ip", fmt.Sprintf("nw_src=%s,nw_dst=%s", srcIP, dstIP)
 	if srcIP.Is6() {
@@ -422,6 +437,9 @@ func (o *traceOptions) trace(ctx context.Context, a *agentView, inPort uint32, s
 	}
 	spec := fmt.Sprintf("in_port=%d,%s,dl_src=%s,dl_dst=%s,%s,nw_proto=%d,%s_dst=%d", inPort, l3, srcMAC, dstMAC, addr,
 		protoNumber[port.Protocol], strings.ToLower(string(port.Protocol)), port.Port)
+	if tunnel != "" {
+		spec = tunnel + "," + spec
+	}
 	var out string
 	if o.live.viaController() {
 		// The same trace, run by the agent on its node.

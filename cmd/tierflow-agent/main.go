@@ -55,6 +55,9 @@ func newCommand() *cobra.Command {
 	// new connections only) would never happen. 65520 is also Antrea's.
 	ctZone := cmd.Flags().Uint16("ct-zone", DefaultCtZone, "conntrack zone of this node's connections, apart from the host's zone 0 (agents whose bridges share one datapath need different zones)")
 	vswitchdCtl := cmd.Flags().String("vswitchd-ctl", "", "ovs-vswitchd's control socket, for traces; empty: found through its pidfile in the OVSDB socket's directory")
+	// Simulated clusters run every node's agent on one host, each node's
+	// host stack a network namespace of its own.
+	nodeNetns := cmd.Flags().String("node-netns", "", "network namespace (a path such as /run/netns/NAME) of the node's host stack, where the noEncap and encap node networks configure the gateway, routes and underlay; empty: the agent's own")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if *datapath != agentquery.DatapathOVS && *datapath != agentquery.DatapathNone {
 			return fmt.Errorf("invalid --datapath %q: want %s or %s", *datapath, agentquery.DatapathOVS, agentquery.DatapathNone)
@@ -65,7 +68,7 @@ func newCommand() *cobra.Command {
 		}
 		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: c.SlogLevel()}))
 		slog.SetDefault(log)
-		a, err := runtime.New(runtime.Options{Config: c, Datapath: *datapath, QuerySocket: *querySocket, CtZone: *ctZone, VswitchdCtl: *vswitchdCtl, Logger: log})
+		a, err := runtime.New(runtime.Options{Config: c, Datapath: *datapath, QuerySocket: *querySocket, CtZone: *ctZone, VswitchdCtl: *vswitchdCtl, NodeNetNS: *nodeNetns, Logger: log})
 		if err != nil {
 			return err
 		}

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/tierflow/tierflow/pkg/agent/nodenet"
 	"github.com/tierflow/tierflow/pkg/config"
 	"github.com/tierflow/tierflow/pkg/config/cniinstall"
 )
@@ -73,12 +74,44 @@ func newCommand() *cobra.Command {
 		if err != nil {
 			return err
 		}
+		// In encap mode the pods' MTU leaves room for the tunnel: derived
+		// from the interface holding the node's InternalIP (this init
+		// container shares the node's network namespace), or checked
+		// against it; the agent derives the same for the gateway.
+		if agent.NodeNetwork.Mode == config.NodeNetworkEncap {
+			node, err := waitInternalIP(ctx, client, agent.NodeName, 2*time.Second)
+			if err != nil {
+				return err
+			}
+			if agent.CNI.MTU, err = nodenet.PodMTU(agent, node, ""); err != nil {
+				return err
+			}
+		}
 		if err := cniinstall.Install(agent, cidrs, sourceDir); err != nil {
 			return err
 		}
-		fmt.Fprintf(cmd.OutOrStdout(), "installed %s in %s and %s in %s for pod CIDRs %s\n",
-			cniinstall.PluginName, agent.CNI.BinDir, cniinstall.ConflistName, agent.CNI.ConfDir, strings.Join(cidrs, ","))
+		fmt.Fprintf(cmd.OutOrStdout(), "installed %s in %s and %s in %s for pod CIDRs %s (pod MTU %d)\n",
+			cniinstall.PluginName, agent.CNI.BinDir, cniinstall.ConflistName, agent.CNI.ConfDir, strings.Join(cidrs, ","), agent.CNI.MTU)
 		return nil
 	}
 	return cmd
+}
+
+// waitInternalIP reads the node, polling every interval until it has an
+// InternalIP (the kubelet reports it) or ctx ends: in encap mode the pod
+// MTU is derived from the interface holding it.
+func waitInternalIP(ctx context.Context, client kubernetes.Interface, name string, interval time.Duration) (nodenet.Node, error) {
+	for {
+		node, err := nodenet.GetNode(ctx, client, name)
+		if err == nil {
+			if _, err = nodenet.TunnelEndpoint(node); err == nil {
+				return node, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nodenet.Node{}, fmt.Errorf("%w (gave up waiting after --wait)", err)
+		case <-time.After(interval):
+		}
+	}
 }

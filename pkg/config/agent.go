@@ -54,11 +54,11 @@ type Agent struct {
 	CNI CNI `json:"cni"`
 
 	// Kubeconfig is empty in a pod: the in-cluster configuration (the
-	// agent's service account) is used. The noEncap node network (Nodes),
-	// the Service proxy (Services, EndpointSlices, Nodes) and the metrics
-	// port's authorization talk to the API server; nothing else of the
-	// agent does.
-	Kubeconfig string `json:"kubeconfig" flag:"kubeconfig" usage:"kubeconfig file for watching Nodes (nodeNetwork.mode noEncap) and Services (serviceProxy), and authorizing /metrics on a non-loopback metricsAddress; empty uses the in-cluster service account"`
+	// agent's service account) is used. The noEncap and encap node
+	// networks (Nodes), the Service proxy (Services, EndpointSlices,
+	// Nodes) and the metrics port's authorization talk to the API server;
+	// nothing else of the agent does.
+	Kubeconfig string `json:"kubeconfig" flag:"kubeconfig" usage:"kubeconfig file for watching Nodes (nodeNetwork.mode noEncap or encap) and Services (serviceProxy), and authorizing /metrics on a non-loopback metricsAddress; empty uses the in-cluster service account"`
 
 	NodeNetwork NodeNetwork `json:"nodeNetwork"`
 
@@ -87,32 +87,58 @@ const (
 	// InternalIP (nodes must be L2-adjacent, or the underlay must route
 	// the pod CIDRs).
 	NodeNetworkNoEncap = "noEncap"
+	// NodeNetworkEncap: the gateway as in noEncap, and a tunnel port
+	// (Geneve or VXLAN) that carries pods' traffic to other nodes' pods
+	// encapsulated to the node's InternalIP: nodes need only reach each
+	// other's InternalIP, in any subnet.
+	NodeNetworkEncap = "encap"
+)
+
+// Tunnel types of the encap node network.
+const (
+	TunnelGeneve = "geneve"
+	TunnelVXLAN  = "vxlan"
 )
 
 // NodeNetwork configures how the node's pods reach other nodes, the host
 // and the outside.
 type NodeNetwork struct {
-	Mode string `json:"mode" flag:"node-network-mode" usage:"uplink (an uplink port joins the nodes' bridges at L2, as in the test bed) or noEncap (gateway port and kernel routes to other nodes' pod CIDRs via their InternalIP)"`
+	Mode string `json:"mode" flag:"node-network-mode" usage:"uplink (an uplink port joins the nodes' bridges at L2, as in the test bed), noEncap (gateway port and kernel routes to other nodes' pod CIDRs via their InternalIP) or encap (gateway port and a tunnel to other nodes' InternalIP)"`
 	// GatewayName is the OVS internal port (and Linux interface) of the
-	// gateway in noEncap mode.
-	GatewayName string `json:"gatewayName" flag:"gateway-name" usage:"name of the gateway interface (OVS internal port) in noEncap mode"`
+	// gateway in noEncap and encap mode.
+	GatewayName string `json:"gatewayName" flag:"gateway-name" usage:"name of the gateway interface (OVS internal port) in noEncap and encap mode"`
 	// Masquerade is needed unless the network beyond the nodes routes the
 	// pod CIDRs (replies to a pod address would be lost).
-	Masquerade bool `json:"masquerade" flag:"masquerade" usage:"noEncap: give pods' traffic to destinations outside every Node's pod CIDRs the node's address (iptables MASQUERADE)"`
+	Masquerade bool `json:"masquerade" flag:"masquerade" usage:"noEncap and encap: give pods' traffic to destinations outside every Node's pod CIDRs the node's address (iptables MASQUERADE)"`
 	// KubeProxyMasqueradeBit must be kube-proxy's
 	// --iptables-masquerade-bit: the connections kube-proxy would
 	// masquerade into the gateway (NodePort and external traffic to a pod
 	// of this node) get the node's InternalIP as source instead of the
 	// gateway's address, which only the node's own traffic may carry.
-	KubeProxyMasqueradeBit int `json:"kubeProxyMasqueradeBit" flag:"kube-proxy-masquerade-bit" usage:"noEncap: kube-proxy's --iptables-masquerade-bit; the connections it marks that enter the gateway get the node's InternalIP as source, not the gateway's address (trusted as the node itself)"`
+	KubeProxyMasqueradeBit int `json:"kubeProxyMasqueradeBit" flag:"kube-proxy-masquerade-bit" usage:"noEncap and encap: kube-proxy's --iptables-masquerade-bit; the connections it marks that enter the gateway get the node's InternalIP as source, not the gateway's address (trusted as the node itself)"`
+	// TunnelType is the encapsulation of encap mode. Both add 50 bytes
+	// per packet over an IPv4 underlay and 70 over IPv6 (see cni.mtu).
+	TunnelType string `json:"tunnelType" flag:"tunnel-type" usage:"encap: geneve (UDP 6081) or vxlan (UDP 4789)"`
+	// UnderlayBridge: OVS's userspace datapath sends and receives tunnel
+	// packets only through an OVS bridge whose own interface holds the
+	// node's address. With datapathType netdev the agent moves the
+	// interface holding the node's InternalIP (its addresses and routes)
+	// onto this bridge and attaches the interface to it, unless the
+	// address already is on a netdev bridge's own interface.
+	UnderlayBridge string `json:"underlayBridge" flag:"underlay-bridge" usage:"encap with datapathType netdev: OVS bridge that takes over the node's InternalIP and its network interface (userspace tunnelling)"`
 }
 
 // CNI configures how tierflow-cni is installed on the node.
 type CNI struct {
 	ConfDir string `json:"confDir" flag:"cni-conf-dir" usage:"directory of the node's CNI network configurations"`
 	BinDir  string `json:"binDir" flag:"cni-bin-dir" usage:"directory of the node's CNI plugin binaries"`
-	// MTU of the pods' interfaces; 0 keeps the kernel default (1500).
-	MTU int `json:"mtu" flag:"cni-mtu" usage:"MTU of pod interfaces; 0 keeps the kernel default"`
+	// MTU of the pods' interfaces (and of the gateway); 0 keeps the
+	// kernel default (1500), except in encap mode, where 0 derives it
+	// from the MTU of the interface holding the node's InternalIP minus
+	// the encapsulation overhead. In encap mode a value that leaves no
+	// room for the overhead, or one below the minimum of the pods' address
+	// families (576 IPv4, 1280 IPv6), stops the agent at start.
+	MTU int `json:"mtu" flag:"cni-mtu" usage:"MTU of pod interfaces; 0 keeps the kernel default (encap: the underlay's MTU minus the tunnel overhead)"`
 }
 
 // DefaultAgent returns the agent's defaults, which fit the manifests in
@@ -137,11 +163,13 @@ func DefaultAgent() Agent {
 			BinDir:  "/opt/cni/bin",
 		},
 		// uplink keeps every existing wiring (the test bed) working; the
-		// release manifests select noEncap for real clusters.
+		// release manifests select encap for real clusters.
 		NodeNetwork: NodeNetwork{
-			Mode:        NodeNetworkUplink,
-			GatewayName: "tierflow-gw0",
-			Masquerade:  true,
+			Mode:           NodeNetworkUplink,
+			GatewayName:    "tierflow-gw0",
+			Masquerade:     true,
+			TunnelType:     TunnelGeneve,
+			UnderlayBridge: "tierflow-phy0",
 			// kube-proxy's default.
 			KubeProxyMasqueradeBit: 14,
 		},
@@ -212,8 +240,10 @@ func (a *Agent) Validate() error {
 	if err := checkPath("kubeconfig", a.Kubeconfig, false); err != nil {
 		return err
 	}
-	if a.NodeNetwork.Mode != NodeNetworkUplink && a.NodeNetwork.Mode != NodeNetworkNoEncap {
-		return &FieldError{Key: "nodeNetwork.mode", Value: a.NodeNetwork.Mode, Reason: fmt.Sprintf("must be %q or %q", NodeNetworkUplink, NodeNetworkNoEncap)}
+	switch a.NodeNetwork.Mode {
+	case NodeNetworkUplink, NodeNetworkNoEncap, NodeNetworkEncap:
+	default:
+		return &FieldError{Key: "nodeNetwork.mode", Value: a.NodeNetwork.Mode, Reason: fmt.Sprintf("must be %q, %q or %q", NodeNetworkUplink, NodeNetworkNoEncap, NodeNetworkEncap)}
 	}
 	if err := checkBridgeName("nodeNetwork.gatewayName", a.NodeNetwork.GatewayName); err != nil {
 		return err
@@ -224,8 +254,28 @@ func (a *Agent) Validate() error {
 	if b := a.NodeNetwork.KubeProxyMasqueradeBit; b < 0 || b > 31 {
 		return &FieldError{Key: "nodeNetwork.kubeProxyMasqueradeBit", Value: b, Reason: "must be in 0..31 (kube-proxy's --iptables-masquerade-bit)"}
 	}
+	if a.NodeNetwork.TunnelType != TunnelGeneve && a.NodeNetwork.TunnelType != TunnelVXLAN {
+		return &FieldError{Key: "nodeNetwork.tunnelType", Value: a.NodeNetwork.TunnelType, Reason: fmt.Sprintf("must be %q or %q", TunnelGeneve, TunnelVXLAN)}
+	}
+	if err := checkBridgeName("nodeNetwork.underlayBridge", a.NodeNetwork.UnderlayBridge); err != nil {
+		return err
+	}
+	if ub := a.NodeNetwork.UnderlayBridge; ub == a.BridgeName || ub == a.NodeNetwork.GatewayName {
+		return &FieldError{Key: "nodeNetwork.underlayBridge", Value: ub, Reason: "must differ from bridgeName and nodeNetwork.gatewayName"}
+	}
+	if a.NodeNetwork.Mode == NodeNetworkEncap && a.CNI.MTU != 0 && a.CNI.MTU < MinPodMTUIPv4 {
+		return &FieldError{Key: "cni.mtu", Value: a.CNI.MTU, Reason: fmt.Sprintf("is below %d, the least every IPv4 host must take (0 derives it from the underlay)", MinPodMTUIPv4)}
+	}
 	return nil
 }
+
+// The least pod MTU encap mode accepts per address family of the pods:
+// what every IPv4 host must be able to receive (RFC 791), and IPv6's
+// minimum link MTU (RFC 8200).
+const (
+	MinPodMTUIPv4 = 576
+	MinPodMTUIPv6 = 1280
+)
 
 // checkBridgeName accepts the names tierflow-cni accepts: a Linux
 // interface name (the bridge's internal port has it).

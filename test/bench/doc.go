@@ -29,6 +29,8 @@
 //     same flows into a fresh bridge.
 //   - BenchmarkDatapathThroughput: iperf3 between two pods with no policy
 //     and with 1000 rules realized.
+//   - BenchmarkEncapThroughput: iperf3 between pods on two nodes (each its
+//     own namespace, OVS and real agent), node network noEncap vs encap.
 //   - BenchmarkFanout: datapath-less agents (pkg/agent/nodatapath), in a
 //     process of their own (TestMain starts this binary as that process),
 //     connected to the real distribution server; time until all have a

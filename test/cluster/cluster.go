@@ -264,8 +264,26 @@ func Up(ctx context.Context, o Options) (c *Cluster, err error) {
 		"--label", label+"="+c.Name, c.Name); err != nil {
 		return c, err
 	}
+	// With the userspace datapath in encap mode a node's eth0 is a port of
+	// OVS, which reads it with a packet socket and neither completes
+	// checksums left to offload nor segments oversized TCP frames: what
+	// this machine and the other nodes send a node must be whole frames
+	// with full checksums, as a physical network delivers them. They are
+	// when neither the network's bridge (this machine's kubectl to the
+	// API server, replies from ExternalIP) nor the nodes' eth0 offer
+	// checksum (hence segmentation) offload. Without the first kubectl's
+	// TLS to the API server broke as soon as the agent moved eth0; without
+	// the second a node whose agent had not moved eth0 yet could not reach
+	// the API server on a node whose agent had (see pkg/agent/nodenet,
+	// "Encap").
+	if err = c.bridgeChecksumsInSoftware(ctx); err != nil {
+		return c, err
+	}
 	for _, n := range c.Nodes {
 		if err = c.runNode(ctx, n); err != nil {
+			return c, err
+		}
+		if err = nodeChecksumsInSoftware(ctx, n); err != nil {
 			return c, err
 		}
 	}
@@ -629,6 +647,37 @@ func removeCgroupTree(root string) error {
 	}
 	if len(failed) > 0 {
 		return fmt.Errorf("cgroups left: %s", strings.Join(failed, "; "))
+	}
+	return nil
+}
+
+// bridgeChecksumsInSoftware turns TX checksum offload off on the Docker
+// network's bridge (br-<first 12 hex digits of the network ID>).
+func (c *Cluster) bridgeChecksumsInSoftware(ctx context.Context) error {
+	id, err := docker(ctx, "network", "inspect", "-f", "{{.Id}}", c.Name)
+	if err != nil {
+		return err
+	}
+	id = strings.TrimSpace(id)
+	if len(id) < 12 {
+		return fmt.Errorf("docker network %s: unexpected ID %q", c.Name, id)
+	}
+	if out, err := exec.CommandContext(ctx, "ethtool", "-K", "br-"+id[:12], "tx", "off").CombinedOutput(); err != nil {
+		return fmt.Errorf("ethtool -K br-%s tx off: %v: %s", id[:12], err, out)
+	}
+	return nil
+}
+
+// nodeChecksumsInSoftware turns TX checksum offload off on node n's eth0
+// (in the node container's network namespace).
+func nodeChecksumsInSoftware(ctx context.Context, n Node) error {
+	pid, err := docker(ctx, "inspect", "-f", "{{.State.Pid}}", n.Name)
+	if err != nil {
+		return err
+	}
+	pid = strings.TrimSpace(pid)
+	if out, err := exec.CommandContext(ctx, "nsenter", "-t", pid, "-n", "ethtool", "-K", "eth0", "tx", "off").CombinedOutput(); err != nil {
+		return fmt.Errorf("node %s: ethtool -K eth0 tx off: %v: %s", n.Name, err, out)
 	}
 	return nil
 }

@@ -33,6 +33,10 @@ func TestUpstreamConformance(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := filepath.Join(root, "_output", "conformance")
+	encap := testbed.EncapFromEnv()
+	if encap {
+		out += "-encap"
+	}
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +49,7 @@ func TestUpstreamConformance(t *testing.T) {
 		}
 	}
 
-	bed := testbed.Start(t, testbed.Options{Nodes: 3})
+	bed := testbed.Start(t, testbed.Options{Nodes: 3, Encap: encap})
 	tf := framework.Start(t, bed, filepath.Join(bed.Dir, "tierflow"))
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -53,11 +57,7 @@ func TestUpstreamConformance(t *testing.T) {
 		}
 	})
 
-	var bridges []string
-	for _, n := range bed.Nodes {
-		bridges = append(bridges, n.Bridge.Name)
-	}
-	snapshot := datapathSnapshot(t, bed.OVS.VswitchdCtlPath(), bridges, filepath.Join(out, "probe-failures.txt"))
+	snapshot := datapathSnapshot(t, bed.Nodes, filepath.Join(out, "probe-failures.txt"))
 	var all []conformance.Case
 	for _, s := range conformance.Suites {
 		s = s.WithExtraFeatures(os.Getenv(conformance.ExtraFeaturesEnv))
@@ -115,7 +115,7 @@ func TestUpstreamConformance(t *testing.T) {
 // flow too broad for the flow tables, or flow tables briefly wrong. Only
 // the first maxSnapshots failures are recorded (v0.2.0 polls a probe, and
 // a case that never passes fails every poll).
-func datapathSnapshot(t *testing.T, vswitchdCtl string, bridges []string, file string) conformance.ProbeFailure {
+func datapathSnapshot(t *testing.T, nodes []*testbed.Node, file string) conformance.ProbeFailure {
 	const maxSnapshots = 20
 	taken := 0
 	return func(test, command string) {
@@ -124,15 +124,21 @@ func datapathSnapshot(t *testing.T, vswitchdCtl string, bridges []string, file s
 		}
 		var b strings.Builder
 		fmt.Fprintf(&b, "=== %s %s\n    %s\n", time.Now().UTC().Format(time.RFC3339Nano), test, command)
-		cmds := [][]string{{"dpctl/dump-flows", "-m"}, {"dpctl/dump-conntrack"}}
-		for _, br := range bridges {
-			cmds = append(cmds, []string{"bridge/dump-flows", br})
-		}
-		for _, args := range cmds {
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			o, err := exec.CommandContext(ctx, "ovs-appctl", append([]string{"-t", vswitchdCtl}, args...)...).CombinedOutput()
-			cancel()
-			fmt.Fprintf(&b, "--- ovs-appctl %s (%v)\n%s", strings.Join(args, " "), err, o)
+		// Every node's ovs-vswitchd (one for all on the uplink bed).
+		done := map[string]bool{}
+		for _, n := range nodes {
+			ctl := n.OVS.VswitchdCtlPath()
+			cmds := [][]string{{"bridge/dump-flows", n.Bridge.Name}}
+			if !done[ctl] {
+				done[ctl] = true
+				cmds = append([][]string{{"dpctl/dump-flows", "-m"}, {"dpctl/dump-conntrack"}}, cmds...)
+			}
+			for _, args := range cmds {
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				o, err := exec.CommandContext(ctx, "ovs-appctl", append([]string{"-t", ctl}, args...)...).CombinedOutput()
+				cancel()
+				fmt.Fprintf(&b, "--- %s: ovs-appctl %s (%v)\n%s", n.Name, strings.Join(args, " "), err, o)
+			}
 		}
 		f, err := os.OpenFile(file, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 		if err == nil {

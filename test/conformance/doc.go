@@ -66,4 +66,14 @@
 //
 // `make conformance` prints every case, a line on the SCTP cases and the
 // trace check, and ends with `N passed, M failed, K skipped`.
+//
+// Encap: with TIERFLOW_TESTBED_ENCAP=1 (`make test-encap`) the same test
+// runs on the encap test bed (testbed.Options.Encap: every node its own
+// namespace and OVS, on its own subnet behind a router that drops pod
+// addresses; the agents in encap mode). Pods' cross-node traffic then
+// crosses the tunnel; a node-peer probe goes through the client node's
+// gateway and host to the server node's InternalIP, where its hostNetwork
+// servers run. The SCTP replay traces the server node from its tunnel
+// port, with the client node's endpoint as tun_src. Reports go to
+// _output/conformance-encap.
 package conformance

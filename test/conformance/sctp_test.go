@@ -354,12 +354,16 @@ func patchPolicy(tf *framework.Tierflow, manifest string, step sctpStep) error {
 // egress verdict is instead whether the packet left that bridge at all:
 // its only way out to another node is the uplink, and the agent's trace
 // reports LeftBridge exactly when it did (a denied packet ends in the
-// ConntrackCommit table's drop before any output). The server node's
-// verdict (ingress policy, delivery to the pod) comes from a second trace
-// on the server node's bridge of the same packet arriving by its uplink,
-// which ends in that bridge (the output is the local pod's port). A
-// hostNetwork server (node peers) sits behind the fabric, in the host: the
-// client node's egress verdict is the whole verdict.
+// ConntrackCommit table's drop before any output), so it is dropped when
+// it did not leave and was output nowhere. On the encap bed the packet
+// leaves through the tunnel (or, for a node address, the gateway): the
+// trace ends there, and it is dropped exactly when it was output nowhere.
+// The server node's verdict (ingress policy, delivery to the pod) comes
+// from a second trace on the server node's bridge of the same packet
+// arriving by its uplink (or its tunnel, from the client node's tunnel
+// endpoint), which ends in that bridge (the output is the local pod's
+// port). A hostNetwork server (node peers) sits in the host: the client
+// node's egress verdict is the whole verdict.
 func traceSCTP(tf *framework.Tierflow, p sctpProbe) (allowed bool, detail string, err error) {
 	client, err := housePod(tf, p.client)
 	if err != nil {
@@ -378,14 +382,14 @@ func traceSCTP(tf *framework.Tierflow, p sctpProbe) (allowed bool, detail string
 	}
 	detail = fmt.Sprintf("%s: %s\n%s", client.Spec.NodeName, egress.Flow, egress.Output)
 	if server.Spec.HostNetwork {
-		// A node address: the packet leaves by the uplink for the host,
-		// where no bridge of ours decides anything.
-		return egress.LeftBridge, detail, nil
+		// A node address: the packet leaves by the uplink (or the
+		// gateway) for the host, where no bridge of ours decides anything.
+		return !egress.Dropped, detail, nil
 	}
 	if client.Spec.NodeName == server.Spec.NodeName {
 		return !egress.Dropped, detail, nil
 	}
-	if !egress.LeftBridge {
+	if egress.Dropped {
 		return false, "dropped on the client's node " + detail, nil
 	}
 	ingress, err := agentClient(tf, server.Spec.NodeName).Trace(ctx, agentquery.TraceRequest{

@@ -412,13 +412,24 @@ func churnEvidence(bed *testbed.Testbed, vip string) string {
 			fmt.Fprintf(&b, "%s dropped: %s\n", n.Name, f)
 		}
 	}
-	ct, _ := bed.OVS.Appctl("dpctl/dump-conntrack", "-m")
-	for _, l := range strings.Split(ct, "\n") {
-		if strings.Contains(l, vip) {
-			fmt.Fprintf(&b, "conntrack: %s\n", l)
+	// Each node's own OVS on the encap bed (its conntrack), the shared one
+	// otherwise.
+	seen := map[*ovsenv.Env]bool{}
+	for _, n := range bed.Nodes {
+		if seen[n.OVS] {
+			continue
+		}
+		seen[n.OVS] = true
+		ct, _ := n.OVS.Appctl("dpctl/dump-conntrack", "-m")
+		for _, l := range strings.Split(ct, "\n") {
+			if strings.Contains(l, vip) {
+				fmt.Fprintf(&b, "%s conntrack: %s\n", n.Name, l)
+			}
 		}
 	}
-	fdb, _ := bed.OVS.Appctl("fdb/show", bed.Fabric.Name)
-	fmt.Fprintf(&b, "fabric fdb:\n%s", fdb)
+	if bed.Fabric != nil {
+		fdb, _ := bed.OVS.Appctl("fdb/show", bed.Fabric.Name)
+		fmt.Fprintf(&b, "fabric fdb:\n%s", fdb)
+	}
 	return b.String()
 }

@@ -87,7 +87,7 @@ func TestScenarios(t *testing.T) {
 		}
 	}
 
-	bed := testbed.Start(t, testbed.Options{Nodes: 2})
+	bed := testbed.Start(t, testbed.Options{Nodes: 2, Encap: testbed.EncapFromEnv()})
 	tf := framework.Start(t, bed, "")
 	pods, err := tf.Deploy(workloads...)
 	if err != nil {

@@ -55,7 +55,7 @@ type Cluster struct {
 
 // New starts a kube-apiserver with the policy CRDs and prepares the
 // controller's certificate, addresses and the agents' service account.
-func New(t *testing.T) *Cluster {
+func New(t testing.TB) *Cluster {
 	t.Helper()
 	c := &Cluster{Kube: kubeapi.Start(t, kubeapi.WithCRDs()), Dir: t.TempDir()}
 	certPEM, keyPEM, err := certutil.GenerateSelfSignedCertKey("localhost", []net.IP{net.ParseIP("127.0.0.1")}, nil)
@@ -82,7 +82,7 @@ func New(t *testing.T) *Cluster {
 	return c
 }
 
-func freeAddress(t *testing.T) string {
+func freeAddress(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -95,7 +95,7 @@ func freeAddress(t *testing.T) string {
 // AddNode creates a Node and the agent pod of that node, and writes a
 // service account token bound to that pod (what the kubelet projects into
 // the agent's pod) to a file.
-func (c *Cluster) AddNode(t *testing.T, name string) (tokenFile string) {
+func (c *Cluster) AddNode(t testing.TB, name string) (tokenFile string) {
 	t.Helper()
 	ctx := context.Background()
 	kube := c.Kube.Kube
@@ -129,7 +129,7 @@ func (c *Cluster) AddNode(t *testing.T, name string) (tokenFile string) {
 // named container port "web" (TCP 80), and records its UID on the pod's
 // OVS interface, as tierflow-cni does (the agent admits the port only for
 // the pod of that UID).
-func (c *Cluster) AddPod(t *testing.T, p *ovsenv.Pod, node string, labels map[string]string) {
+func (c *Cluster) AddPod(t testing.TB, p *ovsenv.Pod, node string, labels map[string]string) {
 	t.Helper()
 	obj := c.CreatePod(t, p.Name, node, labels)
 	if err := p.SetExternalID(ovsdb.KeyPodUID, string(obj.UID)); err != nil {
@@ -141,7 +141,7 @@ func (c *Cluster) AddPod(t *testing.T, p *ovsenv.Pod, node string, labels map[st
 // CreatePod creates a pod scheduled on node, without status (what the
 // kubelet finds before it starts the pod's sandbox), with a named
 // container port "web" (TCP 80).
-func (c *Cluster) CreatePod(t *testing.T, name, node string, labels map[string]string) *corev1.Pod {
+func (c *Cluster) CreatePod(t testing.TB, name, node string, labels map[string]string) *corev1.Pod {
 	t.Helper()
 	obj, err := c.Kube.Kube.CoreV1().Pods(ovsenv.PodNamespace).Create(context.Background(), &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
@@ -156,7 +156,7 @@ func (c *Cluster) CreatePod(t *testing.T, name, node string, labels map[string]s
 
 // SetPodRunning writes what the kubelet reports once the pod's sandbox is
 // up: phase Running and its addresses.
-func (c *Cluster) SetPodRunning(t *testing.T, obj *corev1.Pod, addrs []netip.Prefix) {
+func (c *Cluster) SetPodRunning(t testing.TB, obj *corev1.Pod, addrs []netip.Prefix) {
 	t.Helper()
 	obj = obj.DeepCopy()
 	obj.Status.Phase = corev1.PodRunning
@@ -170,11 +170,34 @@ func (c *Cluster) SetPodRunning(t *testing.T, obj *corev1.Pod, addrs []netip.Pre
 	}
 }
 
+// SetNode gives a Node its pod CIDRs and InternalIPs, as
+// kube-controller-manager and the kubelet do.
+func (c *Cluster) SetNode(t testing.TB, name string, podCIDRs []string, ips ...netip.Addr) {
+	t.Helper()
+	ctx := context.Background()
+	nodes := c.Kube.Kube.CoreV1().Nodes()
+	n, err := nodes.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Spec.PodCIDR, n.Spec.PodCIDRs = podCIDRs[0], podCIDRs
+	if n, err = nodes.Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	n.Status.Addresses = nil
+	for _, ip := range ips {
+		n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: ip.String()})
+	}
+	if _, err := nodes.UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // QueryUser creates a service account in namespace default, bound (when
 // allowed) to a ClusterRole granting get on the query API's resource, and
 // writes a kubeconfig with its token (and no other credential) for the
 // API server: what an operator's kubeconfig for tierctl looks like.
-func (c *Cluster) QueryUser(t *testing.T, name string, allowed bool) (kubeconfig, token string) {
+func (c *Cluster) QueryUser(t testing.TB, name string, allowed bool) (kubeconfig, token string) {
 	t.Helper()
 	ctx := context.Background()
 	kube := c.Kube.Kube
@@ -229,7 +252,7 @@ type Controller struct {
 	Log    string
 }
 
-func (c *Cluster) buildController(t *testing.T) {
+func (c *Cluster) buildController(t testing.TB) {
 	t.Helper()
 	root, err := kubeapi.RepoRoot()
 	if err != nil {
@@ -245,7 +268,7 @@ func (c *Cluster) buildController(t *testing.T) {
 
 // StartController runs the controller binary against the API server,
 // serving agents on AgentAddress and the query API on QueryAddress.
-func (c *Cluster) StartController(t *testing.T) *Controller {
+func (c *Cluster) StartController(t testing.TB) *Controller {
 	t.Helper()
 	if c.controllerBin == "" {
 		c.buildController(t)
@@ -317,7 +340,7 @@ func (c *Cluster) AgentOptions(env *ovsenv.Env, br *ovsenv.Bridge, node, tokenFi
 }
 
 // StartAgent runs an agent until the test ends.
-func StartAgent(t *testing.T, node string, opts runtime.Options) *Agent {
+func StartAgent(t testing.TB, node string, opts runtime.Options) *Agent {
 	t.Helper()
 	a, err := runtime.New(opts)
 	if err != nil {
@@ -341,7 +364,7 @@ func (p *Agent) Stop() {
 }
 
 // Eventually polls cond until it returns nil or the timeout passes.
-func Eventually(t *testing.T, timeout time.Duration, what string, cond func() error) {
+func Eventually(t testing.TB, timeout time.Duration, what string, cond func() error) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
@@ -358,7 +381,7 @@ func Eventually(t *testing.T, timeout time.Duration, what string, cond func() er
 
 // RealizedOn waits until the agent enforces exactly the policies named by
 // want (KIND/[NS/]NAME), each at the generation it holds, and is ready.
-func (p *Agent) RealizedOn(t *testing.T, want ...string) {
+func (p *Agent) RealizedOn(t testing.TB, want ...string) {
 	t.Helper()
 	Eventually(t, 60*time.Second, "agent "+p.Node+" realization", func() error {
 		r, err := p.Q.Realization(context.Background())

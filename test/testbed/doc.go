@@ -62,6 +62,15 @@
 // bridge so pods can talk; with an agent, leave it off and give the agent
 // the node bridge, its uplink port (Node.UplinkPort) and the OVSDB socket.
 //
+// Options.Encap brings the bed up for tierflow's encap node network
+// instead (encap.go): no fabric and no uplinks; every node its own network
+// namespace with its own OVS and a link into a router namespace, each on
+// its own subnet; the router drops every packet with a pod address, so
+// pods' packets cross it only encapsulated; kube-apiserver reaches kwok at
+// the nodes' ExternalIPs; pods get the gateway as default route;
+// hostNetwork pods run in the node's namespace on its InternalIP. No
+// host-wide lock is taken (every OVS is in its own namespace).
+//
 // Start(tb, opts) is for tests (everything stops at cleanup); the command
 // test/testbed/cmd/tierflow-testbed (make testbed-up / testbed-down) runs
 // the same assembly as a long-lived process for demos. The bed's own

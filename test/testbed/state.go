@@ -13,14 +13,18 @@ import (
 // and `make demo` write it.
 type State struct {
 	// PID is the process that holds the test bed up; SIGTERM stops it.
-	PID         int         `json:"pid"`
-	Kubeconfig  string      `json:"kubeconfig"`
-	Kubectl     string      `json:"kubectl"`
-	OVSDBSocket string      `json:"ovsdbSocket"`
-	OVSDir      string      `json:"ovsDir"`
-	Fabric      string      `json:"fabricBridge"`
-	NodeIface   string      `json:"nodeInterface"`
-	Nodes       []NodeState `json:"nodes"`
+	PID        int    `json:"pid"`
+	Kubeconfig string `json:"kubeconfig"`
+	Kubectl    string `json:"kubectl"`
+	// OVSDBSocket, OVSDir and Fabric: the uplink bed's one OVS and fabric
+	// bridge (empty on the encap bed: see NodeState).
+	OVSDBSocket string `json:"ovsdbSocket,omitempty"`
+	OVSDir      string `json:"ovsDir,omitempty"`
+	Fabric      string `json:"fabricBridge,omitempty"`
+	NodeIface   string `json:"nodeInterface"`
+	// Router is the encap bed's router namespace.
+	Router string      `json:"router,omitempty"`
+	Nodes  []NodeState `json:"nodes"`
 	// Tierflow is set when the controller and agents run on the bed.
 	Tierflow *TierflowState `json:"tierflow,omitempty"`
 }
@@ -33,6 +37,11 @@ type NodeState struct {
 	UplinkPort string   `json:"uplinkPort"`
 	PodCIDRs   []string `json:"podCIDRs"`
 	CNIConfig  string   `json:"cniConfig"`
+	// Netns, OVSDBSocket and OVSDir: the encap bed node's own namespace
+	// and OVS.
+	Netns       string `json:"netns,omitempty"`
+	OVSDBSocket string `json:"ovsdbSocket,omitempty"`
+	OVSDir      string `json:"ovsDir,omitempty"`
 }
 
 // TierflowState is where tierflow's parts listen on a running bed.
@@ -56,10 +65,17 @@ func StatePath(dir string) string { return filepath.Join(dir, "state.json") }
 func (t *Testbed) State(pid int) State {
 	st := State{
 		PID: pid, Kubeconfig: t.Cluster.Kubeconfig, Kubectl: filepath.Join(t.Cluster.BinDir, "kubectl"),
-		OVSDBSocket: t.OVS.DBSocketPath(), OVSDir: t.OVS.Dir, Fabric: t.Fabric.Name, NodeIface: t.NodeInterface,
+		NodeIface: t.NodeInterface, Router: t.Router,
+	}
+	if t.OVS != nil {
+		st.OVSDBSocket, st.OVSDir, st.Fabric = t.OVS.DBSocketPath(), t.OVS.Dir, t.Fabric.Name
 	}
 	for _, n := range t.Nodes {
-		st.Nodes = append(st.Nodes, NodeState{Name: n.Name, IP: n.IP, Bridge: n.Bridge.Name, UplinkPort: n.UplinkPort, PodCIDRs: n.PodCIDRs, CNIConfig: n.CNIConfig})
+		ns := NodeState{Name: n.Name, IP: n.IP, Bridge: n.Bridge.Name, UplinkPort: n.UplinkPort, PodCIDRs: n.PodCIDRs, CNIConfig: n.CNIConfig}
+		if t.Encap {
+			ns.Netns, ns.OVSDBSocket, ns.OVSDir = n.OVS.Netns(), n.OVS.DBSocketPath(), n.OVS.Dir
+		}
+		st.Nodes = append(st.Nodes, ns)
 	}
 	return st
 }

@@ -56,13 +56,29 @@ type Options struct {
 	// Dir holds binaries, configuration, state and logs; default: a
 	// temporary directory removed at cleanup.
 	Dir string
+	// Encap brings the bed up for tierflow's encap node network (see
+	// encap.go): every node its own network namespace with its own OVS,
+	// each on its own subnet behind a router namespace that drops every
+	// packet with a pod address; no fabric, no uplinks. Pods get the
+	// gateway as default route and the MTU tierflow-install-cni would
+	// give them. Not with NormalFlows.
+	Encap bool
 }
 
 // Node is one simulated node.
 type Node struct {
 	Name string
-	// IP is the node's InternalIP (on the test bed's dummy interface).
+	// IP is the node's InternalIP: on the fabric bridge's interface, or
+	// with Encap on the node's link to the router, in its own namespace.
 	IP string
+	// IPv6 is its IPv6 InternalIP (Encap with IPv6 only).
+	IPv6 string
+	// ExternalIP (Encap only) is where kube-apiserver reaches kwok for
+	// the node: an address of the test process's namespace.
+	ExternalIP string
+	// OVS is the node's Open vSwitch: the bed's shared one, or with Encap
+	// its own, in its own network namespace (OVS.Netns).
+	OVS *ovsenv.Env
 	// Bridge is the node's OVS bridge; UplinkPort the name of its patch
 	// port to the fabric bridge.
 	Bridge     *ovsenv.Bridge
@@ -79,16 +95,24 @@ type Node struct {
 // Testbed is a running simulated cluster.
 type Testbed struct {
 	Cluster *kubeapi.Cluster
-	OVS     *ovsenv.Env
+	// OVS and Fabric: the Open vSwitch every node bridge is on, and the
+	// bridge joining them (nil with Encap: see Node.OVS and Router).
+	OVS *ovsenv.Env
 	// Fabric joins the node bridges.
 	Fabric *ovsenv.Bridge
-	Nodes  []*Node
+	// Router (Encap only) is the network namespace joining the nodes'.
+	Router string
+	// Encap: the bed is brought up for the encap node network.
+	Encap bool
+	Nodes []*Node
 	// Dir is the test bed's directory; BinDir holds tierflow-cni,
 	// host-local and tierflow-podrunner.
 	Dir, BinDir string
 	// KwokPort is the port kwok serves the kubelet API on, on every node IP.
 	KwokPort int
-	// NodeInterface holds the node addresses (the fabric bridge's port).
+	// NodeInterface holds the node addresses kube-apiserver reaches kwok
+	// on (the fabric bridge's own interface; with Encap one end of a
+	// veth pair).
 	NodeInterface string
 
 	kwok *supervisor
@@ -105,11 +129,14 @@ func Start(tb testing.TB, opts Options) *Testbed {
 	if opts.Nodes < 1 || opts.Nodes > 200 {
 		tb.Fatalf("testbed: %d nodes: want 1..200", opts.Nodes)
 	}
+	if opts.Encap && opts.NormalFlows {
+		tb.Fatalf("testbed: Encap needs tierflow's agents (no NormalFlows)")
+	}
 	dir := opts.Dir
 	if dir == "" {
 		dir = tb.TempDir()
 	}
-	tbed := &Testbed{Dir: dir, BinDir: filepath.Join(dir, "bin"), tb: tb}
+	tbed := &Testbed{Dir: dir, BinDir: filepath.Join(dir, "bin"), Encap: opts.Encap, tb: tb}
 	if err := os.MkdirAll(tbed.BinDir, 0o755); err != nil {
 		tb.Fatalf("testbed: %v", err)
 	}
@@ -125,10 +152,16 @@ func Start(tb testing.TB, opts Options) *Testbed {
 		tb.Fatalf("testbed: %v", err)
 	}
 
-	// kube-apiserver reaches kwok (exec, logs) at each node's InternalIP:
-	// the default preference starts with Hostname, which does not resolve.
+	// kube-apiserver reaches kwok (exec, logs) at each node's InternalIP
+	// (with Encap its ExternalIP: the InternalIP is in the node's own
+	// namespace): the default preference starts with Hostname, which does
+	// not resolve.
+	preferred := "--kubelet-preferred-address-types=InternalIP"
+	if opts.Encap {
+		preferred = "--kubelet-preferred-address-types=ExternalIP,InternalIP"
+	}
 	kopts := []kubeapi.Option{kubeapi.WithControllerManager(), kubeapi.WithScheduler(), kubeapi.WithCRDs(),
-		kubeapi.WithAPIServerArgs("--kubelet-preferred-address-types=InternalIP")}
+		kubeapi.WithAPIServerArgs(preferred)}
 	if opts.IPv6 {
 		// Dual-stack pods, dual-stack Services.
 		kopts = append(kopts, kubeapi.WithDualStackServices())
@@ -136,16 +169,21 @@ func Start(tb testing.TB, opts Options) *Testbed {
 	tbed.Cluster = kubeapi.Start(tb, kopts...)
 	tbed.Cluster.Kubectl(tb, "apply", "-f", filepath.Join(kwokModule, "kustomize", "crd", "bases", "kwok.x-k8s.io_execs.yaml"))
 
-	tbed.OVS = ovsenv.Start(tb)
-	tbed.Fabric = tbed.OVS.AddBridge("fab")
-	if _, err := tbed.Fabric.Ofctl("add-flow", "priority=0,actions=NORMAL"); err != nil {
-		tb.Fatalf("testbed: %v", err)
+	if opts.Encap {
+		if err := tbed.startUnderlay(); err != nil {
+			tb.Fatalf("testbed: %v", err)
+		}
+	} else {
+		tbed.OVS = ovsenv.Start(tb)
+		tbed.Fabric = tbed.OVS.AddBridge("fab")
+		if _, err := tbed.Fabric.Ofctl("add-flow", "priority=0,actions=NORMAL"); err != nil {
+			tb.Fatalf("testbed: %v", err)
+		}
+		// The node addresses live on the fabric bridge's own (tap)
+		// interface: local to the host, so kube-apiserver reaches kwok
+		// on them, and gone with the bridge.
+		tbed.NodeInterface = tbed.Fabric.Name
 	}
-
-	// The node addresses live on the fabric bridge's own (tap) interface:
-	// local to the host, so kube-apiserver reaches kwok on them, and gone
-	// with the bridge.
-	tbed.NodeInterface = tbed.Fabric.Name
 	subnet, err := randomByte()
 	if err != nil {
 		tb.Fatalf("testbed: %v", err)
@@ -171,6 +209,9 @@ func Start(tb testing.TB, opts Options) *Testbed {
 			tb.Fatalf("testbed: node %d: %v", i, err)
 		}
 		tbed.Nodes = append(tbed.Nodes, n)
+		if opts.Encap {
+			continue
+		}
 		// The host's namespace holds the node addresses (and hostNetwork
 		// pods' servers): it reaches each node's IPv4 pod CIDR on-link
 		// through the fabric, so pods can talk to node addresses, as
@@ -440,6 +481,10 @@ func (t *Testbed) addNode(i int, ip string, opts Options) (*Node, error) {
 	if opts.IPv6 {
 		n.PodCIDRs = append(n.PodCIDRs, fmt.Sprintf("fd00:10:244:%x::/64", i))
 	}
+	if opts.Encap {
+		return t.addEncapNode(n, i, opts)
+	}
+	n.OVS = t.OVS
 	n.Bridge = t.OVS.AddBridge(fmt.Sprintf("n%d", i))
 	n.UplinkPort = n.Bridge.Name + "-up"
 	fabricPort := n.Bridge.Name + "-fab"
@@ -477,37 +522,58 @@ func (t *Testbed) addNode(i int, ip string, opts Options) (*Node, error) {
 		cniConf["admissionTimeout"] = "0s" // no agent admits the pods
 	}
 	conf, _ := json.MarshalIndent(cniConf, "", "  ")
+	if err := t.startNode(n, conf); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// startNode writes the node's CNI configuration, creates its Node object
+// and starts its runtime.
+func (t *Testbed) startNode(n *Node, conf []byte) error {
 	n.CNIConfig = filepath.Join(n.StateDir, "cni.conf")
 	if err := os.WriteFile(n.CNIConfig, conf, 0o644); err != nil {
-		return nil, err
+		return err
 	}
-
+	addresses := []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: n.IP}}
+	if n.IPv6 != "" {
+		addresses = append(addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: n.IPv6})
+	}
+	if n.ExternalIP != "" {
+		addresses = append(addresses, corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: n.ExternalIP})
+	}
+	addresses = append(addresses, corev1.NodeAddress{Type: corev1.NodeHostName, Address: n.Name})
 	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:   name,
-			Labels: map[string]string{NodeLabel: "true", "kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "type": "kwok"},
+			Name:   n.Name,
+			Labels: map[string]string{NodeLabel: "true", "kubernetes.io/hostname": n.Name, "kubernetes.io/os": "linux", "type": "kwok"},
 		},
-		Spec: corev1.NodeSpec{PodCIDR: n.PodCIDRs[0], PodCIDRs: n.PodCIDRs},
-		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{
-			{Type: corev1.NodeInternalIP, Address: ip},
-			{Type: corev1.NodeHostName, Address: name},
-		}},
+		Spec:   corev1.NodeSpec{PodCIDR: n.PodCIDRs[0], PodCIDRs: n.PodCIDRs},
+		Status: corev1.NodeStatus{Addresses: addresses},
 	}
 	if _, err := t.Cluster.Kube.CoreV1().Nodes().Create(context.Background(), node, metav1.CreateOptions{}); err != nil {
-		return nil, fmt.Errorf("create Node: %w", err)
+		return fmt.Errorf("create Node: %w", err)
 	}
 
-	p, err := startSupervised(n.StateDir, "noderuntime", filepath.Join(t.BinDir, "tierflow-podrunner"), "node",
-		"--kubeconfig="+t.Cluster.Kubeconfig,
-		"--node="+name,
-		"--node-ip="+ip,
-		"--cni-bin-dir="+t.BinDir,
-		"--cni-config="+n.CNIConfig,
-		"--state-dir="+filepath.Join(n.StateDir, "pods"),
-		"--cluster-dns="+ClusterDNS,
-	)
+	ips := n.IP
+	if n.IPv6 != "" {
+		ips += "," + n.IPv6
+	}
+	args := []string{"node",
+		"--kubeconfig=" + t.Cluster.Kubeconfig,
+		"--node=" + n.Name,
+		"--node-ip=" + ips,
+		"--cni-bin-dir=" + t.BinDir,
+		"--cni-config=" + n.CNIConfig,
+		"--state-dir=" + filepath.Join(n.StateDir, "pods"),
+		"--cluster-dns=" + ClusterDNS,
+	}
+	if n.OVS.Netns() != "" {
+		args = append(args, "--node-netns="+n.OVS.Netns())
+	}
+	p, err := startSupervised(n.StateDir, "noderuntime", filepath.Join(t.BinDir, "tierflow-podrunner"), args...)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	n.runtime = p
 	// Runtimes stop before OVS and the API server (cleanups run in reverse
@@ -520,7 +586,7 @@ func (t *Testbed) addNode(i int, ip string, opts Options) (*Node, error) {
 			t.tb.Logf("testbed: node %s: removed %s its runtime left behind", n.Name, left)
 		}
 	})
-	return n, nil
+	return nil
 }
 
 func (t *Testbed) waitNodesReady(timeout time.Duration) error {

@@ -38,6 +38,28 @@ func (b Bundle) Empty() bool {
 	return len(b.Add)+len(b.Modify)+len(b.Delete)+len(b.DeleteCookies)+len(b.Groups) == 0
 }
 
+// ApplyTo applies b's flow changes to flows (by Flow.Key) as a switch
+// applies the bundle to its tables: for a view of a bridge's flows kept
+// from the bundles sent to it.
+func (b Bundle) ApplyTo(flows map[string]openflow.Flow) {
+	for _, f := range b.Add {
+		flows[f.Key()] = f
+	}
+	for _, f := range b.Modify {
+		flows[f.Key()] = f // same key and cookie, new actions
+	}
+	for _, f := range b.Delete {
+		delete(flows, f.Key())
+	}
+	for _, cm := range b.DeleteCookies {
+		for k, f := range flows {
+			if f.Cookie&cm.Mask == cm.Value&cm.Mask {
+				delete(flows, k)
+			}
+		}
+	}
+}
+
 // FlowStat is one installed flow's identity and counters.
 type FlowStat struct {
 	Table    uint8

@@ -1,7 +1,9 @@
 // Package nodenet is the agent's node networking for real clusters
-// (config nodeNetwork.mode noEncap): how a node's pods reach everything
-// that is not a pod of the same node, and how the rest of the cluster
-// reaches them, without encapsulation.
+// (config nodeNetwork.mode noEncap or encap): how a node's pods reach
+// everything that is not a pod of the same node, and how the rest of the
+// cluster reaches them, without encapsulation (noEncap) or through a
+// Geneve or VXLAN tunnel between the nodes' InternalIPs (encap, see
+// "Encap" below).
 //
 // # What it sets up
 //
@@ -84,13 +86,91 @@
 // controller or the API server may be unreachable) keeps the gateway's
 // flows; the first sync then corrects what changed.
 //
+// # Encap
+//
+// With Options.Encap the gateway and the masquerade chain are as above,
+// and instead of routes via InternalIPs:
+//
+//   - Tunnel: an OVS port (EncapOptions.TunnelName, default
+//     tierflow-tun0) of type geneve or vxlan with options:remote_ip=flow:
+//     the pipeline sets each packet's outer destination (tun_dst) from its
+//     destination's pod CIDR, and accepts a packet from the tunnel only
+//     from a known node's endpoint for that node's pod CIDRs (see the
+//     pipeline's DESIGN.md, "Encap mode"), or from its InternalIPs (the
+//     connections its host forwards after the nat chain SNATed them to
+//     its InternalIP; the replies go back through the tunnel). The peers
+//     (Node name, InternalIP, pod CIDRs, InternalIPs claimed by no other
+//     node) go to the pipeline through
+//     EncapOptions.OnTunnel on every change: a node joining is reachable,
+//     and a node leaving forgotten, without restarting any agent.
+//   - Endpoint: each node tunnels from its IPv4 InternalIP, else its IPv6
+//     one (TunnelEndpoint); a peer without an InternalIP of that family,
+//     or sharing its InternalIP with another node, gets no tunnel (logged
+//     as "node not routed").
+//   - Host routes: for every peer's pod CIDR "CIDR via GW dev
+//     tierflow-gw0 onlink" (GW: that CIDR's first address, the peer's
+//     gateway) and a permanent neighbour entry GW → RemoteGatewayMAC on
+//     the gateway, so the node itself (kubelet, hostNetwork pods, kube-proxy
+//     forwarding a Service to another node's pod) reaches other nodes'
+//     pods through the tunnel; its packets carry the gateway's address as
+//     source, and policy on the destination node sees that address.
+//   - MTU: PodMTU, used by the agent for the gateway and by
+//     tierflow-install-cni for the pods: cni.mtu, or by default the MTU of
+//     the interface holding the node's InternalIP minus EncapOverhead (50
+//     bytes over IPv4, 70 over IPv6, Geneve and VXLAN alike). A configured
+//     value that does not fit, or a result below the pods' families'
+//     minimum, stops both at start with the reason, before anything is
+//     created. Encapsulated packets carry DF (OVS's default), so the pod
+//     MTU is what keeps them whole.
+//
+// With the kernel datapath the host's stack routes the encapsulated
+// packets. OVS's userspace datapath (datapathType netdev) tunnels only
+// through an OVS bridge whose own interface holds the node's address
+// (it routes with its copy of the kernel's routes, `ovs-appctl
+// ovs/route/show`, resolves next hops itself, `tnl/neigh/show`, and takes
+// tunnel packets in when a bridge delivers them to its own interface).
+// EncapOptions.UnderlayBridge (config nodeNetwork.underlayBridge, default
+// tierflow-phy0) is that bridge: if the InternalIP is not already on a
+// netdev bridge's own interface, the agent creates the bridge (standalone,
+// a learning switch, with the interface's MAC address and MTU), gives its
+// interface the addresses and routes of the interface holding the
+// InternalIP, removes them there, guards that interface against the host's
+// stack (package pkg/cni/hostguard: ovs-vswitchd reads it with a packet
+// socket) and makes it a port of the bridge. What was moved is recorded
+// in the bridge's external_ids (UnderlayKey), from which every sync
+// restores it, and so does the agent when it starts (RestoreUnderlay),
+// before it needs the API server: the bridge's interface (a tap device
+// of ovs-vswitchd) keeps its addresses across a plain restart of
+// ovs-vswitchd, but not when it is re-created (ovs-vswitchd stopped with
+// `exit --cleanup`, the bridge deleted). A stopping agent moves everything
+// back to the interface and deletes the bridge (RevertUnderlay): it stops
+// with its pod, whose OVS stops too, and the node keeps its network while
+// OVS is away (a rolling update, or for good: an uninstall); the next
+// agent moves it again. The node's traffic is dropped for a few
+// milliseconds each time the addresses move, and pods' traffic while OVS
+// is down. A DHCP client or
+// network manager that owns the interface must be told to manage the
+// bridge's interface instead. Frames reaching the interface must carry
+// full checksums and be no larger than its MTU: the userspace datapath
+// neither completes checksums a sender left to offload nor segments
+// oversized TCP frames, which a veth (a container as a node: kind, Docker)
+// passes on as the sending stack made them. There no sender may
+// offload: TX checksum offload (and with it segmentation offload) off on
+// the network's bridge (for what the host sends) and on every node's
+// interface (for what nodes whose agent has not moved it yet send);
+// test/cluster does both for its Docker network.
+//
 // # Not done here
 //
-// No encapsulation (Geneve/VXLAN) mode. Uninstalling is not the running
-// agent's job: Cleanup removes the routes and the agent's chains (nat
-// MasqueradeChain, raw SpoofChain) for pkg/agent/uninstall
-// (`tierflow-agent cleanup`), which also removes the gateway port's device
-// with the bridge's.
+// Uninstalling is not the running agent's job: Cleanup removes the routes
+// and the agent's chains (nat MasqueradeChain, raw SpoofChain) for
+// pkg/agent/uninstall (`tierflow-agent cleanup`), which also removes the
+// gateway and tunnel ports' devices with the bridge's. The underlay bridge
+// is gone by then: the stopping agent moved the node's address back (see
+// "Encap"); after an agent that did not stop cleanly the uninstall moves
+// it back from the record in OVS's database file (RevertUnderlayHost). An agent whose configuration has no underlay (another
+// nodeNetwork.mode, or the kernel datapath) also moves back what a record
+// says was moved (an agent that did not stop cleanly).
 //
 // # NAT and spoofed sources
 //

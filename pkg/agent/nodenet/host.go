@@ -1,6 +1,7 @@
 package nodenet
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net"
@@ -190,16 +191,29 @@ func (h *host) syncRoutes(want []Route) error {
 	if err != nil {
 		return fmt.Errorf("listing routes: %w", err)
 	}
-	wanted := map[netip.Prefix]netip.Addr{}
-	for _, r := range want {
-		wanted[r.Dst] = r.Via
-	}
+	wanted := map[netip.Prefix]Route{}
 	var errs []error
+	links := map[string]int{}
+	for _, r := range want {
+		if r.Iface != "" {
+			if _, ok := links[r.Iface]; !ok {
+				l, err := h.h.LinkByName(r.Iface)
+				if err != nil {
+					errs = append(errs, fmt.Errorf("route %s: device %s: %w", r, r.Iface, err))
+					continue
+				}
+				links[r.Iface] = l.Attrs().Index
+			}
+		}
+		wanted[r.Dst] = r
+	}
 	current := map[netip.Prefix]bool{}
 	for _, r := range have {
 		dst, ok := prefixOf(r.Dst)
 		via, okVia := netip.AddrFromSlice(r.Gw)
-		if ok && okVia && wanted[dst] == via.Unmap() && len(r.MultiPath) == 0 {
+		w, isWanted := wanted[dst]
+		if ok && okVia && isWanted && w.Via == via.Unmap() && len(r.MultiPath) == 0 &&
+			(w.Iface == "" || r.LinkIndex == links[w.Iface]) && w.OnLink == (r.Flags&unix.RTNH_F_ONLINK != 0) {
 			current[dst] = true
 			continue
 		}
@@ -211,7 +225,16 @@ func (h *host) syncRoutes(want []Route) error {
 		if current[r.Dst] {
 			continue
 		}
+		if _, ok := wanted[r.Dst]; !ok {
+			continue // its device is missing: reported above
+		}
 		nr := &netlink.Route{Dst: ipNet(r.Dst), Gw: net.IP(r.Via.AsSlice()), Protocol: RouteProtocol}
+		if r.Iface != "" {
+			nr.LinkIndex = links[r.Iface]
+		}
+		if r.OnLink {
+			nr.Flags = unix.RTNH_F_ONLINK
+		}
 		if err := h.h.RouteReplace(nr); err != nil {
 			// Typically ENETUNREACH: the next hop is not on a directly
 			// connected network (noEncap needs L2-adjacent nodes).
@@ -234,13 +257,81 @@ func (h *host) routes() ([]Route, error) {
 		if !ok || !okVia {
 			continue
 		}
-		rt := Route{Dst: dst, Via: via.Unmap()}
+		rt := Route{Dst: dst, Via: via.Unmap(), OnLink: r.Flags&unix.RTNH_F_ONLINK != 0}
 		if link, err := h.h.LinkByIndex(r.LinkIndex); err == nil {
 			rt.Iface = link.Attrs().Name
 		}
 		out = append(out, rt)
 	}
 	return out, nil
+}
+
+// syncNeighbors makes dev's permanent neighbour entries with link-layer
+// address mac exactly the addresses in want (the next hops of the encap
+// routes). Entries with another address or state are not the agent's and
+// are left alone.
+func (h *host) syncNeighbors(dev string, want []netip.Addr, mac net.HardwareAddr) error {
+	link, err := h.h.LinkByName(dev)
+	if err != nil {
+		return fmt.Errorf("neighbours on %s: %w", dev, err)
+	}
+	idx := link.Attrs().Index
+	have, err := h.h.NeighList(idx, netlink.FAMILY_ALL)
+	if err != nil {
+		return fmt.Errorf("neighbours on %s: %w", dev, err)
+	}
+	wanted := map[netip.Addr]bool{}
+	for _, a := range want {
+		wanted[a] = true
+	}
+	present := map[netip.Addr]bool{}
+	var errs []error
+	for _, n := range have {
+		ip, ok := netip.AddrFromSlice(n.IP)
+		if !ok || n.State&netlink.NUD_PERMANENT == 0 || !bytes.Equal(n.HardwareAddr, mac) {
+			continue
+		}
+		ip = ip.Unmap()
+		if wanted[ip] {
+			present[ip] = true
+			continue
+		}
+		if err := h.h.NeighDel(&n); err != nil && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("removing neighbour %s on %s: %w", ip, dev, err))
+		}
+	}
+	for _, a := range want {
+		if present[a] {
+			continue
+		}
+		fam := netlink.FAMILY_V4
+		if a.Is6() {
+			fam = netlink.FAMILY_V6
+		}
+		n := &netlink.Neigh{LinkIndex: idx, Family: fam, State: netlink.NUD_PERMANENT, IP: net.IP(a.AsSlice()), HardwareAddr: mac}
+		if err := h.h.NeighSet(n); err != nil {
+			errs = append(errs, fmt.Errorf("neighbour %s on %s: %w", a, dev, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// linkWithAddr returns the interface holding ip (nil: none).
+func (h *host) linkWithAddr(ip netip.Addr) (netlink.Link, error) {
+	addrs, err := h.h.AddrList(nil, netlink.FAMILY_ALL)
+	if err != nil {
+		return nil, fmt.Errorf("listing addresses: %w", err)
+	}
+	for _, a := range addrs {
+		if p, ok := prefixOf(a.IPNet); ok && p.Addr() == ip {
+			l, err := h.h.LinkByIndex(a.LinkIndex)
+			if err != nil {
+				return nil, fmt.Errorf("interface of %s: %w", ip, err)
+			}
+			return l, nil
+		}
+	}
+	return nil, nil
 }
 
 func prefixOf(n *net.IPNet) (netip.Prefix, bool) {

@@ -47,6 +47,8 @@ type Options struct {
 	// /run/netns/NAME); empty: the agent's own. Tests run several nodes
 	// on one machine this way.
 	NetNS string
+	// Encap selects the encap node network (nil: noEncap).
+	Encap *EncapOptions
 	// OnGateway is called whenever the gateway's OpenFlow port or
 	// addresses change (pipeline.Gateway{} never: once up, a gateway stays
 	// until a new one is ready). The agent rebuilds its pipeline with it.
@@ -74,6 +76,10 @@ type Status struct {
 	Gateway pipeline.Gateway
 	// Routes are the routes to other nodes' pods the agent installed.
 	Routes []Route
+	// Tunnel is the tunnel port and its peers the pipeline uses (encap;
+	// zero before it is ready); Endpoint the node's own tunnel address.
+	Tunnel   pipeline.Tunnel
+	Endpoint netip.Addr
 	// Error is why the last sync failed (empty: it succeeded); NodeErrors
 	// are nodes that could not be routed.
 	Error      string
@@ -117,6 +123,22 @@ func New(o Options) (*Manager, error) {
 	if o.OnGateway == nil {
 		o.OnGateway = func(pipeline.Gateway) {}
 	}
+	if o.Encap != nil {
+		enc := *o.Encap
+		switch {
+		case enc.TunnelName == "":
+			enc.TunnelName = TunnelPortName
+		case enc.TunnelName == o.Bridge || enc.TunnelName == o.GatewayName:
+			return nil, fmt.Errorf("nodenet: tunnel port %q must differ from the bridge and the gateway", enc.TunnelName)
+		}
+		if enc.UnderlayBridge != "" && (enc.UnderlayBridge == o.Bridge || enc.UnderlayBridge == o.GatewayName) {
+			return nil, fmt.Errorf("nodenet: underlay bridge %q must differ from the bridge and the gateway", enc.UnderlayBridge)
+		}
+		if enc.OnTunnel == nil {
+			enc.OnTunnel = func(pipeline.Tunnel) {}
+		}
+		o.Encap = &enc
+	}
 	h, err := openHost(o.NetNS)
 	if err != nil {
 		return nil, err
@@ -131,8 +153,13 @@ func (m *Manager) Status() Status {
 	defer m.mu.Unlock()
 	st := m.status
 	st.Routes = slices.Clone(st.Routes)
+	st.Tunnel.Peers = slices.Clone(st.Tunnel.Peers)
 	return st
 }
+
+// Trigger asks for a sync now, e.g. after ovs-vswitchd restarted (it may
+// have re-created internal ports, without their addresses).
+func (m *Manager) Trigger() { m.trigger() }
 
 func (m *Manager) trigger() {
 	select {
@@ -224,6 +251,19 @@ func (m *Manager) sync(ctx context.Context, nodes []*corev1.Node) error {
 	for _, p := range local.PodCIDRs {
 		v4, v6 = v4 || p.Addr().Is4(), v6 || p.Addr().Is6()
 	}
+	var endpoint netip.Addr
+	if m.o.Encap != nil {
+		var err error
+		if endpoint, err = TunnelEndpoint(*local); err != nil {
+			return err
+		}
+		if m.o.Encap.UnderlayBridge != "" {
+			u := &underlay{db: m.o.OVSDB, host: m.host, log: m.log, bridge: m.o.Encap.UnderlayBridge}
+			if err := u.ensure(ctx, endpoint); err != nil {
+				return err
+			}
+		}
+	}
 	if err := m.host.ensureForwarding(v4, v6); err != nil {
 		return err
 	}
@@ -240,13 +280,23 @@ func (m *Manager) sync(ctx context.Context, nodes []*corev1.Node) error {
 		m.o.OnGateway(gw)
 	}
 
-	routes, nodeErrs := DesiredRoutes(*local, others, bad)
+	var routes []Route
+	var nodeErrs map[string]error
+	var rerr error
+	if m.o.Encap != nil {
+		routes, nodeErrs, rerr = m.syncEncap(ctx, *local, endpoint, others, bad)
+		if nodeErrs == nil {
+			return rerr // the tunnel port is not ready: nothing else changes
+		}
+	} else {
+		routes, nodeErrs = DesiredRoutes(*local, others, bad)
+	}
 	errStrs := map[string]string{}
 	for name, e := range nodeErrs {
 		errStrs[name] = e.Error()
 		m.log.Warn("node not routed", "node", name, "err", e)
 	}
-	rerr := m.host.syncRoutes(routes)
+	rerr = errors.Join(rerr, m.host.syncRoutes(routes))
 	var cluster []netip.Prefix
 	for _, n := range others {
 		cluster = append(cluster, n.PodCIDRs...)

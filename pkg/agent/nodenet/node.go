@@ -1,12 +1,15 @@
 package nodenet
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/netip"
 	"sort"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/tierflow/tierflow/pkg/model"
 )
@@ -92,21 +95,31 @@ type Route struct {
 	Node string
 	Dst  netip.Prefix
 	Via  netip.Addr
-	// Iface is the interface the route leaves by (set for installed
-	// routes): packets from that node's pods must arrive on it.
-	Iface string
+	// Iface is the interface the route leaves by: set for installed
+	// routes (packets from that node's pods must arrive on it); in a
+	// wanted route "" lets the kernel pick the interface of Via's
+	// connected network (noEncap). OnLink makes Via a next hop on Iface
+	// though no address of Iface covers it (encap: the other node's
+	// gateway address, through the local gateway).
+	Iface  string
+	OnLink bool
 }
 
-func (r Route) String() string { return fmt.Sprintf("%s via %s (node %s)", r.Dst, r.Via, r.Node) }
+func (r Route) String() string {
+	s := fmt.Sprintf("%s via %s", r.Dst, r.Via)
+	if r.OnLink {
+		s += " dev " + r.Iface + " onlink"
+	}
+	return s + fmt.Sprintf(" (node %s)", r.Node)
+}
 
-// DesiredRoutes computes the routes to every other node's pod CIDRs via
-// that node's InternalIP of the same family. Nodes (or CIDRs) that cannot
-// be routed safely are left out, each with an error: a pod CIDR
+// claims are the pod CIDRs of other nodes that can be routed safely, per
+// node, in the nodes' order; errs says why the others cannot: a pod CIDR
 // overlapping the local node's (it would divert local pods' traffic) or
-// another node's (ambiguous), a family without an InternalIP, a node whose
-// spec does not parse. Leaving a route out fails closed: its pods are not
-// reachable, nothing else is opened.
-func DesiredRoutes(local Node, others []Node, bad map[string]error) ([]Route, map[string]error) {
+// another node's (ambiguous), a node whose spec does not parse (bad).
+// Leaving a CIDR out fails closed: its pods are not reachable, nothing
+// else is opened.
+func claims(local Node, others []Node, bad map[string]error) ([]Node, map[string]error) {
 	errs := map[string]error{}
 	for name, err := range bad {
 		if name != local.Name {
@@ -117,20 +130,21 @@ func DesiredRoutes(local Node, others []Node, bad map[string]error) ([]Route, ma
 		node string
 		p    netip.Prefix
 	}
-	var claims []claim
+	var all []claim
 	for _, n := range others {
 		if n.Name == local.Name {
 			continue
 		}
 		for _, p := range n.PodCIDRs {
-			claims = append(claims, claim{n.Name, p})
+			all = append(all, claim{n.Name, p})
 		}
 	}
-	var out []Route
+	var out []Node
 	for _, n := range others {
 		if n.Name == local.Name {
 			continue
 		}
+		ok := Node{Name: n.Name, InternalIPs: n.InternalIPs}
 		for _, p := range n.PodCIDRs {
 			var why error
 			for _, lp := range local.PodCIDRs {
@@ -138,22 +152,44 @@ func DesiredRoutes(local Node, others []Node, bad map[string]error) ([]Route, ma
 					why = fmt.Errorf("node %s: pod CIDR %s overlaps this node's %s; not routed", n.Name, p, lp)
 				}
 			}
-			for _, c := range claims {
+			for _, c := range all {
 				if why == nil && c.node != n.Name && c.p.Overlaps(p) {
 					why = fmt.Errorf("node %s: pod CIDR %s overlaps node %s's %s; not routed", n.Name, p, c.node, c.p)
 				}
 			}
-			var via netip.Addr
-			for _, ip := range n.InternalIPs {
-				if ip.Is4() == p.Addr().Is4() {
-					via = ip
-				}
-			}
-			if why == nil && !via.IsValid() {
-				why = fmt.Errorf("node %s: no InternalIP of the family of pod CIDR %s; not routed", n.Name, p)
-			}
 			if why != nil {
 				errs[n.Name] = errors.Join(errs[n.Name], why)
+				continue
+			}
+			ok.PodCIDRs = append(ok.PodCIDRs, p)
+		}
+		out = append(out, ok)
+	}
+	return out, errs
+}
+
+// internalIP is n's InternalIP of ip's family (invalid: none).
+func (n Node) internalIP(v4 bool) netip.Addr {
+	for _, ip := range n.InternalIPs {
+		if ip.Is4() == v4 {
+			return ip
+		}
+	}
+	return netip.Addr{}
+}
+
+// DesiredRoutes computes the routes to every other node's pod CIDRs via
+// that node's InternalIP of the same family (noEncap). Nodes (or CIDRs)
+// that cannot be routed safely are left out, each with an error (see
+// claims), and so is a family without an InternalIP.
+func DesiredRoutes(local Node, others []Node, bad map[string]error) ([]Route, map[string]error) {
+	nodes, errs := claims(local, others, bad)
+	var out []Route
+	for _, n := range nodes {
+		for _, p := range n.PodCIDRs {
+			via := n.internalIP(p.Addr().Is4())
+			if !via.IsValid() {
+				errs[n.Name] = errors.Join(errs[n.Name], fmt.Errorf("node %s: no InternalIP of the family of pod CIDR %s; not routed", n.Name, p))
 				continue
 			}
 			out = append(out, Route{Node: n.Name, Dst: p, Via: via})
@@ -161,4 +197,13 @@ func DesiredRoutes(local Node, others []Node, bad map[string]error) ([]Route, ma
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Dst.String() < out[j].Dst.String() })
 	return out, errs
+}
+
+// GetNode reads and parses the Node named name.
+func GetNode(ctx context.Context, kube kubernetes.Interface, name string) (Node, error) {
+	n, err := kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return Node{}, err
+	}
+	return ParseNode(n)
 }

@@ -2,6 +2,7 @@ package nodenet
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -128,6 +129,78 @@ func TestSyncWithoutLocalPodCIDRsChangesNothing(t *testing.T) {
 	}
 	if st := m.Status(); st.Gateway.Port != 0 || len(st.Routes) != 0 {
 		t.Fatalf("status changed: %v", st)
+	}
+}
+
+// TestDesiredPeers: every other node is a peer at its InternalIP of the
+// local endpoint's family with the pod CIDRs it can claim and its
+// InternalIPs as host addresses, and the host
+// routes each CIDR to its first address through the gateway; nodes that
+// cannot be told apart by their outer source, or reached, are left out.
+func TestDesiredPeers(t *testing.T) {
+	local := mustNode(t, node("n1", []string{"10.244.1.0/24", "fd00:1::/64"}, "172.18.0.2", "fc00::2"))
+	endpoint, err := TunnelEndpoint(local)
+	if err != nil || endpoint != netip.MustParseAddr("172.18.0.2") {
+		t.Fatalf("endpoint %v %v, want the IPv4 InternalIP", endpoint, err)
+	}
+	others := []Node{
+		local,
+		mustNode(t, node("n2", []string{"10.244.2.0/24", "fd00:2::/64"}, "172.18.0.3", "fc00::3")),
+		mustNode(t, node("n3", []string{"fd00:3::/64"}, "fc00::4")),                     // no IPv4 InternalIP
+		mustNode(t, node("n4", []string{"10.244.4.0/24"}, "172.18.0.5")),                // shares its address with n5
+		mustNode(t, node("n5", []string{"10.244.5.0/24"}, "172.18.0.5")),                //
+		mustNode(t, node("n6", []string{"10.244.1.0/25", "fd00:6::/64"}, "172.18.0.7")), // one CIDR inside the local one
+		mustNode(t, node("n7", []string{"10.244.7.0/24"}, "172.18.0.2")),                // claims the local address
+	}
+	peers, routes, errs := DesiredPeers(local, endpoint, others, map[string]error{"n8": ErrNoPodCIDR}, "tierflow-gw0")
+	var got []string
+	for _, p := range peers {
+		got = append(got, fmt.Sprintf("%s %s %v hosts %v", p.Node, p.IP, p.PodCIDRs, p.HostIPs))
+	}
+	want := []string{"n2 172.18.0.3 [10.244.2.0/24 fd00:2::/64] hosts [172.18.0.3 fc00::3]", "n6 172.18.0.7 [fd00:6::/64] hosts [172.18.0.7]"}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("peers %q, want %q", got, want)
+	}
+	got = nil
+	for _, r := range routes {
+		got = append(got, r.String())
+	}
+	want = []string{"10.244.2.0/24 via 10.244.2.1 dev tierflow-gw0 onlink (node n2)",
+		"fd00:2::/64 via fd00:2::1 dev tierflow-gw0 onlink (node n2)", "fd00:6::/64 via fd00:6::1 dev tierflow-gw0 onlink (node n6)"}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("routes %q, want %q", got, want)
+	}
+	for name, frag := range map[string]string{
+		"n3": "no InternalIP of the family of this node's tunnel endpoint 172.18.0.2",
+		"n4": "InternalIP 172.18.0.5 is also another node's",
+		"n5": "InternalIP 172.18.0.5 is also another node's",
+		"n6": "overlaps this node's 10.244.1.0/24",
+		"n7": "InternalIP 172.18.0.2 is also another node's",
+		"n8": "no spec.podCIDRs",
+	} {
+		if errs[name] == nil || !strings.Contains(errs[name].Error(), frag) {
+			t.Errorf("node %s: error %v, want %q", name, errs[name], frag)
+		}
+	}
+	// An IPv6-only node tunnels over IPv6.
+	v6 := mustNode(t, node("n9", []string{"fd00:9::/64"}, "fc00::9"))
+	if ep, err := TunnelEndpoint(v6); err != nil || ep != netip.MustParseAddr("fc00::9") {
+		t.Errorf("IPv6-only endpoint %v %v", ep, err)
+	}
+	if _, err := TunnelEndpoint(mustNode(t, node("n10", []string{"10.244.10.0/24"}))); err == nil {
+		t.Error("a node without InternalIP has an endpoint")
+	}
+}
+
+func TestEncapOverhead(t *testing.T) {
+	for _, tc := range []struct {
+		typ  string
+		v6   bool
+		want int
+	}{{"geneve", false, 50}, {"geneve", true, 70}, {"vxlan", false, 50}, {"vxlan", true, 70}} {
+		if got := EncapOverhead(tc.typ, tc.v6); got != tc.want {
+			t.Errorf("EncapOverhead(%s, IPv6 %v) = %d, want %d", tc.typ, tc.v6, got, tc.want)
+		}
 	}
 }
 

@@ -24,6 +24,42 @@ type Config struct {
 	// pkg/agent/nodenet); its zero value means none. A bridge has an uplink
 	// or a gateway, not both.
 	Gateway Gateway
+	// Tunnel is the node's tunnel port and the other nodes behind it
+	// (encap node networking); its zero value means none. A tunnel needs a
+	// gateway and excludes an uplink.
+	Tunnel Tunnel
+}
+
+// Tunnel is an OVS tunnel port (Geneve or VXLAN) with flow-based remote
+// endpoints (options:remote_ip=flow): a local pod's packet for another
+// node's pod CIDR leaves through it to that node's address, and packets
+// arriving through it come from the other nodes' pods and hosts.
+type Tunnel struct {
+	// Port is the tunnel's OpenFlow port (0: no tunnel).
+	Port uint32
+	// Peers are the other nodes the tunnel reaches. A node that is not
+	// listed is neither sent to nor accepted from.
+	Peers []TunnelPeer
+}
+
+// TunnelPeer is another node reachable through the tunnel.
+type TunnelPeer struct {
+	Node string
+	// IP is the node's tunnel endpoint (its InternalIP): the outer
+	// destination of what is sent to it, and the only outer source
+	// accepted for its pod CIDRs.
+	IP netip.Addr
+	// PodCIDRs are the node's pod CIDRs: the inner destinations sent to
+	// it, and inner sources accepted from it (its pods, and its host
+	// through its gateway, which owns the first address).
+	PodCIDRs []netip.Prefix
+	// HostIPs are the node's InternalIPs, the other inner sources
+	// accepted from it: its host sends through the tunnel, with its
+	// InternalIP as source, the connections kube-proxy marked for
+	// masquerading (a NodePort reached from outside, backed by a pod of
+	// this node; pkg/agent/nodenet). Local pods' replies to them go back
+	// through the tunnel.
+	HostIPs []netip.Addr
 }
 
 // Gateway is the OVS internal port through which the node's host stack
@@ -79,6 +115,61 @@ func (c Config) Validate() error {
 		}
 		if !slices.ContainsFunc(c.Gateway.PodCIDRs, func(p netip.Prefix) bool { return p.Contains(ip) }) {
 			return fmt.Errorf("pipeline: gateway address %v is in none of the pod CIDRs %v", ip, c.Gateway.PodCIDRs)
+		}
+	}
+	return c.Tunnel.validate(c)
+}
+
+// validate checks the tunnel against the rest of the configuration: it
+// needs a gateway (the pods' next hop) and no uplink, and its peers must
+// be unambiguous, since a packet's inner destination picks the peer and
+// its outer source vouches for its inner source.
+func (t Tunnel) validate(c Config) error {
+	if t.Port == 0 {
+		if len(t.Peers) > 0 {
+			return errors.New("pipeline: tunnel peers without a tunnel port")
+		}
+		return nil
+	}
+	switch {
+	case t.Port >= 0xff00:
+		return fmt.Errorf("pipeline: invalid tunnel port %d", t.Port)
+	case c.UplinkPort != 0:
+		return fmt.Errorf("pipeline: uplink port %d and tunnel port %d: a bridge has one or the other", c.UplinkPort, t.Port)
+	case c.Gateway.Port == 0:
+		return fmt.Errorf("pipeline: tunnel port %d without a gateway", t.Port)
+	case t.Port == c.Gateway.Port:
+		return fmt.Errorf("pipeline: tunnel and gateway on one port %d", t.Port)
+	}
+	endpoints, hosts := map[netip.Addr]string{}, map[netip.Addr]string{}
+	var cidrs []netip.Prefix
+	for _, p := range t.Peers {
+		if !p.IP.IsValid() || p.IP.Is4In6() || p.IP.Zone() != "" || p.IP.IsUnspecified() {
+			return fmt.Errorf("pipeline: tunnel peer %s: invalid endpoint %v", p.Node, p.IP)
+		}
+		if other, dup := endpoints[p.IP]; dup {
+			return fmt.Errorf("pipeline: tunnel peers %s and %s share endpoint %s", other, p.Node, p.IP)
+		}
+		endpoints[p.IP] = p.Node
+		for _, c := range p.PodCIDRs {
+			if !c.IsValid() || c.Masked() != c || c.Addr().Is4In6() || c.Addr().Zone() != "" {
+				return fmt.Errorf("pipeline: tunnel peer %s: invalid pod CIDR %v", p.Node, c)
+			}
+			for _, o := range cidrs {
+				if o.Overlaps(c) {
+					return fmt.Errorf("pipeline: tunnel peer %s: pod CIDR %s overlaps %s", p.Node, c, o)
+				}
+			}
+			cidrs = append(cidrs, c)
+		}
+		for _, ip := range p.HostIPs {
+			if !ip.IsValid() || ip.Is4In6() || ip.Zone() != "" || ip.IsUnspecified() {
+				return fmt.Errorf("pipeline: tunnel peer %s: invalid host address %v", p.Node, ip)
+			}
+			if other, dup := hosts[ip]; dup && other != p.Node {
+				return fmt.Errorf("pipeline: tunnel peers %s and %s share host address %s", other, p.Node, ip)
+			}
+			hosts[ip] = p.Node
 		}
 	}
 	return nil

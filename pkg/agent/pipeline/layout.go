@@ -75,6 +75,10 @@ const (
 	flagSrcShift = 0
 	SrcLocalPod  = 1
 	SrcUplink    = 2
+	// SrcTunnel: another node's pod or host, through the tunnel port. It
+	// shares the uplink's value: a bridge has one or the other, and both
+	// carry other nodes' traffic, whose egress policy ran at its source.
+	SrcTunnel = SrcUplink
 	// SrcGateway: the node's gateway port (the host: its own traffic, and
 	// everything the host routes to the pods, such as remote nodes' pods).
 	SrcGateway = 3
@@ -82,7 +86,10 @@ const (
 	flagDstShift = 2
 	DstLocalPod  = 1
 	DstUplink    = 2
-	DstGateway   = 3
+	// DstTunnel: another node's pod, through the tunnel port (the
+	// uplink's value, as SrcTunnel).
+	DstTunnel  = DstUplink
+	DstGateway = 3
 	// Bit 4: the packet skips the policy tables (replies and related packets
 	// of tracked connections, ARP, IPv6 neighbour discovery).
 	flagBypassBit = 4

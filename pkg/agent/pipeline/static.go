@@ -91,6 +91,9 @@ func StaticFlows(cfg Config, pods []LocalPod, synced bool, round uint8) []openfl
 		s.gateway(cfg.Gateway, cfg.CtZone, synced)
 		s.gatewaySources(cfg.Gateway, pods)
 	}
+	if cfg.Tunnel.Port != 0 {
+		s.tunnel(cfg.Tunnel, cfg.Gateway, pods, synced)
+	}
 	return s.out
 }
 
@@ -424,6 +427,78 @@ func (s *staticFlows) gateway(gw Gateway, zone uint16, synced bool) {
 			openflow.CT{Commit: true, Zone: zone, SetMark: &openflow.Masked{Value: CtMarkFromGateway, Mask: CtMarkBlocked | CtMarkFromGateway}, LabelFromRegs: ruleLabels}, goTo(HairpinSNAT))
 	}
 	s.output(gw.Port)
+}
+
+// tunnel adds encap mode's flows (see DESIGN.md, "Encap mode"), on top of
+// routed mode's: the tunnel port is classified (once synced); a packet
+// from it is accepted only from a known peer's endpoint (tun_src) with an
+// inner source in that peer's pod CIDRs, skips egress policy (it ran on the
+// source node) and goes to a local pod, with the MACs the gateway would
+// have given it had it routed the packet, or to the gateway; local pods'
+// and the gateway's packets for a peer's pod CIDR go into the tunnel to
+// that peer. Nothing from the tunnel goes back into it (no hairpin).
+// setTunDst sets the outer destination address the flow-based tunnel port
+// encapsulates the packet to: the peer node's endpoint.
+func setTunDst(ip netip.Addr) openflow.SetField {
+	if ip.Is4() {
+		return openflow.SetField{Field: openflow.FieldTunDst, Addr: ip}
+	}
+	return openflow.SetField{Field: openflow.FieldTunIPv6Dst, Addr: ip}
+}
+
+func (s *staticFlows) tunnel(t Tunnel, gw Gateway, pods []LocalPod, synced bool) {
+	if synced {
+		s.add(Classifier, PriorityNormal, openflow.Match{InPort: t.Port}, LoadSrc(SrcTunnel), goTo(SpoofGuard))
+	}
+	fromTunnel := flags(MatchSrc(SrcTunnel))
+	peers := append([]TunnelPeer(nil), t.Peers...)
+	sort.Slice(peers, func(i, j int) bool { return peers[i].IP.Less(peers[j].IP) })
+	for _, p := range peers {
+		for _, c := range p.PodCIDRs {
+			et := ethType(c.Addr())
+			// SpoofGuard: the peer vouches for its own pod CIDRs only.
+			s.add(SpoofGuard, PriorityNormal, openflow.Match{Regs: fromTunnel, TunSrc: p.IP, EthType: et, IPSrc: c}, goTo(Conntrack))
+			// Forwarding: the peer's pods, from local pods and from the
+			// host (its own traffic, and what it routes there: a
+			// Service's DNAT to a pod of that node).
+			for _, src := range []uint32{SrcLocalPod, SrcGateway} {
+				s.add(Forwarding, PriorityNormal-10, openflow.Match{Regs: flags(MatchSrc(src)), EthType: et, IPDst: c},
+					setTunDst(p.IP), toPort(t.Port), LoadDst(DstTunnel), goTo(IngressAdmin))
+			}
+		}
+		// The peer's host, by its InternalIPs: what it forwards with them
+		// as source (kube-proxy's masqueraded connections) is accepted,
+		// and local pods' replies go back through the tunnel, where the
+		// peer's conntrack undoes its NAT. A local pod's own connection
+		// to the peer's host goes out through the gateway (routed by the
+		// underlay).
+		for _, ip := range sortedAddrs(p.HostIPs) {
+			et := ethType(ip)
+			s.add(SpoofGuard, PriorityNormal, openflow.Match{Regs: fromTunnel, TunSrc: p.IP, EthType: et, IPSrc: hostPrefix(ip)}, goTo(Conntrack))
+			s.add(Forwarding, PriorityNormal-10, openflow.Match{Regs: flags(MatchSrc(SrcLocalPod)), CtState: ctState(ctRpl|ctTrk, ctRpl|ctTrk), EthType: et, IPDst: hostPrefix(ip)},
+				setTunDst(p.IP), toPort(t.Port), LoadDst(DstTunnel), goTo(IngressAdmin))
+		}
+	}
+	// From the tunnel to a local pod: the packet carries the sending
+	// node's MACs; the pod gets it as from its gateway.
+	for _, p := range pods {
+		for _, ip := range p.IPs {
+			s.add(Forwarding, PriorityNormal+10, openflow.Match{Regs: fromTunnel, EthType: ethType(ip), IPDst: hostPrefix(ip)},
+				openflow.SetField{Field: openflow.FieldEthSrc, MAC: gw.MAC}, openflow.SetEthDst{MAC: p.MAC}, toPort(p.OFPort), LoadDst(DstLocalPod), goTo(IngressAdmin))
+		}
+	}
+	// From the tunnel to the host: replies to its own connections to
+	// other nodes' pods (it sends them with a gateway address), and
+	// replies of connections that entered through the gateway (the host
+	// may have DNATed them to the peer's pod and must undo it).
+	for _, ip := range sortedAddrs(gw.IPs) {
+		s.add(Forwarding, PriorityNormal+10, openflow.Match{Regs: fromTunnel, EthType: ethType(ip), IPDst: hostPrefix(ip)},
+			openflow.SetEthDst{MAC: gw.MAC}, toPort(gw.Port), LoadDst(DstGateway), goTo(IngressAdmin))
+	}
+	fromGW := &openflow.Masked{Value: CtMarkFromGateway, Mask: CtMarkFromGateway}
+	s.add(Forwarding, PriorityHigh+10, openflow.Match{Regs: fromTunnel, CtState: ctState(ctRpl|ctTrk, ctRpl|ctTrk), CtMark: fromGW},
+		openflow.SetEthDst{MAC: gw.MAC}, toPort(gw.Port), LoadDst(DstGateway), goTo(IngressAdmin))
+	s.output(t.Port)
 }
 
 // gatewaySources adds SpoofGuard's flows for the gateway: which source

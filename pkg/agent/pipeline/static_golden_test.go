@@ -19,8 +19,8 @@ import (
 var update = flag.Bool("update", false, "rewrite testdata/static-flows.golden from StaticFlows")
 
 // staticCases are the node configurations the golden file pins: uplink
-// mode, routed mode with an IPv4, an IPv6 and a dual-stack gateway, a
-// bridge with neither, before and after the first sync, with IPv4-only,
+// mode, routed mode with an IPv4, an IPv6 and a dual-stack gateway, encap
+// mode (gateway and tunnel, with and without peers), a bridge with neither, before and after the first sync, with IPv4-only,
 // IPv6-only and dual-stack pods given out of port order.
 func staticCases() []struct {
 	name   string
@@ -56,6 +56,14 @@ func staticCases() []struct {
 		}
 		return g
 	}
+	// Two peers, given out of order: a dual-stack node with an IPv4
+	// endpoint and an IPv6-only node with an IPv6 endpoint.
+	tunnel := Tunnel{Port: 9, Peers: []TunnelPeer{
+		{Node: "n3", IP: netip.MustParseAddr("fd00:172:18::3"), PodCIDRs: []netip.Prefix{netip.MustParsePrefix("fd00:10:244:3::/64")},
+			HostIPs: []netip.Addr{netip.MustParseAddr("fd00:172:18::3")}},
+		{Node: "n2", IP: netip.MustParseAddr("172.18.0.2"), PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.2.0/24"), netip.MustParsePrefix("fd00:10:244:2::/64")},
+			HostIPs: []netip.Addr{netip.MustParseAddr("fd00:172:18::2"), netip.MustParseAddr("172.18.0.2")}},
+	}}
 	type c = struct {
 		name   string
 		cfg    Config
@@ -71,6 +79,9 @@ func staticCases() []struct {
 		{"gateway IPv4", Config{CtZone: 6, Gateway: gw("10.244.1.1")}, pods, true},
 		{"gateway IPv6", Config{CtZone: 6, Gateway: gw("fd00:10:244:1::1")}, pods, true},
 		{"gateway dual-stack", Config{CtZone: 6, Gateway: gw("fd00:10:244:1::1", "10.244.1.1")}, pods, true},
+		{"encap, before the first sync", Config{CtZone: 6, Gateway: gw("10.244.1.1", "fd00:10:244:1::1"), Tunnel: tunnel}, pods, false},
+		{"encap", Config{CtZone: 6, Gateway: gw("10.244.1.1", "fd00:10:244:1::1"), Tunnel: tunnel}, pods, true},
+		{"encap, no peers", Config{CtZone: 6, Gateway: gw("10.244.1.1"), Tunnel: Tunnel{Port: 9}}, pods, true},
 	}
 }
 

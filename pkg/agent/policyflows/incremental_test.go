@@ -190,17 +190,7 @@ func renderAll(fs []openflow.Flow) string {
 type bridge map[string]openflow.Flow
 
 func (br bridge) Apply(_ context.Context, b flowsync.Bundle) error {
-	for _, f := range b.Add {
-		br[f.Key()] = f
-	}
-	for _, f := range b.Modify {
-		old := br[f.Key()]
-		old.Actions = f.Actions
-		br[f.Key()] = old
-	}
-	for _, f := range b.Delete {
-		delete(br, f.Key())
-	}
+	b.ApplyTo(br)
 	return nil
 }
 

@@ -63,6 +63,22 @@ func (r *Realizer) Start(ctx context.Context) error {
 	return err
 }
 
+// SetTunnelPeers replaces the tunnel's peers (nodes joining, leaving or
+// moving); the next Update installs the change with everything else in
+// one bundle. The tunnel port, like the uplink and the gateway, is fixed
+// per realizer.
+func (r *Realizer) SetTunnelPeers(peers []pipeline.TunnelPeer) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cfg := r.cfg
+	cfg.Tunnel.Peers = peers
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	r.cfg = cfg
+	return nil
+}
+
 // Round is the cookie round of this run.
 func (r *Realizer) Round() uint8 {
 	r.mu.Lock()

@@ -41,11 +41,16 @@ type Options struct {
 	// VswitchdCtl is ovs-vswitchd's control socket, for traces; empty:
 	// found through its pidfile in the OVSDB socket's directory.
 	VswitchdCtl string
-	// NodeNetNS is the node's network namespace for the noEncap node
-	// network (gateway interface, routes, forwarding); empty: the agent's
-	// own, as in a DaemonSet with hostNetwork. Tests run several nodes in
-	// one process with it.
+	// NodeNetNS is the node's network namespace for the noEncap and encap
+	// node networks (gateway interface, routes, forwarding, the underlay);
+	// empty: the agent's own, as in a DaemonSet with hostNetwork. Tests
+	// run several nodes in one process with it.
 	NodeNetNS string
+	// KeepUnderlay leaves the node's address on the underlay bridge when
+	// the agent stops, as an agent that crashed would (tests of the
+	// restore at start). A real agent moves it back (RevertUnderlay): it
+	// stops with its pod, whose OVS stops too.
+	KeepUnderlay bool
 	// RetryInterval between attempts after a failed realization (default
 	// 2s); CheckInterval between checks that the bridge still holds the
 	// flows (default 10s).
@@ -61,7 +66,8 @@ type Agent struct {
 	m    *agentMetrics
 
 	ovs     *ovsDatapath      // nil with datapath none
-	nodenet *nodenet.Manager  // noEncap node network only
+	nodenet *nodenet.Manager  // noEncap and encap node networks only
+	podMTU  int               // of the pods and the gateway (nodenet.PodMTU)
 	none    *nodatapath.Agent // set with datapath none
 	client  *client.Client
 
@@ -183,20 +189,55 @@ func (a *Agent) Run(ctx context.Context) error {
 			return err
 		}
 		defer d.close()
+		if underlay := a.underlayBridge(); underlay != "" && !a.opts.KeepUnderlay {
+			// Deferred after d.close, so it runs before it, and after the
+			// node network stopped: a stopping agent is a stopping pod,
+			// whose OVS stops too, and the node must keep its network
+			// (the next agent moves it again; see RevertUnderlay).
+			defer func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				if err := nodenet.RevertUnderlay(ctx, d.db, underlay, a.opts.NodeNetNS, a.log); err != nil {
+					a.log.Error("moving the node's interface back from the underlay bridge", "err", err)
+				}
+			}()
+		}
 		a.mu.Lock()
 		a.ovs = d
 		a.mu.Unlock()
 		a.m.reg.MustRegister(metrics.NewCollector(realizerSource{d}))
-		if a.cfg.ServiceProxy.Enabled {
-			if err := a.runServiceProxy(ctx, d); err != nil {
-				return err
+		if a.underlayBridge() == "" {
+			// A previous configuration's underlay (encap on the userspace
+			// datapath) is moved back: this one has none.
+			if err := nodenet.RevertUnderlay(ctx, d.db, a.cfg.NodeNetwork.UnderlayBridge, a.opts.NodeNetNS, a.log); err != nil {
+				a.log.Error("moving the node's interface back from the underlay bridge", "err", err)
 			}
 		}
-		if a.cfg.NodeNetwork.Mode == config.NodeNetworkNoEncap {
-			nm, err := a.nodeNetwork(d)
+		if a.cfg.NodeNetwork.Mode != config.NodeNetworkUplink {
+			kube, err := a.kube()
+			if err != nil {
+				return fmt.Errorf("node network %s: %w", a.cfg.NodeNetwork.Mode, err)
+			}
+			if underlay := a.underlayBridge(); underlay != "" {
+				// Before anything that needs the API server: on a node
+				// whose ovs-vswitchd restarted the node's address is gone
+				// with the underlay bridge's interface, and with it the
+				// way to the API server.
+				if err := nodenet.RestoreUnderlay(ctx, d.db, underlay, a.opts.NodeNetNS, a.log); err != nil {
+					a.log.Warn("restoring the underlay; the node network retries", "err", err)
+				}
+			}
+			// Before the node network creates anything: an encap node
+			// whose pod MTU cannot work does not start (its bridge holds
+			// the pipeline of no pod until then).
+			if a.podMTU, err = a.startMTU(ctx, kube); err != nil || ctx.Err() != nil {
+				return err
+			}
+			nm, err := a.nodeNetwork(d, kube)
 			if err != nil {
 				return err
 			}
+			d.setOnFlowsLost(nm.Trigger)
 			a.mu.Lock()
 			a.nodenet = nm
 			a.mu.Unlock()
@@ -208,6 +249,13 @@ func (a *Agent) Run(ctx context.Context) error {
 				}
 			}()
 			defer func() { cancel(); <-nmDone }()
+		}
+		// After the node network's start: with an underlay bridge the way
+		// to the API server is back only once RestoreUnderlay ran.
+		if a.cfg.ServiceProxy.Enabled {
+			if err := a.runServiceProxy(ctx, d); err != nil {
+				return err
+			}
 		}
 	}
 
@@ -227,17 +275,49 @@ func (a *Agent) Run(ctx context.Context) error {
 	return err
 }
 
-// nodeNetwork sets up the noEncap node network: pkg/agent/nodenet keeps
-// the gateway port and the routes to other nodes, and hands the gateway to
-// the datapath, which rebuilds its pipeline with it.
-func (a *Agent) nodeNetwork(d *ovsDatapath) (*nodenet.Manager, error) {
-	kube, err := a.kube()
-	if err != nil {
-		return nil, fmt.Errorf("node network %s: %w", a.cfg.NodeNetwork.Mode, err)
+// startMTU works out the pods' MTU (nodenet.PodMTU) from the local Node,
+// waiting (and retrying) until the Node has pod CIDRs and an InternalIP.
+// A configuration that cannot work (the MTU does not fit the underlay or
+// is below the pods' families' minimum) is an error: the agent stops
+// before creating anything, and tierflow-install-cni refuses the same.
+// Outside encap mode it is cni.mtu as configured.
+func (a *Agent) startMTU(ctx context.Context, kube kubernetes.Interface) (int, error) {
+	if a.cfg.NodeNetwork.Mode != config.NodeNetworkEncap {
+		return a.cfg.CNI.MTU, nil
 	}
-	return nodenet.New(nodenet.Options{
+	backoff := a.opts.RetryInterval
+	for {
+		local, err := nodenet.GetNode(ctx, kube, a.cfg.NodeName)
+		if err == nil {
+			// The kubelet reports the addresses: wait for them too.
+			_, err = nodenet.TunnelEndpoint(local)
+		}
+		if err == nil {
+			mtu, err := nodenet.PodMTU(a.cfg, local, a.opts.NodeNetNS)
+			if err != nil {
+				return 0, err
+			}
+			a.log.Info("pod MTU", "mtu", mtu, "tunnelType", a.cfg.NodeNetwork.TunnelType)
+			return mtu, nil
+		}
+		a.log.Warn("waiting for the local Node's pod CIDRs and InternalIP", "err", err, "in", backoff)
+		select {
+		case <-ctx.Done():
+			return 0, nil
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 10*time.Second)
+	}
+}
+
+// nodeNetwork sets up the noEncap or encap node network: pkg/agent/nodenet
+// keeps the gateway port, the routes to other nodes and (encap) the tunnel
+// and its peers, and hands gateway and tunnel to the datapath, which
+// rebuilds its pipeline with them.
+func (a *Agent) nodeNetwork(d *ovsDatapath, kube kubernetes.Interface) (*nodenet.Manager, error) {
+	o := nodenet.Options{
 		Kube: kube, NodeName: a.cfg.NodeName, OVSDB: d.db, Bridge: a.cfg.BridgeName,
-		GatewayName: a.cfg.NodeNetwork.GatewayName, MTU: a.cfg.CNI.MTU, NetNS: a.opts.NodeNetNS,
+		GatewayName: a.cfg.NodeNetwork.GatewayName, MTU: a.podMTU, NetNS: a.opts.NodeNetNS,
 		Masquerade:             a.cfg.NodeNetwork.Masquerade,
 		KubeProxyMasqueradeBit: a.cfg.NodeNetwork.KubeProxyMasqueradeBit,
 		// The gateway openOVS adopted: the pipeline already has it.
@@ -247,12 +327,30 @@ func (a *Agent) nodeNetwork(d *ovsDatapath) (*nodenet.Manager, error) {
 			d.setGateway(gw)
 			a.requestRealize()
 		},
-	})
+	}
+	if a.cfg.NodeNetwork.Mode == config.NodeNetworkEncap {
+		o.Encap = &nodenet.EncapOptions{TunnelType: a.cfg.NodeNetwork.TunnelType,
+			OnTunnel: func(t pipeline.Tunnel) {
+				d.setTunnel(t)
+				a.requestRealize()
+			}}
+		o.Encap.UnderlayBridge = a.underlayBridge()
+	}
+	return nodenet.New(o)
+}
+
+// underlayBridge is the encap node network's underlay bridge: only OVS's
+// userspace datapath tunnels through one ("": none).
+func (a *Agent) underlayBridge() string {
+	if a.cfg.NodeNetwork.Mode == config.NodeNetworkEncap && a.cfg.DatapathType == config.DatapathNetdev {
+		return a.cfg.NodeNetwork.UnderlayBridge
+	}
+	return ""
 }
 
 // kube returns the agent's Kubernetes client (built once): the kubeconfig
 // of the configuration, else the in-cluster service account. Only the
-// noEncap node network (Nodes), the Service proxy (Services,
+// noEncap and encap node networks (Nodes), the Service proxy (Services,
 // EndpointSlices, Nodes) and the metrics port's authorization
 // (TokenReview, SubjectAccessReview) use it.
 func (a *Agent) kube() (kubernetes.Interface, error) {

@@ -18,11 +18,20 @@
 //     run's flows those keep enforcing until the first state replaces them
 //     atomically; on a fresh bridge a pipeline that classifies no pod is
 //     installed (no pod traffic before the first complete state). In
-//     noEncap mode the realizer starts with the gateway a previous run
-//     left (nodenet.AdoptGateway): the first realization must not drop
-//     the gateway's flows while the Node informer syncs, or for as long
-//     as the API server is unreachable.
-//  3. Run the distribution client. It first loads the saved state and
+//     noEncap and encap modes the realizer starts with the gateway a
+//     previous run left (nodenet.AdoptGateway): the first realization must
+//     not drop the gateway's flows while the Node informer syncs, or for as
+//     long as the API server is unreachable.
+//  3. The noEncap and encap node networks (pkg/agent/nodenet): with the
+//     userspace datapath in encap mode, first put back from OVSDB what the
+//     agent had moved onto the underlay bridge (the node's address may be
+//     its way to the API server); in encap mode read the local Node (retrying
+//     until it has pod CIDRs and an InternalIP) and work out the pod MTU,
+//     returning an error (the agent stops, NotReady) when it cannot work;
+//     then start the node network (gateway, routes or tunnel). Until the
+//     Node is read the distribution client does not start: the bridge
+//     keeps a previous run's flows, or passes no pod traffic.
+//  4. Run the distribution client. It first loads the saved state and
 //     applies it as a complete state, before dialling the controller, so an
 //     agent (re)starting while the controller is down enforces the last
 //     state it received. Then it streams snapshot and deltas; every update

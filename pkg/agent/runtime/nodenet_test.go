@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -87,15 +88,15 @@ func newNoEncapBed(t *testing.T) *noEncapBed {
 	// Node objects as kube-controller-manager and the kubelet leave them.
 	for _, n := range nodes {
 		n.tokenDir = c.AddNode(t, n.name)
-		setNode(t, c, n.name, n.podCIDRs, n.ip4.Addr(), n.ip6.Addr())
+		c.SetNode(t, n.name, n.podCIDRs, n.ip4.Addr(), n.ip6.Addr())
 		agentCfg := config.DefaultAgent()
 		agentCfg.BridgeName = n.br.Name
 		agentCfg.OVSDBSocket = n.env.DBSocketPath()
-		conf, err := cniinstall.Conflist(&agentCfg, n.podCIDRs)
+		conf, err := cniinstall.PluginConf(&agentCfg, n.podCIDRs, filepath.Join(c.Dir, n.name+"-ipam"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		n.cniConf = pluginConf(t, conf, filepath.Join(c.Dir, n.name+"-ipam"))
+		n.cniConf = conf
 	}
 	return bed
 }
@@ -474,33 +475,11 @@ func mustRun(t *testing.T, args ...string) {
 	}
 }
 
-// setNode gives a Node its pod CIDRs and InternalIPs.
-func setNode(t *testing.T, c *livecluster.Cluster, name string, podCIDRs []string, ips ...netip.Addr) {
-	t.Helper()
-	ctx := context.Background()
-	nodes := c.Kube.Kube.CoreV1().Nodes()
-	n, err := nodes.Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.Spec.PodCIDR, n.Spec.PodCIDRs = podCIDRs[0], podCIDRs
-	if n, err = nodes.Update(ctx, n, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	n.Status.Addresses = nil
-	for _, ip := range ips {
-		n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: ip.String()})
-	}
-	if _, err := nodes.UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // agentKubeconfig applies the agent's RBAC from manifests/tierflow.yaml
 // and returns a kubeconfig authenticating as the agent's service account
 // (a client certificate with its user name), so the agents run with
 // exactly the permissions a cluster gives them.
-func agentKubeconfig(t *testing.T, c *livecluster.Cluster) string {
+func agentKubeconfig(t testing.TB, c *livecluster.Cluster) string {
 	t.Helper()
 	return c.Kube.ServiceAccountKubeconfig(t, livecluster.AgentNamespace, livecluster.AgentSA, "tierflow-agent", c.Dir)
 }
@@ -515,29 +494,6 @@ func buildCNI(t *testing.T) string {
 		t.Fatalf("building tierflow-cni and host-local: %v\n%s", err, out)
 	}
 	return dir
-}
-
-// pluginConf turns the conflist tierflow-install-cni writes into the
-// single plugin configuration a runtime passes to tierflow-cni, with the
-// IPAM state in dataDir (one per simulated node).
-func pluginConf(t *testing.T, conflist []byte, dataDir string) []byte {
-	t.Helper()
-	var list struct {
-		CNIVersion string           `json:"cniVersion"`
-		Name       string           `json:"name"`
-		Plugins    []map[string]any `json:"plugins"`
-	}
-	if err := json.Unmarshal(conflist, &list); err != nil || len(list.Plugins) != 1 {
-		t.Fatalf("conflist %s: %v", conflist, err)
-	}
-	p := list.Plugins[0]
-	p["cniVersion"], p["name"] = list.CNIVersion, list.Name
-	p["ipam"].(map[string]any)["dataDir"] = dataDir
-	out, err := json.Marshal(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
 }
 
 // attachPod does what the kubelet and container runtime do for a new
@@ -667,7 +623,13 @@ func outsideNetwork(t *testing.T, n *simNode) *outsideNet {
 	mustRun(t, "ip", "-n", ns, "addr", "add", "192.168.78.2/24", "dev", "eth0")
 	mustRun(t, "ip", "-n", ns, "link", "set", "eth0", "up")
 	mustRun(t, "ip", "-n", ns, "link", "set", "lo", "up")
-	o := &outsideNet{netns: ns, addr: netip.MustParseAddrPort("192.168.78.2:9090")}
+	return listenIn(t, ns, "192.168.78.2:9090")
+}
+
+// listenIn serves TCP echo at addr in network namespace ns.
+func listenIn(t *testing.T, ns, addr string) *outsideNet {
+	t.Helper()
+	o := &outsideNet{netns: ns, addr: netip.MustParseAddrPort(addr)}
 	serveEcho(t, "/run/netns/"+ns, o.addr.String(), func(from netip.Addr) {
 		o.mu.Lock()
 		o.seen = append(o.seen, from)
@@ -701,11 +663,8 @@ func serveEcho(t *testing.T, netnsPath, addr string, seen func(netip.Addr)) {
 			}
 			go func() {
 				defer conn.Close()
-				buf := make([]byte, 256)
 				_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
-				if n, err := conn.Read(buf); err == nil {
-					_, _ = conn.Write(buf[:n])
-				}
+				_, _ = io.Copy(conn, io.LimitReader(conn, 256))
 			}()
 		}
 	}()

@@ -40,8 +40,9 @@ type ovsDatapath struct {
 	of      *openflow.Client
 	inst    *recordingInstaller
 
-	// routed: noEncap node network, where the bridge has a gateway and no
-	// uplink (an interface marked as uplink is ignored).
+	// routed: noEncap or encap node network, where the bridge has a
+	// gateway (and in encap a tunnel) and no uplink (an interface marked
+	// as uplink is ignored).
 	routed bool
 
 	mu sync.Mutex
@@ -53,10 +54,18 @@ type ovsDatapath struct {
 	gateway pipeline.Gateway
 	// wantGateway is the gateway pkg/agent/nodenet has ready (routed mode).
 	wantGateway pipeline.Gateway
+	// tunnel and wantTunnel: the tunnel r was built for (its port; peers
+	// change without a new realizer) and the one nodenet has ready
+	// (encap).
+	tunnel, wantTunnel pipeline.Tunnel
 	// pods is the port classification of the last realization;
 	// admission what was written to each pod port's external_ids.
 	pods      []agentquery.Pod
 	admission map[string]string
+	// onFlowsLost is called when ovs-vswitchd lost the bridge's flows
+	// (it restarted): the node network resyncs (re-created internal ports
+	// come back without addresses).
+	onFlowsLost func()
 
 	// The Service proxy (nil compiler: disabled): its last input, kept
 	// for a new realizer, and its last installed output.
@@ -65,8 +74,14 @@ type ovsDatapath struct {
 	svcOut  *proxy.Output
 }
 
+func (d *ovsDatapath) setOnFlowsLost(f func()) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.onFlowsLost = f
+}
+
 // openOVS ensures the bridge, starts watching its ports (onPorts is called
-// on every change) and starts the realizer. In routed mode (noEncap) the
+// on every change) and starts the realizer. In routed mode (noEncap, encap) the
 // realizer starts with the gateway a previous run left on the node
 // (nodenet.AdoptGateway), so that a restarted agent's first realization
 // keeps the node's pods connected; without one it starts without a
@@ -75,7 +90,7 @@ type ovsDatapath struct {
 func openOVS(ctx context.Context, o *Options, log *slog.Logger, m *agentMetrics, onPorts func()) (*ovsDatapath, error) {
 	cfg := o.Config
 	d := &ovsDatapath{node: cfg.NodeName, bridge: cfg.BridgeName, zone: o.CtZone, log: log, m: m,
-		routed: cfg.NodeNetwork.Mode == config.NodeNetworkNoEncap}
+		routed: cfg.NodeNetwork.Mode != config.NodeNetworkUplink}
 	var ofOpts openflow.Options
 	if cfg.ServiceProxy.Enabled {
 		d.svcComp = proxy.NewCompiler(cfg.NodeName, o.CtZone)
@@ -111,6 +126,12 @@ func openOVS(ctx context.Context, o *Options, log *slog.Logger, m *agentMetrics,
 			// Asynchronous: Replay takes the realizer's lock, which an
 			// Update blocked on this very connection may hold.
 			go d.replay()
+			d.mu.Lock()
+			lost := d.onFlowsLost
+			d.mu.Unlock()
+			if lost != nil {
+				lost()
+			}
 		}
 		return nil
 	}
@@ -130,7 +151,8 @@ func openOVS(ctx context.Context, o *Options, log *slog.Logger, m *agentMetrics,
 	if d.routed {
 		d.wantGateway = adoptGateway(o, db, log)
 	}
-	if err := d.startRealizer(ctx, uplink, d.wantGateway); err != nil {
+	// The tunnel comes from the node network, once it knows the peers.
+	if err := d.startRealizer(ctx, uplink, d.wantGateway, pipeline.Tunnel{}); err != nil {
 		d.close()
 		return nil, err
 	}
@@ -150,10 +172,10 @@ func adoptGateway(o *Options, db *ovsdb.Client, log *slog.Logger) pipeline.Gatew
 	return gw
 }
 
-// startRealizer replaces the realizer by one for uplink port uplink and
-// gateway gw. Called with d.mu held or before d is shared.
-func (d *ovsDatapath) startRealizer(ctx context.Context, uplink uint32, gw pipeline.Gateway) error {
-	pc := pipeline.Config{UplinkPort: uplink, CtZone: d.zone, Gateway: gw}
+// startRealizer replaces the realizer by one for uplink port uplink,
+// gateway gw and tunnel t. Called with d.mu held or before d is shared.
+func (d *ovsDatapath) startRealizer(ctx context.Context, uplink uint32, gw pipeline.Gateway, t pipeline.Tunnel) error {
+	pc := pipeline.Config{UplinkPort: uplink, CtZone: d.zone, Gateway: gw, Tunnel: t}
 	if err := pc.Validate(); err != nil {
 		return err
 	}
@@ -162,9 +184,17 @@ func (d *ovsDatapath) startRealizer(ctx context.Context, uplink uint32, gw pipel
 		d.m.ofErrors.WithLabelValues("start").Inc()
 		return fmt.Errorf("starting the realizer on %s: %w", d.bridge, err)
 	}
-	d.r, d.uplink, d.gateway = r, uplink, gw
-	d.log.Info("realizer started", "round", r.Round(), "uplinkPort", uplink, "gatewayPort", gw.Port, "gatewayIPs", gw.IPs)
+	d.r, d.uplink, d.gateway, d.tunnel = r, uplink, gw, t
+	d.log.Info("realizer started", "round", r.Round(), "uplinkPort", uplink, "gatewayPort", gw.Port, "gatewayIPs", gw.IPs, "tunnelPort", t.Port)
 	return nil
+}
+
+// setTunnel records the tunnel nodenet made ready; the next realization
+// installs it.
+func (d *ovsDatapath) setTunnel(t pipeline.Tunnel) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.wantTunnel = t
 }
 
 // setGateway records the gateway nodenet made ready; the next
@@ -227,10 +257,16 @@ func (d *ovsDatapath) realize(ctx context.Context, st *wire.NodeState) ([]string
 	if err != nil {
 		return nil, nil, err
 	}
-	if uplink != d.uplink || !d.gateway.Equal(d.wantGateway) || d.r == nil {
-		d.log.Info("uplink or gateway port changed; restarting the realizer", "oldUplink", d.uplink, "uplink", uplink,
-			"oldGateway", d.gateway.Port, "gateway", d.wantGateway.Port)
-		if err := d.startRealizer(ctx, uplink, d.wantGateway); err != nil {
+	// A tunnel needs the gateway: until both are ready the pipeline has
+	// neither the tunnel nor its peers.
+	tunnel := d.wantTunnel
+	if d.wantGateway.Port == 0 {
+		tunnel = pipeline.Tunnel{}
+	}
+	if uplink != d.uplink || !d.gateway.Equal(d.wantGateway) || tunnel.Port != d.tunnel.Port || d.r == nil {
+		d.log.Info("uplink, gateway or tunnel port changed; restarting the realizer", "oldUplink", d.uplink, "uplink", uplink,
+			"oldGateway", d.gateway.Port, "gateway", d.wantGateway.Port, "oldTunnel", d.tunnel.Port, "tunnel", tunnel.Port)
+		if err := d.startRealizer(ctx, uplink, d.wantGateway, tunnel); err != nil {
 			return nil, nil, err
 		}
 		// The Service flows first (the new round's), so the adopting
@@ -238,6 +274,11 @@ func (d *ovsDatapath) realize(ctx context.Context, st *wire.NodeState) ([]string
 		if _, err := d.applyServicesLocked(ctx); err != nil {
 			d.log.Error("service proxy: realization on the new realizer failed", "err", err)
 		}
+	} else if !slices.EqualFunc(d.tunnel.Peers, tunnel.Peers, samePeer) {
+		if err := d.r.SetTunnelPeers(tunnel.Peers); err != nil {
+			return nil, nil, err
+		}
+		d.tunnel = tunnel
 	}
 	local, pods := classifyPorts(ports, namedPorts(st), st.Pods)
 	d.pods = pods
@@ -326,6 +367,10 @@ func (d *ovsDatapath) ports() ([]ovsdb.PortInfo, uint32, error) {
 		out = append(out, p)
 	}
 	return out, uplink, nil
+}
+
+func samePeer(a, b pipeline.TunnelPeer) bool {
+	return a.Node == b.Node && a.IP == b.IP && slices.Equal(a.PodCIDRs, b.PodCIDRs)
 }
 
 // pod returns the port of a local pod.

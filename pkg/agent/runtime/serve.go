@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/tierflow/tierflow/pkg/config"
 	"github.com/tierflow/tierflow/pkg/kubeauth"
 	"github.com/tierflow/tierflow/pkg/queryapi/agentquery"
 )
@@ -219,7 +220,7 @@ func (a *Agent) queryHandler() http.Handler {
 			return
 		}
 		req.Port = port
-		out, err := d.trace(r.Context(), a.opts.VswitchdCtl, ovsRundir(a.cfg.OVSDBSocketPath()), req)
+		out, err := d.trace(r.Context(), a.opts.VswitchdCtl, ovsRundir(a.cfg.OVSDBSocketPath()), a.tunnelEndpoint(), req)
 		if err != nil {
 			writeError(w, http.StatusBadRequest, err.Error())
 			return
@@ -228,6 +229,18 @@ func (a *Agent) queryHandler() http.Handler {
 	})
 	a.registerOVSTools(mux)
 	return mux
+}
+
+// tunnelEndpoint is the node's own tunnel address (invalid outside encap
+// mode, or before it is known).
+func (a *Agent) tunnelEndpoint() netip.Addr {
+	a.mu.Lock()
+	nm := a.nodenet
+	a.mu.Unlock()
+	if nm == nil {
+		return netip.Addr{}
+	}
+	return nm.Status().Endpoint
 }
 
 // needOVS returns the OVS datapath, or answers why there is none.
@@ -272,13 +285,27 @@ func (a *Agent) status() agentquery.Status {
 	a.mu.Unlock()
 	if nm != nil {
 		ns := nm.Status()
-		st.NodeNetwork = &agentquery.NodeNetwork{GatewayPort: ns.Gateway.Port, Error: ns.Error, NodeErrors: ns.NodeErrors}
+		nn := &agentquery.NodeNetwork{Mode: a.cfg.NodeNetwork.Mode, PodMTU: a.podMTU, GatewayPort: ns.Gateway.Port, Error: ns.Error, NodeErrors: ns.NodeErrors}
 		for _, ip := range ns.Gateway.IPs {
-			st.NodeNetwork.GatewayIPs = append(st.NodeNetwork.GatewayIPs, ip.String())
+			nn.GatewayIPs = append(nn.GatewayIPs, ip.String())
 		}
 		for _, r := range ns.Routes {
-			st.NodeNetwork.Routes = append(st.NodeNetwork.Routes, r.String())
+			nn.Routes = append(nn.Routes, r.String())
 		}
+		if a.cfg.NodeNetwork.Mode == config.NodeNetworkEncap {
+			nn.TunnelType, nn.TunnelPort = a.cfg.NodeNetwork.TunnelType, ns.Tunnel.Port
+			if ns.Endpoint.IsValid() {
+				nn.TunnelEndpoint = ns.Endpoint.String()
+			}
+			for _, p := range ns.Tunnel.Peers {
+				peer := p.Node + " " + p.IP.String()
+				for _, c := range p.PodCIDRs {
+					peer += " " + c.String()
+				}
+				nn.TunnelPeers = append(nn.TunnelPeers, peer)
+			}
+		}
+		st.NodeNetwork = nn
 	}
 	if a.client != nil {
 		st.ControllerConnected = a.client.Connected()

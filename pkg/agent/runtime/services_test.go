@@ -56,15 +56,14 @@ func TestServiceProxyNoEncap(t *testing.T) {
 	}
 	for _, n := range nodes {
 		n.tokenDir = c.AddNode(t, n.name)
-		setNode(t, c, n.name, n.podCIDRs, n.ip4.Addr())
+		c.SetNode(t, n.name, n.podCIDRs, n.ip4.Addr())
 		agentCfg := config.DefaultAgent()
 		agentCfg.BridgeName = n.br.Name
 		agentCfg.OVSDBSocket = n.env.DBSocketPath()
-		conf, err := cniinstall.Conflist(&agentCfg, n.podCIDRs)
-		if err != nil {
+		var err error
+		if n.cniConf, err = cniinstall.PluginConf(&agentCfg, n.podCIDRs, filepath.Join(c.Dir, n.name+"-ipam")); err != nil {
 			t.Fatal(err)
 		}
-		n.cniConf = pluginConf(t, conf, filepath.Join(c.Dir, n.name+"-ipam"))
 	}
 	// Agents first: tierflow-cni ADD waits until the agent admits the pod.
 	ctrl := c.StartController(t)

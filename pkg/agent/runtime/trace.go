@@ -22,8 +22,12 @@ const placeholderMAC = "02:00:00:00:00:01"
 // trace runs ovs-vswitchd's ofproto/trace for a new connection through
 // this bridge and names the rules whose flows it went through. Conntrack
 // is simulated as a new connection at each recirculation (the state a
-// first packet sees).
-func (d *ovsDatapath) trace(ctx context.Context, ctl, rundir string, req agentquery.TraceRequest) (agentquery.Trace, error) {
+// first packet sees). A source that is no local pod arrives from the
+// uplink; in encap mode from the tunnel, with the tunnel metadata it would
+// carry (tun_src: the endpoint of the node whose pod CIDR holds it; tun_dst:
+// local, this node's), when a peer's pod CIDR holds it, else from the
+// gateway (the host, or what it routes in).
+func (d *ovsDatapath) trace(ctx context.Context, ctl, rundir string, local netip.Addr, req agentquery.TraceRequest) (agentquery.Trace, error) {
 	dst, err := netip.ParseAddr(req.Dst)
 	if err != nil {
 		return agentquery.Trace{}, fmt.Errorf("dst %q: want an IP address", req.Dst)
@@ -54,6 +58,7 @@ func (d *ovsDatapath) trace(ctx context.Context, ctl, rundir string, req agentqu
 	}
 	var inPort uint32
 	var srcIP netip.Addr
+	var tunnel string // tunnel metadata of a packet from the tunnel
 	srcMAC := placeholderMAC
 	if ns, name, isPod := strings.Cut(req.Src, "/"); isPod {
 		p, ok := d.pod(ns, name)
@@ -71,7 +76,7 @@ func (d *ovsDatapath) trace(ctx context.Context, ctl, rundir string, req agentqu
 			return agentquery.Trace{}, fmt.Errorf("src pod %s has no address of %s's family", req.Src, dst)
 		}
 	} else {
-		// An address elsewhere: the packet arrives from the uplink.
+		// An address elsewhere: the packet arrives from another node.
 		if srcIP, err = netip.ParseAddr(req.Src); err != nil {
 			return agentquery.Trace{}, fmt.Errorf("src %q: want NAMESPACE/POD or an IP address", req.Src)
 		}
@@ -79,10 +84,19 @@ func (d *ovsDatapath) trace(ctx context.Context, ctl, rundir string, req agentqu
 		if srcIP.Is4() != dst.Is4() {
 			return agentquery.Trace{}, fmt.Errorf("src %s and dst %s are of different families", srcIP, dst)
 		}
-		if uplink == 0 {
-			return agentquery.Trace{}, fmt.Errorf("src %s is not a local pod and this bridge has no uplink", srcIP)
+		d.mu.Lock()
+		tun, gw := d.tunnel, d.gateway
+		d.mu.Unlock()
+		switch peer, ok := tunnelPeerOf(tun, srcIP); {
+		case uplink != 0:
+			inPort = uplink
+		case ok && local.IsValid():
+			inPort, tunnel = tun.Port, ovsctl.TunnelFields(peer.IP, local)
+		case gw.Port != 0:
+			inPort = gw.Port
+		default:
+			return agentquery.Trace{}, fmt.Errorf("src %s is not a local pod and this bridge has no uplink, tunnel or gateway", srcIP)
 		}
-		inPort = uplink
 	}
 	src, dstField := "nw_src", "nw_dst"
 	if dst.Is6() {
@@ -93,6 +107,9 @@ func (d *ovsDatapath) trace(ctx context.Context, ctl, rundir string, req agentqu
 		spec = fmt.Sprintf("in_port=%d,dl_src=%s,dl_dst=%s,%s6", inPort, srcMAC, dstMAC, l4)
 	}
 	spec += fmt.Sprintf(",%s=%s,%s=%s,%s_dst=%d", src, srcIP, dstField, dst, l4, req.Port)
+	if tunnel != "" {
+		spec = tunnel + "," + spec
+	}
 
 	out, err := ovsctl.Run(ctx, ovsEnv(rundir), "ovs-appctl", ovsctl.TraceArgs(vswitchdTarget(ctl), d.bridge, spec)...)
 	if err != nil {
@@ -113,6 +130,18 @@ func (d *ovsDatapath) trace(ctx context.Context, ctl, rundir string, req agentqu
 	}
 	traceVerdict(&res, tr, d.bridge)
 	return res, nil
+}
+
+// tunnelPeerOf finds the tunnel peer whose pod CIDRs hold ip.
+func tunnelPeerOf(t pipeline.Tunnel, ip netip.Addr) (pipeline.TunnelPeer, bool) {
+	for _, p := range t.Peers {
+		for _, c := range p.PodCIDRs {
+			if c.Contains(ip) {
+				return p, true
+			}
+		}
+	}
+	return pipeline.TunnelPeer{}, false
 }
 
 // traceVerdict fills what a trace says of the packet on bridge, where it

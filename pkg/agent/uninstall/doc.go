@@ -12,6 +12,12 @@
 //
 // What it removes, in order:
 //
+//   - in encap mode with the userspace datapath, the node's addresses and
+//     routes on the underlay bridge's device (tierflow-phy0): moved back
+//     to the network interface they came from, as the bridge's record in
+//     OVS's database file says (pkg/agent/nodenet.RevertUnderlayHost). A
+//     stopping agent does that itself; one that crashed or was killed
+//     leaves them there, on a device OVS no longer serves;
 //   - the routes of protocol 0x54 and the nat chain TIERFLOW-POSTROUTING
 //     with its jump, IPv4 and IPv6 (pkg/agent/nodenet.Cleanup);
 //   - the ports tierflow's OVS created on the host: the bridge's own

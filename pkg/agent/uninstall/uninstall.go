@@ -79,6 +79,9 @@ func Run(ctx context.Context, o Options) ([]string, error) {
 	if err != nil {
 		errs = append(errs, err)
 	}
+	// The node's addresses before anything else: with them on the
+	// underlay bridge's device, deleted below, the node would have none.
+	step(revertUnderlay(ctx, o))
 	// Routes first: those via the gateway would go with it, unreported.
 	step(nodenet.Cleanup(o.NetNS))
 	owned := ownedDevices(o.Agent, ifaces)
@@ -137,6 +140,35 @@ func ovsInterfaces(ctx context.Context, db string) ([]ovsctl.Interface, error) {
 		return nil, fmt.Errorf("reading tierflow's OVS database: %w", err)
 	}
 	return ovsctl.ParseQueryInterfaces(out)
+}
+
+// revertUnderlay moves the node's addresses and routes back from the
+// underlay bridge's device to the network interface they came from (encap
+// mode with the userspace datapath), as the bridge's record in the
+// database file says. A stopping agent does that itself; after one that
+// crashed or was killed the node's addresses are still on the bridge's
+// device, which OVS no longer serves.
+func revertUnderlay(ctx context.Context, o Options) ([]string, error) {
+	bridge := o.Agent.NodeNetwork.UnderlayBridge
+	if o.OVSDatabase == "" || bridge == "" {
+		return nil, nil
+	}
+	if _, err := os.Stat(o.OVSDatabase); errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	out, err := ovsctl.Run(ctx, nil, "ovsdb-tool", ovsctl.QueryBridgeExternalIDsArgs(o.OVSDatabase, bridge)...)
+	if err != nil {
+		return nil, fmt.Errorf("reading tierflow's OVS database: %w", err)
+	}
+	ids, err := ovsctl.ParseQueryBridgeExternalIDs(out)
+	if err != nil {
+		return nil, fmt.Errorf("reading tierflow's OVS database: %w", err)
+	}
+	iface, err := nodenet.RevertUnderlayHost(bridge, o.NetNS, ids)
+	if iface == "" {
+		return nil, err
+	}
+	return []string{"the node's addresses and routes moved back from " + bridge + " to " + iface}, err
 }
 
 // ownedDevices are the host devices tierflow's OVS created: its bridge's

@@ -4,7 +4,9 @@
 // The DaemonSet's init container runs it (cmd/tierflow-install-cni).
 //
 // The configuration comes from the agent's (pkg/config.Agent: bridge,
-// OVSDB socket, CNI directories, MTU) plus the node's pod CIDRs, read from
+// OVSDB socket, CNI directories, MTU; in encap mode tierflow-install-cni
+// puts the MTU pkg/agent/nodenet.PodMTU derives or checks there first)
+// plus the node's pod CIDRs, read from
 // the Node object's spec.podCIDRs (kube-controller-manager allocates them
 // with --allocate-node-cidrs, as kubeadm and kind do). The pod addresses
 // are allocated by the host-local IPAM plugin from those CIDRs; its

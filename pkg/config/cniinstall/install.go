@@ -100,6 +100,31 @@ func Conflist(agent *config.Agent, podCIDRs []string) ([]byte, error) {
 	return append(out, '\n'), nil
 }
 
+// PluginConf is the network configuration a container runtime passes to
+// tierflow-cni for the conflist Conflist renders (the single plugin with
+// the list's cniVersion and name), with host-local's state in
+// ipamDataDir: what a simulated node's runtime hands the plugin.
+func PluginConf(agent *config.Agent, podCIDRs []string, ipamDataDir string) ([]byte, error) {
+	raw, err := Conflist(agent, podCIDRs)
+	if err != nil {
+		return nil, err
+	}
+	var list struct {
+		CNIVersion string           `json:"cniVersion"`
+		Name       string           `json:"name"`
+		Plugins    []map[string]any `json:"plugins"`
+	}
+	if err := json.Unmarshal(raw, &list); err != nil || len(list.Plugins) != 1 {
+		return nil, fmt.Errorf("conflist %s: %v", raw, err)
+	}
+	p := list.Plugins[0]
+	p["cniVersion"], p["name"] = list.CNIVersion, list.Name
+	if ipam, ok := p["ipam"].(map[string]any); ok && ipamDataDir != "" {
+		ipam["dataDir"] = ipamDataDir
+	}
+	return json.Marshal(p)
+}
+
 // Install copies the plugins from sourceDir into agent.CNI.BinDir and
 // writes the configuration list into agent.CNI.ConfDir. sourceDir must
 // hold tierflow-cni; the helper plugins are copied from it when the node

@@ -55,6 +55,10 @@ func allFeatureFlows() []openflow.Flow {
 			Actions: []openflow.Action{openflow.Output{Port: 1}}},
 		{Table: 0, Priority: 108, Cookie: 0xf, Match: openflow.Match{InPort: 4},
 			Actions: []openflow.Action{openflow.SetEthDst{MAC: mac("0a:00:00:00:00:05")}, openflow.Output{Port: 1}}},
+		{Table: 0, Priority: 109, Cookie: 0x17, Match: openflow.Match{InPort: 5, EthType: 0x0800, TunSrc: netip.MustParseAddr("192.168.1.2")},
+			Actions: []openflow.Action{openflow.SetField{Field: openflow.FieldEthSrc, MAC: mac("0a:00:00:00:00:06")}, openflow.SetField{Field: openflow.FieldTunDst, Addr: netip.MustParseAddr("192.168.1.3")}, openflow.Output{Port: 1}}},
+		{Table: 0, Priority: 110, Cookie: 0x18, Match: openflow.Match{TunSrc: netip.MustParseAddr("fd00::2")},
+			Actions: []openflow.Action{openflow.SetField{Field: openflow.FieldTunIPv6Dst, Addr: netip.MustParseAddr("fd00::3")}, openflow.Output{Port: 1}}},
 		{Table: 0, Priority: 104, Cookie: 0x5, Match: openflow.Match{
 			EthType: 0x86dd, IPProto: 58, ICMPType: u8(135), ICMPCode: u8(0),
 			NDTarget: netip.MustParsePrefix("fd00::1/128"), NDSll: mac("0a:00:00:00:00:03")}},
@@ -161,6 +165,8 @@ var goldenDump = []string{
 	`cookie=0x14, table=2, priority=304,sctp6,ipv6_dst=fd00::1,tp_dst=80 actions=learn(table=5,hard_timeout=20,priority=300,eth_type=0x86dd,nw_proto=132,NXM_NX_IPV6_SRC[],NXM_NX_IPV6_DST[],OXM_OF_SCTP_DST[],load:NXM_NX_REG7[]->NXM_NX_REG7[]),group:7,CONTROLLER:128`,
 	`cookie=0x15, table=3, priority=305,tcp,reg7=0x5 actions=ct(commit,table=8,zone=5,nat(dst=10.0.0.2:8080),exec(load:0x1->NXM_NX_CT_MARK[0])),ct(zone=5,nat),ct(commit,zone=6,nat(src=169.254.0.253))`,
 	`cookie=0x16, table=3, priority=306,tcp6,reg7=0x6 actions=ct(commit,table=8,zone=5,nat(dst=[fd00::2]:8080))`,
+	`cookie=0x17, table=0, priority=109,ip,tun_src=192.168.1.2,in_port=5 actions=set_field:0a:00:00:00:00:06->eth_src,set_field:192.168.1.3->tun_dst,output:1`,
+	`cookie=0x18, table=0, priority=110,tun_ipv6_src=fd00::2 actions=set_field:fd00::3->tun_ipv6_dst,output:1`,
 }
 
 func dialBridge(t *testing.T, br *ovsenv.Bridge, opts openflow.Options) *openflow.Client {

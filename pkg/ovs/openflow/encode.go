@@ -346,6 +346,16 @@ func (f *Flow) encodeMatch() ([]of13.MatchField, error) {
 		v, mask := masked32(*m.CtMark)
 		out = append(out, nxm1(of13.NXM_NX_CT_MARK, v, mask))
 	}
+	if m.TunSrc.IsValid() {
+		switch {
+		case m.TunSrc.Is4():
+			out = append(out, nxm1(of13.NXM_NX_TUN_IPV4_SRC, m.TunSrc.AsSlice(), nil))
+		case m.TunSrc.Is4In6() || m.TunSrc.Zone() != "":
+			return nil, fmt.Errorf("TunSrc %s: use the plain IPv4 or IPv6 form", m.TunSrc)
+		default:
+			out = append(out, nxm1(of13.NXM_NX_TUN_IPV6_SRC, m.TunSrc.AsSlice(), nil))
+		}
+	}
 	for reg := 0; reg < 16; reg++ {
 		r, ok := m.Regs[reg]
 		if !ok {

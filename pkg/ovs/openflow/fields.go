@@ -10,7 +10,9 @@ import (
 
 // Field names a packet header field that SetField writes and Move copies:
 // the few the agent rewrites to answer ARP and neighbour solicitations
-// itself (a responder turns the request into its reply in place).
+// itself (a responder turns the request into its reply in place), and the
+// tunnel destination a flow-based tunnel port (options:remote_ip=flow)
+// encapsulates to.
 type Field uint8
 
 const (
@@ -32,6 +34,10 @@ const (
 	// FieldNDOptionsType is the type of an ND message's link-layer
 	// address option (1 source, 2 target).
 	FieldNDOptionsType
+	// FieldTunDst and FieldTunIPv6Dst are the outer destination address
+	// of a packet output to a tunnel port with options:remote_ip=flow.
+	FieldTunDst
+	FieldTunIPv6Dst
 )
 
 // fieldKind says how a field's value is given.
@@ -60,6 +66,9 @@ type fieldInfo struct {
 	eth   uint16
 	proto uint8
 	nd    bool
+	// host: the value must be a host's address (not unspecified, no
+	// zone), as a tunnel's remote endpoint is.
+	host bool
 }
 
 // ericOXMClass is the OXM class of the ND extension fields OVS took from
@@ -81,6 +90,8 @@ var fields = map[Field]fieldInfo{
 	FieldNDTll:         {name: "nd_tll", kind: kindMAC, bytes: 6, oxmClass: of13.OXM_CLASS_OPENFLOW_BASIC, oxmID: of13.OXM_FIELD_IPV6_ND_TLL, eth: ethTypeIPv6, proto: protoICMPv6, nd: true},
 	FieldNDReserved:    {name: "nd_reserved", kind: kindUint, bytes: 4, oxmClass: ericOXMClass, oxmID: 1, eth: ethTypeIPv6, proto: protoICMPv6, nd: true},
 	FieldNDOptionsType: {name: "nd_options_type", kind: kindUint, bytes: 1, oxmClass: ericOXMClass, oxmID: 2, eth: ethTypeIPv6, proto: protoICMPv6, nd: true},
+	FieldTunDst:        {name: "tun_dst", kind: kindIPv4, bytes: 4, oxmClass: of13.OXM_CLASS_NXM_1, oxmID: of13.NXM_NX_TUN_IPV4_DST, host: true},
+	FieldTunIPv6Dst:    {name: "tun_ipv6_dst", kind: kindIPv6, bytes: 16, oxmClass: of13.OXM_CLASS_NXM_1, oxmID: of13.NXM_NX_TUN_IPV6_DST, host: true},
 }
 
 func (f Field) String() string {
@@ -144,12 +155,12 @@ func (f *Flow) encodeSetField(a SetField) (of13.Action, error) {
 		}
 		value = []byte(a.MAC)
 	case kindIPv4:
-		if !a.Addr.Is4() {
+		if !a.Addr.Is4() || fi.host && a.Addr.IsUnspecified() {
 			return nil, fmt.Errorf("SetField %s: %v is not an IPv4 address", fi.name, a.Addr)
 		}
 		value = a.Addr.AsSlice()
 	case kindIPv6:
-		if !a.Addr.Is6() || a.Addr.Is4In6() {
+		if !a.Addr.Is6() || a.Addr.Is4In6() || fi.host && (a.Addr.IsUnspecified() || a.Addr.Zone() != "") {
 			return nil, fmt.Errorf("SetField %s: %v is not an IPv6 address", fi.name, a.Addr)
 		}
 		value = a.Addr.AsSlice()

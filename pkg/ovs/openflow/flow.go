@@ -56,6 +56,10 @@ type Match struct {
 	CtState *Masked // bits as in ovs-fields(7): new=0x01 est=0x02 rel=0x04 rpl=0x08 inv=0x10 trk=0x20
 	CtMark  *Masked
 	CtZone  *uint16
+	// TunSrc matches the tunnel's outer source address of a packet that
+	// arrived through a tunnel port (tun_src, or tun_ipv6_src for an IPv6
+	// address); invalid: any.
+	TunSrc netip.Addr
 	// Regs matches NXM registers reg0..reg15.
 	Regs map[int]Masked
 	// ConjID matches conj_id (the packet matched every clause of that conjunction).

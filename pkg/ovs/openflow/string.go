@@ -192,6 +192,14 @@ func (m Match) AppendText(b []byte) []byte {
 		field("ct_mark")
 		b = appendMasked32(b, *m.CtMark)
 	}
+	if m.TunSrc.IsValid() {
+		if m.TunSrc.Is4() {
+			field("tun_src")
+		} else {
+			field("tun_ipv6_src")
+		}
+		b = m.TunSrc.AppendTo(b)
+	}
 	if len(m.Regs) > 0 {
 		// Ascending register order, as encodeMatch. Registers outside
 		// reg0-reg15 (which Validate rejects) are rendered too, so that

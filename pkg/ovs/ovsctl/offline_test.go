@@ -24,7 +24,8 @@ func TestQueryInterfaces(t *testing.T) {
 	 {"op":"insert","table":"Port","row":{"name":"tierflow-gw0","interfaces":["named-uuid","i2"]},"uuid-name":"p2"},
 	 {"op":"insert","table":"Port","row":{"name":"veth0a1b2c3d","interfaces":["named-uuid","i3"]},"uuid-name":"p3"},
 	 {"op":"insert","table":"Bridge","row":{"name":"br-int","ports":["set",[["named-uuid","p1"],["named-uuid","p2"],["named-uuid","p3"]]]},"uuid-name":"b"},
-	 {"op":"insert","table":"Open_vSwitch","row":{"bridges":["named-uuid","b"]}}]`
+	 {"op":"insert","table":"Bridge","row":{"name":"tierflow-phy0","external_ids":["map",[["tierflow.io/underlay","{\"interface\":\"eth0\"}"],["x","y"]]]},"uuid-name":"u"},
+	 {"op":"insert","table":"Open_vSwitch","row":{"bridges":["set",[["named-uuid","b"],["named-uuid","u"]]]}}]`
 	if out, err := exec.Command("ovsdb-tool", "transact", db, txn).CombinedOutput(); err != nil {
 		t.Fatalf("ovsdb-tool transact: %v: %s", err, out)
 	}
@@ -50,6 +51,22 @@ func TestQueryInterfaces(t *testing.T) {
 	}
 	if _, err := ParseQueryInterfaces(`[{"error":"unknown table","details":"no table named Interfaces"}]`); err == nil {
 		t.Error("an OVSDB error was not reported")
+	}
+
+	// The underlay bridge's record, as the uninstall reads it.
+	for bridge, want := range map[string]map[string]string{
+		"tierflow-phy0": {"tierflow.io/underlay": `{"interface":"eth0"}`, "x": "y"},
+		"br-int":        {},
+		"none":          nil,
+	} {
+		out, err := Run(context.Background(), nil, "ovsdb-tool", QueryBridgeExternalIDsArgs(db, bridge)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := ParseQueryBridgeExternalIDs(out)
+		if err != nil || !reflect.DeepEqual(got, want) {
+			t.Errorf("external_ids of %s: %v (%v), want %v", bridge, got, err, want)
+		}
 	}
 }
 

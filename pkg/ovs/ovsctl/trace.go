@@ -1,10 +1,22 @@
 package ovsctl
 
 import (
+	"fmt"
+	"net/netip"
 	"regexp"
 	"strconv"
 	"strings"
 )
+
+// TunnelFields are the ofproto/trace flow fields of a packet that arrived
+// through a tunnel from outer source src to outer destination dst
+// ("tun_src=...,tun_dst=..." or the tun_ipv6_ fields).
+func TunnelFields(src, dst netip.Addr) string {
+	if src.Is4() {
+		return fmt.Sprintf("tun_src=%s,tun_dst=%s", src, dst)
+	}
+	return fmt.Sprintf("tun_ipv6_src=%s,tun_ipv6_dst=%s", src, dst)
+}
 
 // Trace is `ovs-appctl ofproto/trace` output, read.
 type Trace struct {

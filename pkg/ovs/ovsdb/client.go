@@ -34,6 +34,7 @@ type Bridge struct {
 	FailMode     *string           `ovsdb:"fail_mode"`
 	Protocols    []string          `ovsdb:"protocols"`
 	ExternalIDs  map[string]string `ovsdb:"external_ids"`
+	OtherConfig  map[string]string `ovsdb:"other_config"`
 }
 
 // Port is a Port row.
@@ -55,6 +56,7 @@ type Interface struct {
 	ExternalIDs   map[string]string `ovsdb:"external_ids"`
 	Error         *string           `ovsdb:"error"`
 	MACInUse      *string           `ovsdb:"mac_in_use"`
+	MTURequest    *int              `ovsdb:"mtu_request"`
 }
 
 const (
@@ -122,10 +124,10 @@ func Connect(ctx context.Context, endpoint string, opts Options) (*Client, error
 	root, br, port, iface := &OpenvSwitch{}, &Bridge{}, &Port{}, &Interface{}
 	if _, err := ovs.Monitor(ctx, ovs.NewMonitor(
 		client.WithTable(root, &root.Bridges, &root.NextCfg, &root.CurCfg),
-		client.WithTable(br, &br.Name, &br.Ports, &br.DatapathType, &br.FailMode, &br.Protocols, &br.ExternalIDs),
+		client.WithTable(br, &br.Name, &br.Ports, &br.DatapathType, &br.FailMode, &br.Protocols, &br.ExternalIDs, &br.OtherConfig),
 		client.WithTable(port, &port.Name, &port.Interfaces, &port.ExternalIDs),
 		client.WithTable(iface, &iface.Name, &iface.Type, &iface.OFPort, &iface.OFPortRequest, &iface.Options,
-			&iface.ExternalIDs, &iface.Error, &iface.MACInUse),
+			&iface.ExternalIDs, &iface.Error, &iface.MACInUse, &iface.MTURequest),
 	)); err != nil {
 		ovs.Close()
 		return nil, fmt.Errorf("ovsdb monitor: %w", err)
@@ -263,6 +265,14 @@ type BridgeConfig struct {
 	// because the openflow client speaks only 1.3.
 	Protocols   []string
 	ExternalIDs map[string]string
+	// Standalone makes the bridge a plain learning switch when it has no
+	// flows of a controller (fail_mode=standalone), for a bridge no
+	// OpenFlow client programs; by default it is secure: no forwarding
+	// without flows.
+	Standalone bool
+	// OtherConfig keys given are merged in (e.g. hwaddr, the MAC address
+	// of the bridge's own interface).
+	OtherConfig map[string]string
 }
 
 func (cfg *BridgeConfig) normalize() error {
@@ -295,26 +305,26 @@ func (cfg *BridgeConfig) normalize() error {
 
 // EnsureBridge creates the bridge, or adopts an existing one by setting its
 // datapath type, fail_mode=secure (no forwarding without flows: a bridge
-// without policy flows must not pass traffic) and protocols. External IDs
-// given are merged in. It reports whether the bridge was created.
+// without policy flows must not pass traffic; standalone if asked) and
+// protocols. External IDs and other_config keys given are merged in. It
+// reports whether the bridge was created.
 func (c *Client) EnsureBridge(ctx context.Context, cfg BridgeConfig) (bool, error) {
 	if err := cfg.normalize(); err != nil {
 		return false, err
 	}
-	secure := "secure"
+	failMode := "secure"
+	if cfg.Standalone {
+		failMode = "standalone"
+	}
 	existing, err := c.Bridge(cfg.Name)
 	if err == nil {
 		br := *existing
 		br.DatapathType = cfg.DatapathType
-		br.FailMode = &secure
+		br.FailMode = &failMode
 		br.Protocols = cfg.Protocols
-		if br.ExternalIDs == nil {
-			br.ExternalIDs = map[string]string{}
-		}
-		for k, v := range cfg.ExternalIDs {
-			br.ExternalIDs[k] = v
-		}
-		ops, err := c.ovs.Where(&br).Update(&br, &br.DatapathType, &br.FailMode, &br.Protocols, &br.ExternalIDs)
+		br.ExternalIDs = merged(br.ExternalIDs, cfg.ExternalIDs)
+		br.OtherConfig = merged(br.OtherConfig, cfg.OtherConfig)
+		ops, err := c.ovs.Where(&br).Update(&br, &br.DatapathType, &br.FailMode, &br.Protocols, &br.ExternalIDs, &br.OtherConfig)
 		if err != nil {
 			return false, err
 		}
@@ -330,7 +340,7 @@ func (c *Client) EnsureBridge(ctx context.Context, cfg BridgeConfig) (bool, erro
 	iface := &Interface{UUID: "newiface", Name: cfg.Name, Type: "internal"}
 	port := &Port{UUID: "newport", Name: cfg.Name, Interfaces: []string{iface.UUID}}
 	br := &Bridge{UUID: "newbridge", Name: cfg.Name, Ports: []string{port.UUID}, DatapathType: cfg.DatapathType,
-		FailMode: &secure, Protocols: cfg.Protocols, ExternalIDs: cfg.ExternalIDs}
+		FailMode: &failMode, Protocols: cfg.Protocols, ExternalIDs: cfg.ExternalIDs, OtherConfig: cfg.OtherConfig}
 	ops, err := c.ovs.Create(iface, port, br)
 	if err != nil {
 		return false, err
@@ -347,6 +357,34 @@ func (c *Client) EnsureBridge(ctx context.Context, cfg BridgeConfig) (bool, erro
 		return false, fmt.Errorf("create bridge %s: %w", cfg.Name, err)
 	}
 	return true, nil
+}
+
+// merged returns base with add's keys set (a new map: base may be the
+// cache's).
+func merged(base, add map[string]string) map[string]string {
+	out := make(map[string]string, len(base)+len(add))
+	for k, v := range base {
+		out[k] = v
+	}
+	for k, v := range add {
+		out[k] = v
+	}
+	return out
+}
+
+// SetBridgeExternalIDs merges ids into a bridge's external_ids.
+func (c *Client) SetBridgeExternalIDs(ctx context.Context, name string, ids map[string]string) error {
+	cur, err := c.Bridge(name)
+	if err != nil {
+		return err
+	}
+	br := &Bridge{UUID: cur.UUID, ExternalIDs: merged(cur.ExternalIDs, ids)}
+	ops, err := c.ovs.Where(br).Update(br, &br.ExternalIDs)
+	if err != nil {
+		return err
+	}
+	_, err = c.transact(ctx, ops...)
+	return err
 }
 
 // DeleteBridge removes a bridge with its ports; a missing bridge is not an
@@ -381,6 +419,10 @@ const (
 	PortInternal PortType = "internal"
 	// PortPatch connects two bridges; PortConfig.Peer names the other end.
 	PortPatch PortType = "patch"
+	// PortGeneve and PortVXLAN are tunnel ports; PortConfig.Options
+	// configure them (remote_ip, key, dst_port, ...).
+	PortGeneve PortType = "geneve"
+	PortVXLAN  PortType = "vxlan"
 )
 
 // PortConfig describes a port with a single interface of the same name.
@@ -391,6 +433,11 @@ type PortConfig struct {
 	Peer string
 	// OFPortRequest asks ovs-vswitchd for this ofport (1-65279); 0: any.
 	OFPortRequest int
+	// Options of a tunnel port.
+	Options map[string]string
+	// MTURequest asks ovs-vswitchd to set the interface's MTU; 0: OVS
+	// decides.
+	MTURequest int
 	// ExternalIDs of the interface (see the tierflow.io/ keys).
 	ExternalIDs map[string]string
 }
@@ -412,11 +459,22 @@ func (c *Client) AddPort(ctx context.Context, bridge string, cfg PortConfig) err
 			return fmt.Errorf("patch port %s needs a Peer", cfg.Name)
 		}
 		options = map[string]string{"peer": cfg.Peer}
+	case PortGeneve, PortVXLAN:
+		if cfg.Peer != "" {
+			return fmt.Errorf("port %s: Peer only applies to patch ports", cfg.Name)
+		}
+		options = cfg.Options
 	default:
 		return fmt.Errorf("port %s: unsupported type %q", cfg.Name, cfg.Type)
 	}
 	if cfg.OFPortRequest < 0 || cfg.OFPortRequest > 65279 {
 		return fmt.Errorf("port %s: ofport request %d out of range 1-65279", cfg.Name, cfg.OFPortRequest)
+	}
+	if len(cfg.Options) > 0 && cfg.Type != PortGeneve && cfg.Type != PortVXLAN {
+		return fmt.Errorf("port %s: Options only apply to tunnel ports", cfg.Name)
+	}
+	if cfg.MTURequest < 0 || cfg.MTURequest > 65535 {
+		return fmt.Errorf("port %s: MTU request %d out of range", cfg.Name, cfg.MTURequest)
 	}
 	br, err := c.Bridge(bridge)
 	if err != nil {
@@ -427,13 +485,17 @@ func (c *Client) AddPort(ctx context.Context, bridge string, cfg PortConfig) err
 		req := cfg.OFPortRequest
 		iface.OFPortRequest = &req
 	}
+	if cfg.MTURequest > 0 {
+		mtu := cfg.MTURequest
+		iface.MTURequest = &mtu
+	}
 	if _, err := c.portOnBridge(br, cfg.Name); err == nil {
 		cur, err := c.Interface(cfg.Name)
 		if err != nil {
 			return err
 		}
 		iface.UUID = cur.UUID
-		ops, err := c.ovs.Where(iface).Update(iface, &iface.Type, &iface.Options, &iface.ExternalIDs, &iface.OFPortRequest)
+		ops, err := c.ovs.Where(iface).Update(iface, &iface.Type, &iface.Options, &iface.ExternalIDs, &iface.OFPortRequest, &iface.MTURequest)
 		if err != nil {
 			return err
 		}

@@ -47,18 +47,32 @@ type Status struct {
 	// Warnings are rules compiled differently from their text (always
 	// towards denying), from the last realization.
 	Warnings []string `json:"warnings,omitempty"`
-	// NodeNetwork is the noEncap node network (nil in uplink mode).
+	// NodeNetwork is the noEncap or encap node network (nil in uplink
+	// mode).
 	NodeNetwork *NodeNetwork `json:"nodeNetwork,omitempty"`
 }
 
-// NodeNetwork is the state of the noEncap node network (pkg/agent/nodenet).
+// NodeNetwork is the state of the noEncap or encap node network
+// (pkg/agent/nodenet).
 type NodeNetwork struct {
+	// Mode is noEncap or encap.
+	Mode string `json:"mode"`
+	// PodMTU is the MTU of the pods and the gateway (0: the kernel's
+	// default).
+	PodMTU int `json:"podMTU,omitempty"`
 	// GatewayPort and GatewayIPs: the gateway the pipeline uses (0 and
 	// none while it is not ready: pods then reach only local pods).
 	GatewayPort uint32   `json:"gatewayPort"`
 	GatewayIPs  []string `json:"gatewayIPs,omitempty"`
 	// Routes are the agent's kernel routes, "CIDR via IP (node NAME)".
 	Routes []string `json:"routes,omitempty"`
+	// TunnelType, TunnelPort (0 while not ready) and TunnelEndpoint (the
+	// node's own address) of encap mode; TunnelPeers the other nodes the
+	// tunnel reaches, "NODE IP CIDR...".
+	TunnelType     string   `json:"tunnelType,omitempty"`
+	TunnelPort     uint32   `json:"tunnelPort,omitempty"`
+	TunnelEndpoint string   `json:"tunnelEndpoint,omitempty"`
+	TunnelPeers    []string `json:"tunnelPeers,omitempty"`
 	// Error is why the last sync failed; NodeErrors why nodes are not
 	// routed.
 	Error      string            `json:"error,omitempty"`

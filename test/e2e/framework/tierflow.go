@@ -102,8 +102,8 @@ func Start(tb testing.TB, bed *testbed.Testbed, dir string) *Tierflow {
 	tb.Cleanup(func() { ctrl.Stop(20 * time.Second) })
 
 	// The agents watch Services, EndpointSlices and Nodes for their
-	// Service proxy, as the agent's service account with the release
-	// manifest's RBAC.
+	// Service proxy (and on the encap bed Nodes for the node network), as
+	// the agent's service account with the release manifest's RBAC.
 	agentKubeconfig := bed.Cluster.ServiceAccountKubeconfig(tb, AgentNamespace, AgentSA, "tierflow-agent", dir)
 	for i, n := range bed.Nodes {
 		token, err := tf.agentToken(n.Name)
@@ -112,16 +112,19 @@ func Start(tb testing.TB, bed *testbed.Testbed, dir string) *Tierflow {
 		}
 		sock := filepath.Join(dir, n.Name+".sock")
 		tf.AgentSockets[n.Name] = sock
-		// Every node bridge shares the test bed's one ovs-vswitchd (and its
-		// conntrack), so each agent gets its own zone.
-		p, err := testbed.StartProcess(dir, "tierflow-agent-"+n.Name, filepath.Join(tf.BinDir, "tierflow-agent"),
-			"--node-name="+n.Name, "--bridge-name="+n.Bridge.Name, "--datapath-type=netdev",
-			"--ovsdb-socket="+bed.OVS.DBSocketPath(), "--openflow-socket="+n.Bridge.MgmtSocketPath(),
-			"--controller-address="+tf.AgentAddress, "--controller-ca-file="+tf.CAFile, "--controller-server-name=localhost",
-			"--token-file="+token, "--state-dir="+filepath.Join(dir, n.Name+"-state"),
-			"--metrics-address=127.0.0.1:0", "--query-socket="+sock, fmt.Sprintf("--ct-zone=%d", 100+i),
-			"--service-proxy=true", "--kubeconfig="+agentKubeconfig,
-			"--vswitchd-ctl="+bed.OVS.VswitchdCtlPath())
+		// Every node bridge of the uplink bed shares its one ovs-vswitchd
+		// (and its conntrack), so each agent gets its own zone.
+		args := []string{"--node-name=" + n.Name, "--bridge-name=" + n.Bridge.Name, "--datapath-type=netdev",
+			"--ovsdb-socket=" + n.OVS.DBSocketPath(), "--openflow-socket=" + n.Bridge.MgmtSocketPath(),
+			"--controller-address=" + tf.AgentAddress, "--controller-ca-file=" + tf.CAFile, "--controller-server-name=localhost",
+			"--token-file=" + token, "--state-dir=" + filepath.Join(dir, n.Name+"-state"),
+			"--metrics-address=127.0.0.1:0", "--query-socket=" + sock, fmt.Sprintf("--ct-zone=%d", 100+i),
+			"--service-proxy=true", "--kubeconfig=" + agentKubeconfig,
+			"--vswitchd-ctl=" + n.OVS.VswitchdCtlPath()}
+		if bed.Encap {
+			args = append(args, "--node-network-mode=encap", "--node-netns="+n.OVS.NetnsPath())
+		}
+		p, err := testbed.StartProcess(dir, "tierflow-agent-"+n.Name, filepath.Join(tf.BinDir, "tierflow-agent"), args...)
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -164,12 +167,18 @@ func (tf *Tierflow) Kubectl(stdin string, args ...string) (string, error) {
 	return out.String(), nil
 }
 
-// TierctlArgs are the flags that point tierctl at this controller and the
-// agents' sockets.
+// TierctlArgs are the flags that point tierctl at this controller and,
+// on the uplink bed, at the agents' sockets and the one OVS (tierctl then
+// runs OVS's tools itself). The encap bed's nodes each have their own OVS:
+// tierctl asks the agents through the controller, each running the tools
+// on its own node, as on a real cluster.
 func (tf *Tierflow) TierctlArgs() []string {
 	args := []string{"--kubeconfig=" + tf.Bed.Cluster.Kubeconfig, "--controller=" + tf.QueryAddress,
-		"--controller-ca-file=" + tf.CAFile, "--controller-server-name=localhost", "--token=" + tf.QueryToken,
-		"--ovs-rundir=" + tf.Bed.OVS.Dir}
+		"--controller-ca-file=" + tf.CAFile, "--controller-server-name=localhost", "--token=" + tf.QueryToken}
+	if tf.Bed.OVS == nil {
+		return args
+	}
+	args = append(args, "--ovs-rundir="+tf.Bed.OVS.Dir)
 	for _, n := range tf.Bed.Nodes {
 		args = append(args, "--agent-socket="+n.Name+"="+tf.AgentSockets[n.Name])
 	}
@@ -324,13 +333,17 @@ func (tf *Tierflow) WriteEnv(path, kubeconfig string) error {
 	}
 	vars := [][2]string{
 		{"KUBECONFIG", kubeconfig},
-		{"OVS_RUNDIR", tf.Bed.OVS.Dir},
 		{"TIERCTL_CONTROLLER", tf.QueryAddress},
 		{"TIERCTL_CONTROLLER_CA_FILE", tf.CAFile},
 		{"TIERCTL_CONTROLLER_SERVER_NAME", "localhost"},
 		{"TIERCTL_TOKEN", tf.QueryToken},
 		{"TIERCTL_AGENT_SOCKETS", strings.Join(sockets, ",")},
-		{"TIERCTL_VSWITCHD_CTL", tf.Bed.OVS.VswitchdCtlPath()},
+	}
+	// One OVS for every node (uplink bed): local OVS tools reach all of
+	// them. Encap bed nodes each have their own: tierctl goes through the
+	// controller, whose agents trace their own node.
+	if tf.Bed.OVS != nil {
+		vars = append(vars, [2]string{"OVS_RUNDIR", tf.Bed.OVS.Dir}, [2]string{"TIERCTL_VSWITCHD_CTL", tf.Bed.OVS.VswitchdCtlPath()})
 	}
 	var b strings.Builder
 	for _, v := range vars {

@@ -57,8 +57,13 @@ type Config struct {
 	NodeName string
 	// NodeIPs are the node's addresses, reported as hostIP(s).
 	NodeIPs []string
-	Kube    kubernetes.Interface
-	Dynamic dynamic.Interface
+	// NodeNetns is the node's own network namespace (ip netns name) when
+	// it has one (the encap test bed: every node its own host stack and
+	// OVS): tierflow-cni and hostNetwork pods run there. Empty: the
+	// runtime's own namespace, which every node of the bed shares.
+	NodeNetns string
+	Kube      kubernetes.Interface
+	Dynamic   dynamic.Interface
 	// CNIBinDir holds tierflow-cni and host-local (CNI_PATH).
 	CNIBinDir string
 	// CNIConfig is the network configuration passed to tierflow-cni.
@@ -319,7 +324,7 @@ func (r *Runtime) attach(ctx context.Context, pod *corev1.Pod) (att *attachment,
 
 // cni runs tierflow-cni with the CNI protocol; container ID is the pod UID.
 func (r *Runtime) cni(command string, att *attachment) ([]byte, error) {
-	cmd := exec.Command(filepath.Join(r.cfg.CNIBinDir, "tierflow-cni"))
+	cmd := r.onNode(filepath.Join(r.cfg.CNIBinDir, "tierflow-cni"))
 	cmd.Env = append(os.Environ(),
 		"CNI_COMMAND="+command,
 		"CNI_CONTAINERID="+string(att.UID),
@@ -357,9 +362,13 @@ func (r *Runtime) startServers(pod *corev1.Pod, att *attachment, key string) err
 	cmd := exec.Command("ip", "netns", "exec", att.Netns, r.cfg.PodRunner, "serve", "--pod-file", podFile, "--kubeconfig", r.cfg.Kubeconfig,
 		"--host-netns", fmt.Sprintf("/proc/%d/ns/net", os.Getpid()))
 	if att.Netns == "" {
-		// hostNetwork: the host's namespace, which every node of the test
-		// bed shares, so the servers bind only this node's addresses.
-		cmd = exec.Command(r.cfg.PodRunner, "serve", "--pod-file", podFile, "--listen-ip", strings.Join(r.cfg.NodeIPs, ","), "--kubeconfig", r.cfg.Kubeconfig)
+		// hostNetwork: the node's namespace (the host's, which every node
+		// of the test bed may share; on the encap bed its own, where the
+		// API server on the host's loopback is reached through
+		// --host-netns too), so the servers bind only this node's
+		// addresses.
+		cmd = r.onNode(r.cfg.PodRunner, "serve", "--pod-file", podFile, "--listen-ip", strings.Join(r.cfg.NodeIPs, ","), "--kubeconfig", r.cfg.Kubeconfig,
+			"--host-netns", fmt.Sprintf("/proc/%d/ns/net", os.Getpid()))
 	}
 	cmd.Stderr = logFile
 	stdout, err := cmd.StdoutPipe()
@@ -406,6 +415,14 @@ func (r *Runtime) startServers(pod *corev1.Pod, att *attachment, key string) err
 	}
 }
 
+// onNode is a command in the node's network namespace.
+func (r *Runtime) onNode(name string, args ...string) *exec.Cmd {
+	if r.cfg.NodeNetns == "" {
+		return exec.Command(name, args...)
+	}
+	return exec.Command("ip", append([]string{"netns", "exec", r.cfg.NodeNetns, name}, args...)...)
+}
+
 // writeResolvConf gives the pod's namespace the resolv.conf a kubelet
 // writes for dnsPolicy ClusterFirst (the cluster DNS, the pod's search
 // domains, ndots 5): `ip netns exec` — how the pod's servers and `kubectl
@@ -442,7 +459,7 @@ func (r *Runtime) createExec(ctx context.Context, pod *corev1.Pod, att *attachme
 		"spec": map[string]any{
 			"execs": []any{map[string]any{
 				"local": map[string]any{
-					"envs": execEnv(pod, att),
+					"envs": execEnv(pod, att, r.cfg.NodeNetns),
 				},
 			}},
 		},
@@ -464,14 +481,17 @@ func (r *Runtime) createExec(ctx context.Context, pod *corev1.Pod, att *attachme
 
 // execEnv is the environment of `kubectl exec` commands in the pod;
 // hostNetwork pods have no namespace of their own, so commands stay in the
-// node's.
-func execEnv(pod *corev1.Pod, att *attachment) []any {
+// node's (nodeNetns, or the runtime's own when empty).
+func execEnv(pod *corev1.Pod, att *attachment, nodeNetns string) []any {
 	env := []any{
 		map[string]any{"name": EnvPod, "value": pod.Namespace + "/" + pod.Name},
 		map[string]any{"name": EnvHostname, "value": PodHostname(pod)},
 	}
-	if att.Netns != "" {
-		env = append(env, map[string]any{"name": EnvNetns, "value": att.Netns})
+	if ns := att.Netns; ns != "" || nodeNetns != "" {
+		if ns == "" {
+			ns = nodeNetns // hostNetwork on a node with its own namespace
+		}
+		env = append(env, map[string]any{"name": EnvNetns, "value": ns})
 	}
 	return env
 }

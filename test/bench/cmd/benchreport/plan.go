@@ -18,6 +18,7 @@ const (
 	SectionAgent       = "Agent: flow installation into OVS"
 	SectionE2E         = "End-to-end realization latency (test bed)"
 	SectionDatapath    = "Datapath overhead"
+	SectionEncap       = "Encapsulation overhead"
 	SectionFanout      = "Controller fan-out"
 	SectionSessions    = "Controller: distribution sessions"
 	SectionServices    = "Service proxy"
@@ -160,6 +161,9 @@ func plan(quick bool) []*Run {
 	add(&Run{ID: "datapath-throughput", Section: SectionDatapath, Scenario: "pod → pod", Scale: scale,
 		Description: "TCP throughput between two pods of one node and across two nodes, short TCP connections per second on one node (userspace datapath), no policy vs 1000 rules realized, in one run",
 		Package:     pkg, Bench: "^BenchmarkDatapathThroughput$", Timeout: 20 * time.Minute, NeedsOVS: true})
+	add(&Run{ID: "encap-throughput", Section: SectionEncap, Scenario: "iperf3 pod → pod across nodes", Scale: scale,
+		Description: "TCP throughput between pods on two nodes (each its own namespace, OVS and agent), node network noEncap vs encap (Geneve), on one underlay, in one run",
+		Package:     pkg, Bench: "^BenchmarkEncapThroughput$", Timeout: 20 * time.Minute})
 	for _, s := range shapes.All() {
 		add(&Run{ID: "sessions-" + s.Name, Section: SectionSessions, Scenario: s.Name, Description: s.Description, Scale: scale,
 			Package: pkg, Bench: fmt.Sprintf("^BenchmarkDistributionSessions$/^%s$", s.Name), Timeout: 30 * time.Minute})

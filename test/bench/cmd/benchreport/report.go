@@ -342,6 +342,13 @@ func (rep *Report) Markdown() string {
 					num(r, "no-policy-conn/s"), num(r, "rules-conn/s"), ratio(r, "conn-rules/no-policy"),
 					num(r, "no-policy-flows") + " / " + num(r, "rules-flows"), "iperf3 " + secs(r, "iperf-s") + ", connections " + secs(r, "conn-s") + " × " + num(r, "rounds")}
 			}},
+		{SectionEncap,
+			"iperf3 (TCP) between pods on two nodes, each node its own network namespace with its own OVS (userspace datapath) and the real agent (watching Nodes on a real kube-apiserver, following the real controller), the nodes joined by one veth pair (one subnet, so both modes work on it). noEncap: pod → gateway → host routes → the other node's host → its gateway → pod. encap: pod → Geneve tunnel (OVS's userspace tunnelling through the node's underlay bridge) → pod. Pods have each mode's MTU (1500; 1450 under Geneve over IPv4). Every noEncap round, then every encap round (encap moves the node's address onto its underlay bridge, which noEncap would then route through too); medians. Shared 2-core machine: expect noise.",
+			[]string{"scale", "noEncap", "encap (Geneve)", "encap / noEncap", "encap pod MTU", "iperf3 duration × rounds"},
+			func(r *Run) []string {
+				return []string{r.Scale, gbps(r, "noencap-Gbps"), gbps(r, "encap-Gbps"), ratio(r, "encap/noencap"), num(r, "encap-pod-mtu"),
+					secs(r, "iperf-s") + " × " + num(r, "rounds") + " each"}
+			}},
 		{SectionServices,
 			"The agent's Service proxy (pkg/agent/proxy: Watcher on a real kube-apiserver, Compiler, realizer bundles into a real bridge, userspace datapath) with every Service holding two endpoints on two ports. First realization: from the informers' start until every Service's flows and groups are installed. Flows and groups per Service: the proxy's own (frontends, ARP responders, endpoint translations; select groups). EndpointSlice change: an endpoint added to or removed from one Service's slice, from the API write until the switch acknowledged the bundle with it (p50 / max). Connections: TCP connect, one echo and close, four clients in parallel, through the Service's ClusterIP and straight to the pod, alternately; throughput: iperf3 the same way; medians over the rounds. A shared 2-core machine: expect noise.",
 			[]string{"scale", "Services", "first realization", "flows / Service", "groups / Service", "bridge flows", "slice change p50 / max", "conn/s Service / pod", "throughput Service / pod", "heap in use", "peak RSS"},

@@ -1,7 +1,7 @@
 // Command tierflow-podrunner runs what the tierflow test bed needs in place
 // of a kubelet and containers:
 //
-//	tierflow-podrunner node --kubeconfig K --node N --node-ip IP --cni-bin-dir D --cni-config F --state-dir S
+//	tierflow-podrunner node --kubeconfig K --node N --node-ip IP [--node-netns NS] --cni-bin-dir D --cni-config F --state-dir S
 //	    the node runtime of one kwok node (package test/testbed/noderuntime)
 //	tierflow-podrunner serve --pod-file F [--listen-ip IP,...]
 //	    a pod's servers, run inside its network namespace; prints READY
@@ -181,6 +181,7 @@ func node(args []string) int {
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig of the cluster")
 	nodeName := fs.String("node", "", "the kwok node whose pods to run")
 	nodeIPs := fs.String("node-ip", "", "the node's addresses, comma-separated")
+	nodeNetns := fs.String("node-netns", "", "the node's own network namespace (ip netns name), where tierflow-cni and hostNetwork pods run; empty: this one")
 	cniBinDir := fs.String("cni-bin-dir", "", "directory with tierflow-cni and host-local")
 	cniConfig := fs.String("cni-config", "", "tierflow-cni network configuration file")
 	stateDir := fs.String("state-dir", "", "directory for per-pod state")
@@ -219,7 +220,7 @@ func node(args []string) int {
 		ips = strings.Split(*nodeIPs, ",")
 	}
 	rt, err := noderuntime.New(noderuntime.Config{
-		NodeName: *nodeName, NodeIPs: ips, Kube: kube, Dynamic: dyn,
+		NodeName: *nodeName, NodeIPs: ips, NodeNetns: *nodeNetns, Kube: kube, Dynamic: dyn,
 		CNIBinDir: *cniBinDir, CNIConfig: conf, PodRunner: self, StateDir: *stateDir, Logger: logger,
 		ClusterDNS: *clusterDNS, Kubeconfig: *kubeconfig,
 	})

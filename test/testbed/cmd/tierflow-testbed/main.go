@@ -1,14 +1,16 @@
 // Command tierflow-testbed runs the tierflow test bed (package
 // test/testbed) outside of tests, for demos and manual work:
 //
-//	tierflow-testbed up   [--dir D] [--nodes N] [--ipv6] [--normal-flows]
+//	tierflow-testbed up   [--dir D] [--nodes N] [--ipv6] [--normal-flows | --encap]
 //	    starts the test bed in the background with tierflow on it (the
 //	    tierflow-controller and one tierflow-agent per node, as
 //	    test/e2e/framework runs them) and returns once the nodes are Ready
 //	    and every agent enforces a complete policy state; D/state.json and
 //	    D/kubeconfig describe it, D/tierflow.env points kubectl and tierctl
 //	    at it. --normal-flows starts no tierflow: node bridges switch with
-//	    NORMAL flows instead.
+//	    NORMAL flows instead. --encap brings the bed up for the encap
+//	    node network (every node its own namespace and OVS, behind a
+//	    router; see test/testbed/encap.go) with the agents in encap mode.
 //	tierflow-testbed down [--dir D]
 //	    stops it (pods torn down, daemons stopped), then checks that no
 //	    namespace, interface or process is left, removes any it finds and
@@ -47,6 +49,7 @@ func main() {
 	nodes := fs.Int("nodes", 3, "number of nodes")
 	ipv6 := fs.Bool("ipv6", false, "give pods IPv6 addresses too")
 	normal := fs.Bool("normal-flows", false, "run no tierflow controller or agents; node bridges switch with NORMAL flows")
+	encap := fs.Bool("encap", false, "every node its own network namespace and OVS behind a router; the agents in encap mode")
 	foreground := fs.Bool("foreground", false, "run in the foreground until SIGTERM (up)")
 	_ = fs.Parse(os.Args[2:])
 	abs, err := filepath.Abs(*dir)
@@ -56,7 +59,7 @@ func main() {
 	switch os.Args[1] {
 	case "up":
 		if *foreground {
-			os.Exit(runForeground(abs, testbed.Options{Nodes: *nodes, IPv6: *ipv6, NormalFlows: *normal, Dir: abs}))
+			os.Exit(runForeground(abs, testbed.Options{Nodes: *nodes, IPv6: *ipv6, NormalFlows: *normal, Encap: *encap, Dir: abs}))
 		}
 		os.Exit(upDetached(abs, os.Args[2:]))
 	case "down":
@@ -114,8 +117,15 @@ func upDetached(dir string, args []string) int {
 			continue
 		}
 		fmt.Printf("test bed up (pid %d, log %s)\n", st.PID, logPath(dir))
-		fmt.Printf("  export KUBECONFIG=%s\n  kubectl: %s\n  OVSDB: unix:%s\n", filepath.Join(dir, "kubeconfig"), st.Kubectl, st.OVSDBSocket)
+		fmt.Printf("  export KUBECONFIG=%s\n  kubectl: %s\n", filepath.Join(dir, "kubeconfig"), st.Kubectl)
+		if st.OVSDBSocket != "" {
+			fmt.Printf("  OVSDB: unix:%s\n", st.OVSDBSocket)
+		}
 		for _, n := range st.Nodes {
+			if n.Netns != "" {
+				fmt.Printf("  %s  ip %s (netns %s)  bridge %s  OVSDB unix:%s  pods %s\n", n.Name, n.IP, n.Netns, n.Bridge, n.OVSDBSocket, strings.Join(n.PodCIDRs, ","))
+				continue
+			}
 			fmt.Printf("  %s  ip %s  bridge %s  uplink %s  pods %s\n", n.Name, n.IP, n.Bridge, n.UplinkPort, strings.Join(n.PodCIDRs, ","))
 		}
 		if tf := st.Tierflow; tf != nil {
@@ -225,12 +235,24 @@ func removeLeftovers(dir string, st *testbed.State) []string {
 	if st != nil {
 		links := []string{st.Fabric, st.NodeIface}
 		for _, n := range st.Nodes {
-			links = append(links, n.Bridge)
+			if n.Netns == "" { // an encap bed's node bridges go with their namespaces
+				links = append(links, n.Bridge)
+			}
 		}
 		for _, l := range links {
 			if l != "" && exec.Command("ip", "link", "show", "dev", l).Run() == nil {
 				found = append(found, "interface "+l)
 				_ = exec.Command("ip", "link", "del", l).Run()
+			}
+		}
+		namespaces := []string{st.Router}
+		for _, n := range st.Nodes {
+			namespaces = append(namespaces, n.Netns)
+		}
+		for _, ns := range namespaces {
+			if _, err := os.Stat("/var/run/netns/" + ns); ns != "" && err == nil {
+				found = append(found, "namespace "+ns)
+				_ = exec.Command("ip", "netns", "del", ns).Run()
 			}
 		}
 	}
@@ -246,7 +268,7 @@ func removeLeftovers(dir string, st *testbed.State) []string {
 			continue
 		}
 		cmd := strings.ReplaceAll(strings.TrimRight(string(data), "\x00"), "\x00", " ")
-		if strings.Contains(cmd, dir+"/") || (st != nil && st.OVSDir != "" && strings.Contains(cmd, st.OVSDir)) {
+		if strings.Contains(cmd, dir+"/") || (st != nil && ownsOVS(st, cmd)) {
 			found = append(found, fmt.Sprintf("process %d: %s", pid, cmd))
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
@@ -259,6 +281,21 @@ func removeLeftovers(dir string, st *testbed.State) []string {
 		_ = os.RemoveAll(dir)
 	}
 	return found
+}
+
+// ownsOVS reports whether a command line belongs to one of the bed's OVS
+// daemons.
+func ownsOVS(st *testbed.State, cmd string) bool {
+	dirs := []string{st.OVSDir}
+	for _, n := range st.Nodes {
+		dirs = append(dirs, n.OVSDir)
+	}
+	for _, d := range dirs {
+		if d != "" && strings.Contains(cmd, d) {
+			return true
+		}
+	}
+	return false
 }
 
 func processAlive(pid int) bool {
