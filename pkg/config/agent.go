@@ -70,7 +70,7 @@ type Agent struct {
 // to an endpoint before the egress policy tiers, so policy sees the pod
 // they reach.
 type ServiceProxy struct {
-	Enabled bool `json:"enabled" flag:"service-proxy" usage:"load-balance pods' connections to Services (ClusterIP, NodePort, externalIPs, LoadBalancer IPs) in the bridge, before egress policy; watches Services, EndpointSlices and Nodes"`
+	Enabled bool `json:"enabled" flag:"service-proxy" usage:"load-balance pods' connections to Services (ClusterIP, NodePort, externalIPs, LoadBalancer IPs) in the bridge, before egress policy; watches Services, EndpointSlices and Nodes. The release manifest turns it on; it replaces kube-proxy for pods' traffic only (keep kube-proxy for the nodes' own and external traffic)"`
 }
 
 // Node network modes: how pods reach anything that is not a pod of their
