@@ -314,7 +314,8 @@ conformance: deps kube-binaries ## upstream conformance suites against the test 
 .PHONY: test-encap
 # Encap mode in full (issue 18): the TestEncap tests of pkg/agent (make test
 # runs them too: the two-node routed bed, bad configuration, and a smoke of
-# the encap test bed), then every e2e scenario and both upstream
+# the encap test bed: three e2e scenarios' matrices and two tests of each
+# upstream conformance suite), then every e2e scenario and both upstream
 # conformance suites on the encap test bed (testbed.Options.Encap: every
 # node its own namespace and OVS, behind a router that drops pod
 # addresses). Conformance reports in _output/conformance-encap. About half

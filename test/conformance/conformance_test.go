@@ -10,9 +10,6 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-
 	"github.com/tierflow/tierflow/test/conformance"
 	"github.com/tierflow/tierflow/test/e2e/framework"
 	"github.com/tierflow/tierflow/test/kubeapi"
@@ -64,7 +61,7 @@ func TestUpstreamConformance(t *testing.T) {
 		// A suite that cleaned up deleted its houses' namespaces; deletion
 		// finishes asynchronously (pods are torn down first), and the next
 		// suite cannot create its StatefulSets in a terminating namespace.
-		if err := waitNamespacesGone(bed.Cluster.Kube, "network-policy-conformance-", 5*time.Minute); err != nil {
+		if err := conformance.WaitNamespacesGone(bed.Cluster.Kube, conformance.HousePrefix, 5*time.Minute); err != nil {
 			t.Fatalf("before suite %s: %v", s.Name(), err)
 		}
 		started := time.Now()
@@ -150,31 +147,6 @@ func datapathSnapshot(t *testing.T, nodes []*testbed.Node, file string) conforma
 		if err != nil {
 			t.Logf("failure snapshot for %s: %v", test, err)
 		}
-	}
-}
-
-// waitNamespacesGone waits until no namespace whose name starts with
-// prefix exists.
-func waitNamespacesGone(kube kubernetes.Interface, prefix string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		list, err := kube.CoreV1().Namespaces().List(context.Background(), metav1.ListOptions{})
-		if err != nil {
-			return err
-		}
-		var left []string
-		for _, ns := range list.Items {
-			if strings.HasPrefix(ns.Name, prefix) {
-				left = append(left, ns.Name+" ("+string(ns.Status.Phase)+")")
-			}
-		}
-		if len(left) == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("namespaces still there after %v: %s", timeout, strings.Join(left, ", "))
-		}
-		time.Sleep(time.Second)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tierflow/tierflow/test/conformance"
 	"github.com/tierflow/tierflow/test/cyclonus"
 	"github.com/tierflow/tierflow/test/e2e/framework"
 	"github.com/tierflow/tierflow/test/kubeapi"
@@ -62,7 +63,7 @@ func TestCyclonus(t *testing.T) {
 			// asynchronously, and cyclonus cannot create its pods in a
 			// terminating namespace.
 			for _, ns := range []string{"x", "y", "z"} {
-				if err := waitNamespacesGone(bed.Cluster.Kube, ns, 5*time.Minute); err != nil {
+				if err := conformance.WaitNamespacesGone(bed.Cluster.Kube, ns, 5*time.Minute); err != nil {
 					t.Fatal(err)
 				}
 			}

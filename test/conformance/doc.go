@@ -75,5 +75,7 @@
 // gateway and host to the server node's InternalIP, where its hostNetwork
 // servers run. The SCTP replay traces the server node from its tunnel
 // port, with the client node's endpoint as tun_src. Reports go to
-// _output/conformance-encap.
+// _output/conformance-encap. `make test` runs a smoke of both suites on
+// the encap bed: two of each suite's tests (Suite.Tests), in TestEncapBed
+// (pkg/agent/runtime).
 package conformance

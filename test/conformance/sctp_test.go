@@ -193,8 +193,6 @@ var (
 	}
 )
 
-const housePrefix = "network-policy-conformance-"
-
 // checkSCTPByTrace replays each upstream test that probes SCTP against the
 // houses the last suite left in place: it applies the test's manifest,
 // unmodified, then runs its subtests in order — the changes each subtest
@@ -403,7 +401,7 @@ func traceSCTP(tf *framework.Tierflow, p sctpProbe) (allowed bool, detail string
 
 func housePod(tf *framework.Tierflow, ref string) (*corev1.Pod, error) {
 	ns, name := filepath.Split(ref)
-	ns = housePrefix + filepath.Clean(ns)
+	ns = conformance.HousePrefix + filepath.Clean(ns)
 	pod, err := tf.Bed.Cluster.Kube.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
 		return nil, err

@@ -15,6 +15,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 )
 
 // Suite is one upstream conformance suite and how tierflow runs it.
@@ -32,6 +35,9 @@ type Suite struct {
 	// after the run (--cleanup-base-resources=false), for the SCTP trace
 	// checks that follow.
 	KeepBaseResources bool
+	// Tests, when not empty, are the only conformance tests run (their
+	// ShortNames): a smoke of the suite.
+	Tests []string
 }
 
 // Suites are the suites tierflow runs, with every feature tierflow
@@ -63,6 +69,35 @@ var Suites = []Suite{
 // (TestUpstreamConformance) and the real cluster (test/clustere2e) must
 // both report it.
 const BedTally = "112 passed, 72 failed, 0 skipped"
+
+// HousePrefix begins the names of the suites' namespaces (one per house
+// of their workload).
+const HousePrefix = "network-policy-conformance-"
+
+// WaitNamespacesGone waits until no namespace whose name starts with
+// prefix exists.
+func WaitNamespacesGone(kube kubernetes.Interface, prefix string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		list, err := kube.CoreV1().Namespaces().List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		var left []string
+		for _, ns := range list.Items {
+			if strings.HasPrefix(ns.Name, prefix) {
+				left = append(left, ns.Name+" ("+string(ns.Status.Phase)+")")
+			}
+		}
+		if len(left) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("namespaces still there after %v: %s", timeout, strings.Join(left, ", "))
+		}
+		time.Sleep(time.Second)
+	}
+}
 
 // Name is module@version.
 func (s Suite) Name() string { return s.Module + "@" + s.Version }
@@ -225,8 +260,12 @@ func (s Suite) Run(ctx context.Context, kubeconfig, workDir, reportFile, logFile
 	}
 	defer log.Close()
 
+	run := "^TestConformanceProfiles$"
+	if len(s.Tests) > 0 {
+		run += "/^(" + strings.Join(s.Tests, "|") + ")$"
+	}
 	cmd := exec.CommandContext(ctx, "go", "test", "-json", "-count=1", "-timeout=40m",
-		"-run", "^TestConformanceProfiles$", "./conformance/", "-args",
+		"-run", run, "./conformance/", "-args",
 		"-conformance-profiles="+strings.Join(s.Profiles, ","),
 		"-supported-features="+strings.Join(s.Features, ","),
 		"-organization=tierflow", "-project=tierflow",

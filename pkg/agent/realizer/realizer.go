@@ -26,11 +26,18 @@ type Realizer struct {
 	started  bool
 	synced   bool
 	adopting bool
-	desired  []openflow.Flow
-	keys     []string
-	rules    map[uint32]agentquery.RuleInfo
-	warnings []string
-	leftOut  map[string]string
+	// resync makes the next Update sync every flow (diffed against what
+	// the syncer holds) instead of the compiler's changes: after an update
+	// that failed on the bridge, whose changes the compiler has already
+	// made its own.
+	resync bool
+	// static are the pipeline's static flows installed (with their keys);
+	// the policy flows are the compiler's (policyflows.Compiler.Flows).
+	static     []openflow.Flow
+	staticKeys []string
+	rules      map[uint32]agentquery.RuleInfo
+	warnings   []string
+	leftOut    map[string]string
 }
 
 // New returns a realizer for the bridge behind inst.
@@ -58,9 +65,34 @@ func (r *Realizer) Start(ctx context.Context) error {
 			return nil
 		}
 	}
-	r.desired, r.keys = pipeline.StaticFlows(r.cfg, nil, false, r.round), nil
-	_, err = r.syncer.Adopt(ctx, r.desired, r.round)
+	r.static, r.staticKeys = keyed(pipeline.StaticFlows(r.cfg, nil, false, r.round))
+	_, err = r.syncer.AdoptKeyed(ctx, r.static, r.staticKeys, r.round)
 	return err
+}
+
+// keyed returns flows with their keys.
+func keyed(flows []openflow.Flow) ([]openflow.Flow, []string) {
+	keys := make([]string, len(flows))
+	for i := range flows {
+		keys[i] = flows[i].Key()
+	}
+	return flows, keys
+}
+
+// desired is every flow of the bridge's pipeline with its key: the static
+// flows and the compiler's.
+func (r *Realizer) desired() ([]openflow.Flow, []string) {
+	policy, policyKeys := r.comp.Flows()
+	flows := append(append(make([]openflow.Flow, 0, len(r.static)+len(policy)), r.static...), policy...)
+	keys := append(append(make([]string, 0, len(flows)), r.staticKeys...), policyKeys...)
+	return flows, keys
+}
+
+// Round is the cookie round of this run.
+func (r *Realizer) Round() uint8 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.round
 }
 
 // SetTunnelPeers replaces the tunnel's peers (nodes joining, leaving or
@@ -79,13 +111,6 @@ func (r *Realizer) SetTunnelPeers(peers []pipeline.TunnelPeer) error {
 	return nil
 }
 
-// Round is the cookie round of this run.
-func (r *Realizer) Round() uint8 {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.round
-}
-
 // Update makes the bridge enforce in, the agent's complete current state,
 // in one atomic bundle. On error nothing changed on the bridge.
 func (r *Realizer) Update(ctx context.Context, in policyflows.Input) (flowsync.Bundle, error) {
@@ -99,30 +124,52 @@ func (r *Realizer) Update(ctx context.Context, in policyflows.Input) (flowsync.B
 			return flowsync.Bundle{}, fmt.Errorf("pod %s on the uplink port %d", p.Pod, p.OFPort)
 		}
 	}
-	res, err := r.comp.Compile(in)
+	res, changes, err := r.comp.CompileChanges(in)
 	if err != nil {
 		return flowsync.Bundle{}, err
 	}
-	static := pipeline.StaticFlows(r.cfg, in.Pods, true, r.round)
-	desired := make([]openflow.Flow, 0, len(static)+len(res.Flows))
-	desired = append(append(desired, static...), res.Flows...)
-	keys := make([]string, 0, len(desired))
-	for _, f := range static {
-		keys = append(keys, f.Key())
-	}
-	keys = append(keys, res.Keys...)
+	prevStaticKeys := r.staticKeys
+	r.static, r.staticKeys = keyed(pipeline.StaticFlows(r.cfg, in.Pods, true, r.round))
 	var b flowsync.Bundle
-	if r.adopting {
-		b, err = r.syncer.AdoptKeyed(ctx, desired, keys, r.round)
-	} else {
-		b, err = r.syncer.SyncKeyed(ctx, desired, keys)
+	switch {
+	case r.adopting:
+		flows, keys := r.desired()
+		b, err = r.syncer.AdoptKeyed(ctx, flows, keys, r.round)
+	case r.resync:
+		flows, keys := r.desired()
+		b, err = r.syncer.SyncKeyed(ctx, flows, keys)
+	default:
+		// Only what changed: the compiler's changes (the flows of the
+		// rules whose input changed) and the static flows (a few per
+		// pod), whatever the number of flows on the bridge.
+		b, err = r.syncer.SyncChanges(ctx, withStatic(changes, prevStaticKeys, r.static, r.staticKeys))
 	}
 	if err != nil {
+		// The bridge and the syncer are as before; the compiler is not.
+		r.resync = true
 		return b, err
 	}
-	r.adopting, r.synced = false, true
-	r.desired, r.keys, r.rules, r.warnings, r.leftOut = desired, keys, res.Rules, res.Warnings, res.LeftOut
+	r.adopting, r.resync, r.synced = false, false, true
+	r.rules, r.warnings, r.leftOut = res.Rules, res.Warnings, res.LeftOut
 	return b, nil
+}
+
+// withStatic adds to the compiler's changes the static flows: all of them
+// as upserts (the syncer skips those installed as they are) and the keys
+// of the previous ones that went.
+func withStatic(ch flowsync.Changes, prevKeys []string, static []openflow.Flow, keys []string) flowsync.Changes {
+	ch.Upserts = append(ch.Upserts, static...)
+	ch.Keys = append(ch.Keys, keys...)
+	now := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		now[k] = true
+	}
+	for _, k := range prevKeys {
+		if !now[k] {
+			ch.Removes = append(ch.Removes, k)
+		}
+	}
+	return ch
 }
 
 // servicesPart names the Service proxy's share of the bridge in the syncer.
@@ -218,7 +265,8 @@ func (r *Realizer) Replay(ctx context.Context) error {
 // anything of other rounds, in one bundle.
 func (r *Realizer) replayLocked(ctx context.Context) error {
 	r.syncer.Forget()
-	_, err := r.syncer.AdoptKeyed(ctx, r.desired, r.keys, r.round)
+	flows, keys := r.desired()
+	_, err := r.syncer.AdoptKeyed(ctx, flows, keys, r.round)
 	return err
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tierflow/tierflow/pkg/model"
 	"github.com/tierflow/tierflow/pkg/queryapi/agentquery"
+	"github.com/tierflow/tierflow/test/conformance"
 	"github.com/tierflow/tierflow/test/e2e/framework"
 	"github.com/tierflow/tierflow/test/kubeapi"
 	"github.com/tierflow/tierflow/test/testbed"
@@ -30,7 +31,8 @@ import (
 // NetworkPolicy), IPv4 and IPv6, against pkg/explain; a pod reaching
 // another node's hostNetwork server at its InternalIP (routed by the
 // underlay, not tunneled); and tierctl trace following a denied
-// connection through the tunnel.
+// connection through the tunnel; a smoke of both upstream conformance
+// suites.
 func TestEncapBed(t *testing.T) {
 	bed := testbed.Start(t, testbed.Options{Nodes: 3, IPv6: true, Encap: true})
 	tf := framework.Start(t, bed, "")
@@ -104,6 +106,46 @@ func TestEncapBed(t *testing.T) {
 			}
 		})
 	}
+
+	// Both upstream conformance suites, a smoke of each: a TCP and a UDP
+	// test, unmodified, their houses' pods spread over the three nodes
+	// (most probes cross the tunnel). `make test-encap` runs them whole.
+	t.Run("upstream-conformance", func(t *testing.T) {
+		smoke := map[string][]string{
+			"v0.1.7": {"AdminNetworkPolicyIngressTCP", "BaselineAdminNetworkPolicyEgressUDP"},
+			"v0.2.0": {"CNPAdminTierEgressTCP", "CNPBaselineTierIngressUDP"},
+		}
+		for _, s := range conformance.Suites {
+			s.Tests, s.KeepBaseResources = smoke[s.Version], false
+			if len(s.Tests) == 0 {
+				t.Fatalf("no smoke tests for %s", s.Name())
+			}
+			if err := conformance.WaitNamespacesGone(bed.Cluster.Kube, conformance.HousePrefix, 5*time.Minute); err != nil {
+				t.Fatalf("before %s: %v", s.Name(), err)
+			}
+			dir := t.TempDir()
+			res, err := s.Run(context.Background(), bed.Cluster.Kubeconfig, filepath.Join(bed.Dir, "suites"),
+				filepath.Join(dir, "report.yaml"), filepath.Join(dir, "log.jsonl"), nil)
+			if err != nil {
+				t.Errorf("%s: %v", s.Name(), err)
+				if res == nil {
+					continue
+				}
+			}
+			passed, failed, skipped := conformance.Tally(res.Cases)
+			if passed == 0 || failed+skipped > 0 {
+				t.Errorf("%s %v: %d passed, %d failed, %d skipped; want every case passed\n%s", s.Name(), s.Tests, passed, failed, skipped, conformance.Summary(res.Cases))
+			}
+			for _, c := range res.Cases {
+				if c.Outcome == conformance.Fail {
+					t.Logf("%s:\n%s", c.Name, c.Output)
+				}
+			}
+		}
+		if err := conformance.WaitNamespacesGone(bed.Cluster.Kube, conformance.HousePrefix, 5*time.Minute); err != nil {
+			t.Error(err)
+		}
+	})
 
 	// A pod to another node's hostNetwork server, at that node's
 	// InternalIP: routed by the nodes' hosts and the underlay (the router

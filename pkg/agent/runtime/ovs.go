@@ -555,22 +555,7 @@ func (r *recordingInstaller) Apply(ctx context.Context, b flowsync.Bundle) error
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, f := range b.Add {
-		r.flows[f.Key()] = f
-	}
-	for _, f := range b.Modify {
-		r.flows[f.Key()] = f
-	}
-	for _, f := range b.Delete {
-		delete(r.flows, f.Key())
-	}
-	for _, cm := range b.DeleteCookies {
-		for k, f := range r.flows {
-			if f.Cookie&cm.Mask == cm.Value&cm.Mask {
-				delete(r.flows, k)
-			}
-		}
-	}
+	b.ApplyTo(r.flows)
 	return nil
 }
 
