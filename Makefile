@@ -22,8 +22,8 @@ lint: ## gofmt and go vet
 # right after each policy change, with no retry (upstream's TODO in
 # PokeServer), so its results should not depend on what else the two cores
 # are doing. Other real-OVS packages wait for its bed's OVS lock anyway.
-# The package also runs the cyclonus smoke through ClusterIPs (TestCyclonus,
-# a bed of its own: about 5 minutes).
+# The package also runs the cyclonus smoke through ClusterIPs and Service
+# names (TestCyclonus, a bed of its own: about 5 minutes).
 #
 # The real-cluster smoke test (test/cluster: tierflow's images built and
 # installed on node containers with real kubelets) runs after them, alone

@@ -23,8 +23,8 @@ var (
 	// cyclonus every case (-cyclonus-include=).
 	cyclonusInclude = flag.String("cyclonus-include", "namespaces-by-default-label,ip-block-with-except",
 		"cyclonus tags TestCyclonus runs (comma-separated; empty: every case)")
-	cyclonusDestinations = flag.String("cyclonus-destinations", "service-ip",
-		"cyclonus destination types TestCyclonus probes (comma-separated; make cyclonus: service-ip,service-name)")
+	cyclonusDestinations = flag.String("cyclonus-destinations", "service-ip,service-name",
+		"cyclonus destination types TestCyclonus probes (comma-separated)")
 )
 
 // TestCyclonus runs cyclonus's generated NetworkPolicy cases (test/cyclonus)

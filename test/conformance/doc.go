@@ -57,10 +57,12 @@
 // test/cyclonus, TCP and UDP) on a bed of its own through Services: each
 // server pod's ClusterIP (--destination-type service-ip) and its DNS name
 // (service-name, through the bed's kube-dns). make test runs a smoke (the
-// cases tagged namespaces-by-default-label or ip-block-with-except) through
-// ClusterIPs only; make cyclonus every case through both. Through Service
-// names the smoke's first probe round took over three minutes and did not
-// match cyclonus's model (it retried) when last run: not yet passing.
+// cases tagged namespaces-by-default-label or ip-block-with-except)
+// through both; make cyclonus every case through both. A probe through a
+// name resolves it through the pod's search list (ndots 5: four names, A
+// and AAAA each) within the probe's 2 s timeout, so the bed's DNS answers
+// from a watch of the Services, as CoreDNS does (test/testbed/noderuntime
+// ServiceLookup).
 //
 // `make conformance` prints every case, a line on the SCTP cases and the
 // trace check, and ends with `N passed, M failed, K skipped`.

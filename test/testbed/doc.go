@@ -34,9 +34,10 @@
 // agents on it. Start creates the cluster DNS as kubeadm does: the Service
 // kube-system/kube-dns at ClusterDNS in front of a pod kube-system/coredns
 // (k8s-app=kube-dns) on the first node, which the node runtime serves with
-// the agnhost package's DNS stand-in (NAME.NS.svc.cluster.local from the
-// API server; no image can run here); every pod's network namespace gets
-// a resolv.conf naming ClusterDNS with the cluster's search domains, which
+// the agnhost package's DNS stand-in (NAME.NS.svc.cluster.local from a
+// watch of the Services, as CoreDNS; no image can run here); every pod's
+// network namespace gets a resolv.conf naming ClusterDNS with the
+// cluster's search domains, which
 // `ip netns exec` (how pods' servers and exec'd commands run) mounts over
 // /etc/resolv.conf.
 //

@@ -241,7 +241,7 @@ const ClusterDNS = "10.96.0.10"
 // Service kube-system/kube-dns at ClusterDNS (UDP and TCP 53) in front of
 // a CoreDNS pod (k8s-app=kube-dns) on the first node, which the node
 // runtime serves with the agnhost package's DNS stand-in (Service names,
-// from the API server). Pods reach it through the pod network like any
+// from a watch of the Services). Pods reach it through the pod network like any
 // Service, so DNS works on the bed only where a Service implementation
 // (tierflow's proxy) does.
 func (t *Testbed) startClusterDNS() error {

@@ -4,11 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/tierflow/tierflow/test/testbed/agnhost"
@@ -111,17 +109,26 @@ func PodEndpoints(pod *corev1.Pod) ([]agnhost.Endpoint, []string, error) {
 	return eps, warnings, nil
 }
 
-// ServiceLookup reads Services' ClusterIPs through the API server, for the
-// DNS stand-in (agnhost.KindDNSUDP/KindDNSTCP); logf gets the errors other
-// than a Service not found.
-func ServiceLookup(kube kubernetes.Interface, logf func(format string, args ...any)) agnhost.ServiceLookup {
-	return func(namespace, name string) ([]netip.Addr, bool) {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		svc, err := kube.CoreV1().Services(namespace).Get(ctx, name, metav1.GetOptions{})
-		if err != nil && !apierrors.IsNotFound(err) {
-			logf("DNS: reading Service %s/%s: %v", namespace, name, err)
+// ServiceLookup answers the DNS stand-in (agnhost.KindDNSUDP/KindDNSTCP)
+// from a watch of every Service, as CoreDNS's kubernetes plugin answers
+// from its own: a query never waits on the API server. (A GET per query
+// made each answer wait for the API server and the queries queued behind
+// one another: a name through the search list took seconds, longer than a
+// probe's timeout.) It lists and watches until ctx ends, and returns once
+// the first list is in, so the pod is ready only when it can answer.
+func ServiceLookup(ctx context.Context, kube kubernetes.Interface) (agnhost.ServiceLookup, error) {
+	factory := informers.NewSharedInformerFactory(kube, 0)
+	services := factory.Core().V1().Services()
+	lister := services.Lister()
+	services.Informer()
+	factory.Start(ctx.Done())
+	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return nil, fmt.Errorf("listing %v: %w", typ, context.Cause(ctx))
 		}
+	}
+	return func(namespace, name string) ([]netip.Addr, bool) {
+		svc, err := lister.Services(namespace).Get(name)
 		if err != nil || svc.Spec.ClusterIP == corev1.ClusterIPNone {
 			return nil, false
 		}
@@ -132,5 +139,5 @@ func ServiceLookup(kube kubernetes.Interface, logf func(format string, args ...a
 			}
 		}
 		return ips, true
-	}
+	}, nil
 }

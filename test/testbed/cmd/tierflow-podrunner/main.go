@@ -126,14 +126,18 @@ func serve(args []string) int {
 	if *listenIPs != "" {
 		ips = strings.Split(*listenIPs, ",")
 	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
 	var lookup agnhost.ServiceLookup
 	if *kubeconfig != "" {
 		kube, err := apiClient(*kubeconfig, *hostNetns)
+		if err == nil {
+			lookup, err = noderuntime.ServiceLookup(ctx, kube)
+		}
 		if err != nil {
 			logger.Print(err)
 			return 1
 		}
-		lookup = noderuntime.ServiceLookup(kube, logger.Printf)
 	}
 	servers, err := agnhost.StartWith(eps, noderuntime.PodHostname(pod), logger, lookup, ips...)
 	if err != nil {
@@ -144,8 +148,6 @@ func serve(args []string) int {
 		logger.Printf("serving %s", ep)
 	}
 	fmt.Println(noderuntime.ReadyLine)
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
 	<-ctx.Done()
 	servers.Close()
 	return 0
