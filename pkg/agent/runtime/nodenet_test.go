@@ -67,13 +67,24 @@ func newNoEncapBed(t *testing.T) *noEncapBed {
 	n2 := &simNode{name: "nn-2", ip4: netip.MustParsePrefix("192.168.77.2/24"), ip6: netip.MustParsePrefix("fd00:77::2/64"),
 		podCIDRs: []string{"10.77.2.0/24", "fd00:77:2::/64"}}
 	bed.n1, bed.n2 = n1, n2
+	joinSimNodes(t, c, "tfnn", n1, n2)
+	return bed
+}
+
+// joinSimNodes gives n1 and n2 their own OVS (each in its own network
+// namespace) and bridge, joins the namespaces with a veth pair (named
+// linkPrefix plus each env's ID) carrying the nodes' addresses (ip6 only
+// when set), and creates their Node objects (pod CIDRs, InternalIPs) and
+// tierflow-cni configurations on c, as kube-controller-manager, the
+// kubelet and tierflow-install-cni leave them.
+func joinSimNodes(t *testing.T, c *livecluster.Cluster, linkPrefix string, n1, n2 *simNode) {
+	t.Helper()
 	nodes := []*simNode{n1, n2}
 	for _, n := range nodes {
 		n.env = ovsenv.Start(t, ovsenv.WithOwnNetns())
 		n.br = n.env.AddBridge("br")
 	}
-	// The node network: a veth pair between the two namespaces.
-	l1, l2 := "tfnn"+n1.env.ID, "tfnn"+n2.env.ID
+	l1, l2 := linkPrefix+n1.env.ID, linkPrefix+n2.env.ID
 	mustRun(t, "ip", "link", "add", l1, "netns", n1.env.Netns(), "type", "veth", "peer", "name", l2, "netns", n2.env.Netns())
 	for _, x := range []struct {
 		n    *simNode
@@ -81,14 +92,18 @@ func newNoEncapBed(t *testing.T) *noEncapBed {
 	}{{n1, l1}, {n2, l2}} {
 		ns := x.n.env.Netns()
 		mustRun(t, "ip", "-n", ns, "addr", "add", x.n.ip4.String(), "dev", x.link)
-		mustRun(t, "ip", "-n", ns, "addr", "add", x.n.ip6.String(), "dev", x.link, "nodad")
+		if x.n.ip6.IsValid() {
+			mustRun(t, "ip", "-n", ns, "addr", "add", x.n.ip6.String(), "dev", x.link, "nodad")
+		}
 		mustRun(t, "ip", "-n", ns, "link", "set", x.link, "up")
 	}
-
-	// Node objects as kube-controller-manager and the kubelet leave them.
 	for _, n := range nodes {
 		n.tokenDir = c.AddNode(t, n.name)
-		c.SetNode(t, n.name, n.podCIDRs, n.ip4.Addr(), n.ip6.Addr())
+		ips := []netip.Addr{n.ip4.Addr()}
+		if n.ip6.IsValid() {
+			ips = append(ips, n.ip6.Addr())
+		}
+		c.SetNode(t, n.name, n.podCIDRs, ips...)
 		agentCfg := config.DefaultAgent()
 		agentCfg.BridgeName = n.br.Name
 		agentCfg.OVSDBSocket = n.env.DBSocketPath()
@@ -98,7 +113,6 @@ func newNoEncapBed(t *testing.T) *noEncapBed {
 		}
 		n.cniConf = conf
 	}
-	return bed
 }
 
 // attach attaches a pod on n with tierflow-cni and creates its Pod.

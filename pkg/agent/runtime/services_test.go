@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -17,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/tierflow/tierflow/pkg/config"
-	"github.com/tierflow/tierflow/pkg/config/cniinstall"
 	"github.com/tierflow/tierflow/test/livecluster"
 	"github.com/tierflow/tierflow/test/ovsenv"
 )
@@ -40,31 +38,7 @@ func TestServiceProxyNoEncap(t *testing.T) {
 
 	n1 := &simNode{name: "sn-1", ip4: netip.MustParsePrefix("192.168.79.1/24"), podCIDRs: []string{"10.79.1.0/24"}}
 	n2 := &simNode{name: "sn-2", ip4: netip.MustParsePrefix("192.168.79.2/24"), podCIDRs: []string{"10.79.2.0/24"}}
-	nodes := []*simNode{n1, n2}
-	for _, n := range nodes {
-		n.env = ovsenv.Start(t, ovsenv.WithOwnNetns())
-		n.br = n.env.AddBridge("br")
-	}
-	l1, l2 := "tfsn"+n1.env.ID, "tfsn"+n2.env.ID
-	mustRun(t, "ip", "link", "add", l1, "netns", n1.env.Netns(), "type", "veth", "peer", "name", l2, "netns", n2.env.Netns())
-	for _, x := range []struct {
-		n    *simNode
-		link string
-	}{{n1, l1}, {n2, l2}} {
-		mustRun(t, "ip", "-n", x.n.env.Netns(), "addr", "add", x.n.ip4.String(), "dev", x.link)
-		mustRun(t, "ip", "-n", x.n.env.Netns(), "link", "set", x.link, "up")
-	}
-	for _, n := range nodes {
-		n.tokenDir = c.AddNode(t, n.name)
-		c.SetNode(t, n.name, n.podCIDRs, n.ip4.Addr())
-		agentCfg := config.DefaultAgent()
-		agentCfg.BridgeName = n.br.Name
-		agentCfg.OVSDBSocket = n.env.DBSocketPath()
-		var err error
-		if n.cniConf, err = cniinstall.PluginConf(&agentCfg, n.podCIDRs, filepath.Join(c.Dir, n.name+"-ipam")); err != nil {
-			t.Fatal(err)
-		}
-	}
+	joinSimNodes(t, c, "tfsn", n1, n2)
 	// Agents first: tierflow-cni ADD waits until the agent admits the pod.
 	ctrl := c.StartController(t)
 	_ = ctrl
