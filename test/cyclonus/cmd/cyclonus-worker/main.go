@@ -14,7 +14,16 @@
 // step's probe take ten seconds of this machine's two cores; in-process,
 // all connections of a batch are in flight at once and a step takes the
 // timeout of its denied connections. SCTP, which this prober does not
-// speak, still goes through `agnhost connect`.
+// speak, still goes through `agnhost connect`. A request without a host
+// (a destination cyclonus has no address for) fails rather than reaching
+// the pod itself, as net.Dial would take an empty host.
+//
+// On the tierflow test bed (test/testbed) kwok runs `kubectl exec`
+// commands on the host, with the pod's network namespace named in
+// TIERFLOW_NETNS (noderuntime.EnvNetns); /worker there is a symlink to
+// this command (test/cyclonus.InstallBedWorker), which then re-executes
+// itself in that namespace (`ip netns exec`, as the bed's /agnhost does),
+// so its connections are the pod's.
 package main
 
 import (
@@ -25,7 +34,9 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/mattfenwick/cyclonus/pkg/worker"
@@ -38,7 +49,14 @@ const (
 	retries = 1
 )
 
+// bedNetnsEnv is noderuntime.EnvNetns (not imported: this command is
+// built alone into the cyclonus-worker image).
+const bedNetnsEnv = "TIERFLOW_NETNS"
+
 func main() {
+	if ns := os.Getenv(bedNetnsEnv); ns != "" {
+		fail(inNetns(ns))
+	}
 	jobs := flag.String("jobs", "", "the batch, as JSON (cyclonus's worker.Batch)")
 	flag.Parse()
 	var batch worker.Batch
@@ -72,8 +90,32 @@ func main() {
 	fmt.Println(string(out))
 }
 
+// inNetns re-executes this command in the network namespace ns (only
+// returns on failure), without bedNetnsEnv, so it runs there as in a pod.
+func inNetns(ns string) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	ip, err := exec.LookPath("ip")
+	if err != nil {
+		return fmt.Errorf("iproute2 is required on the test bed: %w", err)
+	}
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, bedNetnsEnv+"=") {
+			env = append(env, kv)
+		}
+	}
+	argv := append([]string{"ip", "netns", "exec", ns, self}, os.Args[1:]...)
+	return fmt.Errorf("exec %s: %w", strings.Join(argv, " "), syscall.Exec(ip, argv, env))
+}
+
 // connect is one `agnhost connect <address> --timeout=1s --protocol=...`.
 func connect(r *worker.Request) error {
+	if r.Host == "" {
+		return errors.New("no address to connect to")
+	}
 	switch r.Protocol {
 	case v1.ProtocolTCP:
 		conn, err := net.DialTimeout("tcp", r.Address(), timeout)
