@@ -16,7 +16,9 @@
 // timeout of its denied connections. SCTP, which this prober does not
 // speak, still goes through `agnhost connect`. A request without a host
 // (a destination cyclonus has no address for) fails rather than reaching
-// the pod itself, as net.Dial would take an empty host.
+// the pod itself, as net.Dial would take an empty host. A Service name is
+// resolved once per batch (see resolver), then each connection is made to
+// its address.
 //
 // On the tierflow test bed (test/testbed) kwok runs `kubectl exec`
 // commands on the host, with the pod's network namespace named in
@@ -27,13 +29,16 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -67,14 +72,18 @@ func main() {
 		fail(err)
 	}
 	results := make([]*worker.Result, len(batch.Requests))
+	names := &resolver{names: map[string]*resolution{}}
 	var wg sync.WaitGroup
 	for i, r := range batch.Requests {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			err := connect(r)
-			for try := 0; try < retries && err != nil; try++ {
-				err = connect(r)
+			addr, err := names.resolve(r.Host)
+			if err == nil {
+				err = connect(r, addr)
+				for try := 0; try < retries && err != nil; try++ {
+					err = connect(r, addr)
+				}
 			}
 			results[i] = &worker.Result{Request: r}
 			if err != nil {
@@ -111,20 +120,71 @@ func inNetns(ns string) error {
 	return fmt.Errorf("exec %s: %w", strings.Join(argv, " "), syscall.Exec(ip, argv, env))
 }
 
-// connect is one `agnhost connect <address> --timeout=1s --protocol=...`.
-func connect(r *worker.Request) error {
-	if r.Host == "" {
-		return errors.New("no address to connect to")
+// resolver resolves each host name of a batch once: a batch names each
+// destination four times (two ports, two protocols), and through the
+// pod's search list (ndots 5) each resolution is four names, A and AAAA:
+// per connection, a step through Service names sent some 3,000 queries
+// at once to the cluster DNS, inside the connections' one-second timeout.
+type resolver struct {
+	mu    sync.Mutex
+	names map[string]*resolution
+}
+
+type resolution struct {
+	once sync.Once
+	addr string
+	err  error
+}
+
+// resolve is host's first address (in the order Go's dialer would try
+// them), or host itself if it is an address; a failed lookup is retried
+// as a failed connection is.
+func (r *resolver) resolve(host string) (string, error) {
+	if host == "" {
+		return "", errors.New("no address to connect to")
 	}
+	if _, err := netip.ParseAddr(host); err == nil {
+		return host, nil
+	}
+	r.mu.Lock()
+	res := r.names[host]
+	if res == nil {
+		res = &resolution{}
+		r.names[host] = res
+	}
+	r.mu.Unlock()
+	res.once.Do(func() {
+		for try := 0; try <= retries; try++ {
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			addrs, err := net.DefaultResolver.LookupIPAddr(ctx, host)
+			cancel()
+			switch {
+			case err != nil:
+				res.err = err
+			case len(addrs) == 0:
+				res.err = fmt.Errorf("lookup %s: no address", host)
+			default:
+				res.addr, res.err = addrs[0].IP.String(), nil
+				return
+			}
+		}
+	})
+	return res.addr, res.err
+}
+
+// connect is one `agnhost connect <address> --timeout=1s --protocol=...`
+// to addr (the request's host, resolved).
+func connect(r *worker.Request, addr string) error {
+	address := net.JoinHostPort(addr, strconv.Itoa(r.Port))
 	switch r.Protocol {
 	case v1.ProtocolTCP:
-		conn, err := net.DialTimeout("tcp", r.Address(), timeout)
+		conn, err := net.DialTimeout("tcp", address, timeout)
 		if err != nil {
 			return err
 		}
 		return conn.Close()
 	case v1.ProtocolUDP:
-		conn, err := net.Dial("udp", r.Address())
+		conn, err := net.Dial("udp", address)
 		if err != nil {
 			return err
 		}
