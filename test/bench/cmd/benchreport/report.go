@@ -305,14 +305,19 @@ func (rep *Report) Markdown() string {
 				return []string{r.Scenario, r.Scale, num(r, "pods"), num(r, "policies"), incr(r, "pod-relabel"), incr(r, "ns-relabel"), incr(r, "policy-add")}
 			}},
 		{SectionAgent,
-			"The agent's realizer (pkg/agent/realizer: compile, diff, one atomic OpenFlow bundle over its pkg/ovs/openflow connection) realizing the policies on a fresh bridge of a private ovs-vswitchd (test/ovsenv, userspace datapath), against `ovs-ofctl -O OpenFlow13 --bundle add-flows` of the very same flows (the realizer's bundle rendered by pkg/ovs/openflow's Flow.String) into another fresh bridge in the same run. One policy change: on the bridge holding those flows, one NetworkPolicy's rule moves to another port (Realizer.Update with the agent's whole state, as the agent applies any change); median of 7, with the flows its bundle added, modified and deleted.",
+			"The agent's realizer (pkg/agent/realizer: compile, diff, one atomic OpenFlow bundle over its pkg/ovs/openflow connection) realizing the policies on a fresh bridge of a private ovs-vswitchd (test/ovsenv, userspace datapath), against `ovs-ofctl -O OpenFlow13 --bundle add-flows` of the very same flows (the realizer's bundle rendered by pkg/ovs/openflow's Flow.String) into another fresh bridge in the same run; 5 pairs in turn (quick: 3), each on bridges emptied first: median times, and the median (minimum – maximum) of the pairs' ratios. One policy change: on the bridge holding those flows, one NetworkPolicy's rule moves to another port (Realizer.Update with the agent's whole state, as the agent applies any change); median of 7, with the flows its bundle added, modified and deleted.",
 			[]string{"scenario", "scale", "policies", "flows installed", "agent", "ovs-ofctl (floor)", "agent / ofctl", "flows on bridge (agent / ofctl)", "one policy change on that bridge"},
 			func(r *Run) []string {
 				change := "–"
 				if t, ok := val(r, "change-ms"); ok {
 					change = fmt.Sprintf("%.1f ms (%s flows touched)", t, num(r, "change-flows"))
 				}
-				return []string{r.Scenario, r.Scale, num(r, "policies"), num(r, "bundle-flows"), secs(r, "agent-s"), secs(r, "ofctl-s"), ratio(r, "agent/ofctl"),
+				spread := ratio(r, "agent/ofctl")
+				if lo, ok := val(r, "agent/ofctl-min"); ok {
+					hi, _ := val(r, "agent/ofctl-max")
+					spread += fmt.Sprintf(" (%.2f – %.2f)", lo, hi)
+				}
+				return []string{r.Scenario, r.Scale, num(r, "policies"), num(r, "bundle-flows"), secs(r, "agent-s"), secs(r, "ofctl-s"), spread,
 					num(r, "agent-bridge-flows") + " / " + num(r, "ofctl-bridge-flows"), change}
 			}},
 		{SectionE2E,
