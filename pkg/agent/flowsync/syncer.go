@@ -120,11 +120,22 @@ type installedSet struct {
 // apply changes the set by ch (checked by SyncChanges): in place, so an
 // update costs its changes, not the set's size.
 func (s *installedSet) apply(ch Changes) {
-	if !s.owned {
-		s.flows, s.owned = slices.Clone(s.flows), true
-		if s.index == nil {
-			s.index = map[string]int32{}
+	// Room for the new keys at once: a first install adds every flow of
+	// the bridge, and growing a list of 100,000 flows by appends copies
+	// it over and over.
+	added := 0
+	for _, k := range ch.Keys {
+		if _, ok := s.index[k]; !ok {
+			added++
 		}
+	}
+	if !s.owned {
+		s.flows, s.owned = slices.Grow(slices.Clone(s.flows), added), true
+		if s.index == nil {
+			s.index = make(map[string]int32, added)
+		}
+	} else {
+		s.flows = slices.Grow(s.flows, added)
 	}
 	for i, k := range ch.Keys {
 		if j, ok := s.index[k]; ok {
@@ -195,6 +206,9 @@ func (s *Syncer) diff(installed installedSet, name string, desired []openflow.Fl
 	}
 	want := installedSet{flows: desired, index: make(map[string]int32, len(desired))}
 	var b Bundle
+	if len(installed.index) == 0 {
+		b.Add = make([]openflow.Flow, 0, len(desired)) // every flow is an add
+	}
 	// Adds and modifies follow the desired order (deterministic, as the
 	// compiler's output is); deletes are sorted. Order inside a bundle does
 	// not matter for correctness: it is applied atomically.
@@ -348,7 +362,10 @@ func (s *Syncer) SyncChanges(ctx context.Context, ch Changes) (Bundle, error) {
 	if len(ch.Keys) != len(ch.Upserts) {
 		return Bundle{}, fmt.Errorf("%d keys for %d flows", len(ch.Keys), len(ch.Upserts))
 	}
-	var b Bundle
+	// Most upserts are adds or modifies (the compiler hands only the
+	// flows of changed rules): one allocation, not a list of 100,000
+	// flows grown by appends on a first install.
+	b := Bundle{Add: make([]openflow.Flow, 0, len(ch.Upserts))}
 	seen := make(map[string]bool, len(ch.Keys)+len(ch.Removes))
 	for i := range ch.Upserts {
 		f, k := &ch.Upserts[i], ch.Keys[i]
