@@ -59,34 +59,27 @@ func (r *memberReader) member() (m GroupMember, ok bool) {
 		}
 		m.Pod = r.podRef(PodRef{Namespace: ns, Name: name})
 	}
-	var okNode bool
 	if !r.lit(`"node":`) {
 		return m, false
 	}
-	if m.Node, okNode = r.name(); !okNode || !r.lit(`,"ips":`) {
+	if m.Node, ok = r.name(); !ok || !r.lit(`,"ips":`) {
 		return m, false
 	}
 	if !r.lit(`null`) {
-		if !r.lit(`[`) {
-			return m, false
-		}
 		start := len(r.ips)
-		for i := 0; !r.lit(`]`); i++ {
-			if i > 0 && !r.lit(`,`) {
-				return m, false
-			}
+		ok := r.lit(`[`) && r.elements(func() bool {
 			s, ok := r.str()
-			if !ok {
-				return m, false
-			}
 			var a netip.Addr
-			if s != "" { // netip.Addr's UnmarshalText: "" is the zero Addr
+			if ok && s != "" { // netip.Addr's UnmarshalText: "" is the zero Addr
 				var err error
-				if a, err = netip.ParseAddr(s); err != nil {
-					return m, false
-				}
+				a, err = netip.ParseAddr(s)
+				ok = err == nil
 			}
 			r.ips = append(r.ips, a)
+			return ok
+		})
+		if !ok {
+			return m, false
 		}
 		// Members' addresses share one array (a member's capacity ends at
 		// its last address, so appending to it copies).
@@ -94,28 +87,23 @@ func (r *memberReader) member() (m GroupMember, ok bool) {
 		if len(m.IPs) == 0 {
 			m.IPs = []netip.Addr{} // what encoding/json makes of []
 		}
-		if cap(r.ips)-len(r.ips) < 4 {
+		if r.slabs && cap(r.ips)-len(r.ips) < 4 {
 			r.ips = make([]netip.Addr, 0, slab)
 		}
 	}
 	if r.lit(`,"ports":[`) {
-		for i := 0; !r.lit(`]`); i++ {
-			if i > 0 && !r.lit(`,`) {
-				return m, false
-			}
+		ok := r.elements(func() bool {
 			ok1 := r.lit(`{"name":`)
 			name, ok2 := r.str()
 			ok3 := r.lit(`,"protocol":`)
 			proto, ok4 := r.str()
 			ok5 := r.lit(`,"port":`)
 			port, ok6 := r.integer(32)
-			if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 || !r.lit(`}`) {
-				return m, false
-			}
 			m.Ports = append(m.Ports, NamedPort{Name: name, Protocol: Protocol(proto), Port: int32(port)})
-		}
-		if len(m.Ports) == 0 {
-			return m, false // json.Marshal omits empty ports; leave [] to encoding/json
+			return ok1 && ok2 && ok3 && ok4 && ok5 && ok6 && r.lit(`}`)
+		})
+		if !ok || len(m.Ports) == 0 { // json.Marshal omits empty ports: leave [] to encoding/json
+			return m, false
 		}
 	}
 	return m, r.lit(`}`)
@@ -129,22 +117,17 @@ func (r *memberReader) member() (m GroupMember, ok bool) {
 // than encoding/json, which scans every byte more than once before
 // decoding it by reflection.
 func ParseAddressGroupsJSON(data []byte) (groups []*AddressGroup, ok bool) {
-	r := memberReader{data: data, names: map[string]string{}}
-	if !r.lit(`[`) {
+	r := memberReader{data: data, slabs: true, names: map[string]string{}}
+	groups = []*AddressGroup{}
+	ok = r.lit(`[`) && r.elements(func() bool {
+		g, ok := r.addressGroup()
+		groups = append(groups, g)
+		return ok
+	})
+	if !ok || r.pos != len(r.data) {
 		return nil, false
 	}
-	groups = []*AddressGroup{}
-	for i := 0; !r.lit(`]`); i++ {
-		if i > 0 && !r.lit(`,`) {
-			return nil, false
-		}
-		g, ok := r.addressGroup()
-		if !ok {
-			return nil, false
-		}
-		groups = append(groups, g)
-	}
-	return groups, r.pos == len(r.data)
+	return groups, true
 }
 
 // addressGroup reads one group as ParseAddressGroupsJSON does.
@@ -159,18 +142,13 @@ func (r *memberReader) addressGroup() (*AddressGroup, bool) {
 		return nil, false
 	}
 	if r.lit(`,"span":[`) {
-		for i := 0; !r.lit(`]`); i++ {
-			if i > 0 && !r.lit(`,`) {
-				return nil, false
-			}
+		ok := r.elements(func() bool {
 			s, ok := r.str()
-			if !ok {
-				return nil, false
-			}
 			g.Span = append(g.Span, s)
-		}
-		if len(g.Span) == 0 {
-			return nil, false // json.Marshal omits an empty span
+			return ok
+		})
+		if !ok || len(g.Span) == 0 { // json.Marshal omits an empty span
+			return nil, false
 		}
 	}
 	var ok bool
@@ -181,22 +159,28 @@ func (r *memberReader) addressGroup() (*AddressGroup, bool) {
 		return nil, false
 	}
 	if !r.lit(`null`) {
-		if !r.lit(`[`) {
-			return nil, false
-		}
 		g.Members = []GroupMember{}
-		for i := 0; !r.lit(`]`); i++ {
-			if i > 0 && !r.lit(`,`) {
-				return nil, false
-			}
+		ok := r.lit(`[`) && r.elements(func() bool {
 			m, ok := r.member()
-			if !ok {
-				return nil, false
-			}
 			g.Members = append(g.Members, m)
+			return ok
+		})
+		if !ok {
+			return nil, false
 		}
 	}
 	return g, r.lit(`}`)
+}
+
+// elements reads the elements of an array whose '[' was read, each with
+// read, and the closing ']'.
+func (r *memberReader) elements(read func() bool) bool {
+	for i := 0; !r.lit(`]`); i++ {
+		if (i > 0 && !r.lit(`,`)) || !read() {
+			return false
+		}
+	}
+	return true
 }
 
 // memberReader walks a member's JSON for parseMember, and groups' for
@@ -204,10 +188,12 @@ func (r *memberReader) addressGroup() (*AddressGroup, bool) {
 type memberReader struct {
 	data []byte
 	pos  int
-	// ips and pods are where members' addresses and pod names go, a slab
-	// at a time rather than one allocation each.
-	ips  []netip.Addr
-	pods []PodRef
+	// ips and pods are where members' addresses and pod names go: with
+	// slabs (reading many members), a slab at a time rather than one
+	// allocation each.
+	slabs bool
+	ips   []netip.Addr
+	pods  []PodRef
 	// names holds the node and namespace names read so far (each is
 	// shared by many members), when set.
 	names map[string]string
@@ -218,6 +204,9 @@ const slab = 512
 
 // podRef returns p in the reader's slab of pod names.
 func (r *memberReader) podRef(p PodRef) *PodRef {
+	if !r.slabs {
+		return &p
+	}
 	if len(r.pods) == cap(r.pods) {
 		r.pods = make([]PodRef, 0, slab)
 	}
