@@ -1,8 +1,11 @@
 package wire
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+
+	"github.com/tierflow/tierflow/pkg/model"
 )
 
 // Chunk is one piece of an Update too large for one message: the
@@ -41,6 +44,51 @@ func EncodeUpdate(u *Update, chunkSize int) (data []byte, chunked bool, err erro
 		data = append(append(append(data[:len(data)-1], `,"addressGroups":`...), groups...), '}')
 	}
 	return data, len(data) > chunkSize, nil
+}
+
+// groupsKey is how EncodeUpdate joins the address groups to the rest of
+// an Update's encoding.
+const groupsKey = `,"addressGroups":`
+
+// DecodeUpdate decodes an Update's JSON encoding into u, which must be
+// zero: what json.Unmarshal makes of data, error included. An encoding
+// made by EncodeUpdate is read in two parts: the address groups it
+// appended last (most of a large update: one member per pod a peer
+// selects) by model.ParseAddressGroupsJSON, the rest by encoding/json.
+// Any other input goes to encoding/json whole.
+func DecodeUpdate(data []byte, u *Update) error {
+	cut := lastIndex(data, []byte(groupsKey+"["))
+	if cut > 0 && bytes.HasSuffix(data, []byte("]}")) && !bytes.HasSuffix(bytes.TrimRight(data[:cut], " \t\r\n"), []byte("{")) {
+		// If data up to the cut, closed, is one JSON object with a member,
+		// the cut follows one of data's own members (it is not inside a
+		// string or a nested value), so the groups are data's last member.
+		if groups, ok := model.ParseAddressGroupsJSON(data[cut+len(groupsKey) : len(data)-1]); ok {
+			rest := append(data[:cut:cut], '}') // a copy: data is not written
+			// (Groups in the rest too, under any spelling of the key, and
+			// encoding/json would merge the last ones into them.)
+			if json.Unmarshal(rest, u) == nil && u.AddressGroups == nil {
+				u.AddressGroups = groups
+				return nil
+			}
+			*u = Update{}
+		}
+	}
+	return json.Unmarshal(data, u)
+}
+
+// lastIndex is bytes.LastIndex, searching forwards: the groups are most
+// of a large update, and bytes.Index skips through them several times
+// faster than bytes.LastIndex's backward search.
+func lastIndex(data, sep []byte) int {
+	last := -1
+	for from := 0; ; {
+		i := bytes.Index(data[from:], sep)
+		if i < 0 {
+			return last
+		}
+		last = from + i
+		from = last + len(sep)
+	}
 }
 
 // Chunks cuts an encoded Update into pieces of at most chunkSize bytes
@@ -90,7 +138,7 @@ func (a *Assembler) Add(c *Chunk) (*Update, error) {
 		return nil, nil
 	}
 	u := new(Update)
-	err := json.Unmarshal(a.buf, u)
+	err := DecodeUpdate(a.buf, u)
 	a.Reset()
 	if err != nil {
 		return nil, fmt.Errorf("decoding chunked update %d: %w", c.Version, err)

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 
@@ -30,6 +31,17 @@ func (jsonCodec) Marshal(v any) ([]byte, error) {
 }
 
 func (jsonCodec) Unmarshal(data []byte, v any) error {
+	// An update as EncodedUpdate wraps it: its large address groups are
+	// read by DecodeUpdate's fast path (anything else in the message, or
+	// an error, and the whole message goes to encoding/json).
+	if m, ok := v.(*ServerMessage); ok && m.Update == nil && m.Chunk == nil && m.Query == nil &&
+		bytes.HasPrefix(data, []byte(updatePrefix)) && bytes.HasSuffix(data, []byte("}")) {
+		u := new(Update)
+		if DecodeUpdate(data[len(updatePrefix):len(data)-1], u) == nil {
+			m.Update = u
+			return nil
+		}
+	}
 	if err := json.Unmarshal(data, v); err != nil {
 		return fmt.Errorf("decoding %T: %w", v, err)
 	}

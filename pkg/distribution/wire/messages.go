@@ -74,12 +74,16 @@ type ServerMessage struct {
 	encoded []byte
 }
 
+// updatePrefix starts the encoding of a ServerMessage holding an Update
+// only.
+const updatePrefix = `{"update":`
+
 // EncodedUpdate is a message carrying an Update already encoded by
 // EncodeUpdate: the codec sends its bytes as they are instead of encoding
 // the Update again.
 func EncodedUpdate(data []byte) *ServerMessage {
-	msg := make([]byte, 0, len(data)+len(`{"update":}`))
-	msg = append(append(append(msg, `{"update":`...), data...), '}')
+	msg := make([]byte, 0, len(data)+len(updatePrefix)+1)
+	msg = append(append(append(msg, updatePrefix...), data...), '}')
 	return &ServerMessage{encoded: msg}
 }
 
