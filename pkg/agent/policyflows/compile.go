@@ -800,14 +800,14 @@ func sortedValues[T any](m map[portValue]T) []portValue {
 // dimension and the conj_id flow with the action, or, with a single
 // dimension, the action flows directly.
 func (c *Compiler) emit(b *builder, t pipeline.Table, prio uint16, d model.Direction, s subConj, conj, id uint32, acts []openflow.Action) {
-	var dims [][]openflow.Match
-	var applied []openflow.Match
+	dims := make([][]openflow.Match, 0, 3)
+	applied := make([]openflow.Match, 0, len(s.applied))
 	for _, p := range s.applied {
 		applied = append(applied, appliedMatch(d, p))
 	}
 	dims = append(dims, applied)
 	if !s.anyPeer {
-		var ms []openflow.Match
+		ms := make([]openflow.Match, 0, len(s.peers))
 		for _, p := range s.peers {
 			m := openflow.Match{EthType: 0x0800}
 			if p.Addr().Is6() {
@@ -825,7 +825,7 @@ func (c *Compiler) emit(b *builder, t pipeline.Table, prio uint16, d model.Direc
 		dims = append(dims, ms)
 	}
 	if !s.anyPort {
-		var ms []openflow.Match
+		ms := make([]openflow.Match, 0, 2*len(s.ports))
 		for _, pc := range s.ports {
 			for _, et := range []uint16{0x0800, 0x86dd} {
 				m := openflow.Match{EthType: et, IPProto: pc.proto}

@@ -162,12 +162,10 @@ func (c *countingBridge) Apply(_ context.Context, b flowsync.Bundle) error {
 }
 func (c *countingBridge) Stats(context.Context) ([]flowsync.FlowStat, error) { return nil, nil }
 
-// BenchmarkUpdateOnePolicy: the realizer's own work (compile, sync, no
-// switch) for one NetworkPolicy's port change on a node holding about
-// 100,000 flows: 900 policies (a third Admin) over 8 local pods, each
-// with its own 100 remote peers, the shape of test/bench's
-// BenchmarkAgentInstall.
-func BenchmarkUpdateOnePolicy(b *testing.B) {
+// benchInput is about 100,000 flows of state: 900 policies (a third
+// Admin) over 8 local pods, each with its own 100 remote peers, the shape
+// of test/bench's BenchmarkAgentInstall.
+func benchInput() policyflows.Input {
 	const localPods, peers, policies = 8, 100, 900
 	in := policyflows.Input{Node: "n1", AppliedToGroups: map[string]*model.AppliedToGroup{}, AddressGroups: map[string]*model.AddressGroup{}}
 	atg := &model.AppliedToGroup{Meta: model.Meta{ID: "atg"}, MembersByNode: map[string][]model.GroupMember{}}
@@ -197,6 +195,33 @@ func BenchmarkUpdateOnePolicy(b *testing.B) {
 		}
 		in.Policies = append(in.Policies, p)
 	}
+	return in
+}
+
+// BenchmarkFirstInstall: the realizer's own work (compile, sync, no
+// switch) for the first update of a fresh realizer with benchInput's
+// ~100,000 flows: the agent's share of test/bench's BenchmarkAgentInstall.
+func BenchmarkFirstInstall(b *testing.B) {
+	in := benchInput()
+	ctx := context.Background()
+	br := &countingBridge{}
+	for b.Loop() {
+		r := New(pipeline.Config{UplinkPort: 100, CtZone: 1}, br)
+		if err := r.Start(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := r.Update(ctx, in); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(br.touched), "flows")
+}
+
+// BenchmarkUpdateOnePolicy: the realizer's own work (compile, sync, no
+// switch) for one NetworkPolicy's port change on a node holding about
+// 100,000 flows (benchInput).
+func BenchmarkUpdateOnePolicy(b *testing.B) {
+	in := benchInput()
 	br := &countingBridge{}
 	r := New(pipeline.Config{UplinkPort: 100, CtZone: 1}, br)
 	ctx := context.Background()

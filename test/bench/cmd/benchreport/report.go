@@ -272,7 +272,7 @@ func (rep *Report) Markdown() string {
 				return []string{r.Scenario, r.Description, t, secs(r, "cpu-s/op"), a, count(r, "allocs/op"), mibs(r, "heapMB"), fmt.Sprintf("%.0f MiB", r.ProcessMaxRSSMiB), ref(r, "time"), ref(r, "alloc")}
 			}},
 		{SectionVsAntrea,
-			"Antrea's own controller performance test measures from the informers' start over a fake clientset in the test's process, with the process's peak RSS (`/usr/bin/time -v`); here pkg/controller runs on the same harness: every object of the shape in a fake clientset (client-go's object tracker), the controller's informers listing from it, the clock from starting the controller until its initial lists are in the engine and a snapshot holds every computed object. Peak RSS is the whole process's, as Antrea's was: the shape's objects as built (held for the whole run, as the reference test holds its own), the fake clientset's copy of them, the copies its lists hand the informers, and the controller. Harness RSS is what the process held before the clock started (objects and fake clientset); the harness's own cost with no controller is in the next section. Antrea: the side-by-side run of ../shared/BENCH-REFERENCES.md (quiet machine). Ratios are tierflow / Antrea (report.json: controller_vs_antrea, controller_rss_vs_antrea).",
+			"Antrea's own controller performance test measures from the informers' start over a fake clientset in the test's process, with the process's peak RSS (`/usr/bin/time -v`); here pkg/controller runs on a harness like it without the fake's second copy: the shape's objects as built are held once (for the whole run, as the reference test holds its own), and each list the controller's informers make of every namespace, node, pod or NetworkPolicy answers a new deep copy of them (what decoding an apiserver's list gives); watches go to a fake clientset. The clock runs from starting the controller until its initial lists are in the engine and a snapshot holds every computed object. Peak RSS is the whole process's, as Antrea's was: the shape's objects, the copies the lists hand the informers, and the controller (Antrea's process also held its fake clientset's copy of every object). Harness RSS is what the process held before the clock started (the shape's objects); the harness's own cost with no controller is in the next section. Antrea: the side-by-side run of ../shared/BENCH-REFERENCES.md (quiet machine). Ratios are tierflow / Antrea (report.json: controller_vs_antrea, controller_rss_vs_antrea).",
 			[]string{"scenario", "scale", "pods", "policies", "time", "CPU time", "peak RSS (process)", "harness RSS", "heap in use after", "Antrea time", "Antrea peak RSS", "time / Antrea", "peak RSS / Antrea"},
 			func(r *Run) []string {
 				a := antreaSideBySide[r.Scenario]
@@ -286,7 +286,7 @@ func (rep *Report) Markdown() string {
 					mibs(r, "heap-MiB"), fmt.Sprintf("%.2f s", a.Seconds), fmt.Sprintf("%.0f MiB", a.PeakRSSMiB), rel("informer-s", a.Seconds), rel("peak-rss-MiB", a.PeakRSSMiB)}
 			}},
 		{SectionHarness,
-			"The floor of the harness above: the same fake clientset and client-go informers (with the controller's transform of core objects) listing every object, with handlers that only count them. Nothing of this is tierflow's work; it is what the process of the section above spends before the controller does anything.",
+			"The floor of the harness above: the same clientset and client-go informers (with the controller's transform of core objects) listing every object, with handlers that only count them. Nothing of this is tierflow's work; it is what the process of the section above spends before the controller does anything.",
 			[]string{"scenario", "scale", "pods", "policies", "time", "CPU time", "peak RSS (process)", "harness RSS", "heap in use after"},
 			func(r *Run) []string {
 				return []string{r.Scenario, r.Scale, num(r, "pods"), num(r, "policies"), secs(r, "informer-s"), secs(r, "cpu-s"), mibs(r, "peak-rss-MiB"), mibs(r, "harness-rss-MiB"), mibs(r, "heap-MiB")}
@@ -305,14 +305,19 @@ func (rep *Report) Markdown() string {
 				return []string{r.Scenario, r.Scale, num(r, "pods"), num(r, "policies"), incr(r, "pod-relabel"), incr(r, "ns-relabel"), incr(r, "policy-add")}
 			}},
 		{SectionAgent,
-			"The agent's realizer (pkg/agent/realizer: compile, diff, one atomic OpenFlow bundle over its pkg/ovs/openflow connection) realizing the policies on a fresh bridge of a private ovs-vswitchd (test/ovsenv, userspace datapath), against `ovs-ofctl -O OpenFlow13 --bundle add-flows` of the very same flows (the realizer's bundle rendered by pkg/ovs/openflow's Flow.String) into another fresh bridge in the same run. One policy change: on the bridge holding those flows, one NetworkPolicy's rule moves to another port (Realizer.Update with the agent's whole state, as the agent applies any change); median of 7, with the flows its bundle added, modified and deleted.",
+			"The agent's realizer (pkg/agent/realizer: compile, diff, one atomic OpenFlow bundle over its pkg/ovs/openflow connection) realizing the policies on a fresh bridge of a private ovs-vswitchd (test/ovsenv, userspace datapath), against `ovs-ofctl -O OpenFlow13 --bundle add-flows` of the very same flows (the realizer's bundle rendered by pkg/ovs/openflow's Flow.String) into another fresh bridge in the same run; 5 pairs in turn (quick: 3), each on bridges emptied first: median times, and the median (minimum – maximum) of the pairs' ratios. One policy change: on the bridge holding those flows, one NetworkPolicy's rule moves to another port (Realizer.Update with the agent's whole state, as the agent applies any change); median of 7, with the flows its bundle added, modified and deleted.",
 			[]string{"scenario", "scale", "policies", "flows installed", "agent", "ovs-ofctl (floor)", "agent / ofctl", "flows on bridge (agent / ofctl)", "one policy change on that bridge"},
 			func(r *Run) []string {
 				change := "–"
 				if t, ok := val(r, "change-ms"); ok {
 					change = fmt.Sprintf("%.1f ms (%s flows touched)", t, num(r, "change-flows"))
 				}
-				return []string{r.Scenario, r.Scale, num(r, "policies"), num(r, "bundle-flows"), secs(r, "agent-s"), secs(r, "ofctl-s"), ratio(r, "agent/ofctl"),
+				spread := ratio(r, "agent/ofctl")
+				if lo, ok := val(r, "agent/ofctl-min"); ok {
+					hi, _ := val(r, "agent/ofctl-max")
+					spread += fmt.Sprintf(" (%.2f – %.2f)", lo, hi)
+				}
+				return []string{r.Scenario, r.Scale, num(r, "policies"), num(r, "bundle-flows"), secs(r, "agent-s"), secs(r, "ofctl-s"), spread,
 					num(r, "agent-bridge-flows") + " / " + num(r, "ofctl-bridge-flows"), change}
 			}},
 		{SectionE2E,
