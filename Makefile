@@ -23,7 +23,7 @@ lint: ## gofmt and go vet
 # PokeServer), so its results should not depend on what else the two cores
 # are doing. Other real-OVS packages wait for its bed's OVS lock anyway.
 # The package also runs the cyclonus smoke through ClusterIPs and Service
-# names (TestCyclonus, a bed of its own: about 5 minutes).
+# names (TestCyclonus, an encap bed of its own: about 7 minutes).
 #
 # The real-cluster smoke test (test/cluster: tierflow's images built and
 # installed on node containers with real kubelets) runs after them, alone
@@ -328,8 +328,9 @@ test-encap: deps kube-binaries ## encap mode in full: TestEncap tests, every e2e
 	exit $$rc
 
 # cyclonus's every generated case (126 with TCP and UDP, SCTP left out) on
-# the test bed, probed through Service IPs and Service names: hours on two
-# cores. make test runs a smoke of it (TestCyclonus's default tags).
+# the encap test bed, probed through Service IPs and Service names with
+# cyclonus's batch prober (test/cyclonus/cmd/cyclonus-batch). make test
+# runs a smoke of it (TestCyclonus's default tags).
 .PHONY: cyclonus
 cyclonus: deps kube-binaries ## cyclonus's full generated suite on the test bed through Service IPs and names; reports in _output/conformance
 	$(GO) test -count=1 -v -timeout 12h -run '^TestCyclonus$$' ./test/conformance/ -args -cyclonus-include= -cyclonus-destinations=service-ip,service-name

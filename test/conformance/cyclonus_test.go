@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/tierflow/tierflow/test/conformance"
 	"github.com/tierflow/tierflow/test/cyclonus"
 	"github.com/tierflow/tierflow/test/e2e/framework"
@@ -19,9 +21,10 @@ import (
 var (
 	// cyclonusInclude is the cases' tags TestCyclonus runs: make test a
 	// smoke (egress and ingress by the namespace name label, ipBlocks with
-	// an except: through Services, policy must decide on the pod), make
-	// cyclonus every case (-cyclonus-include=).
-	cyclonusInclude = flag.String("cyclonus-include", "namespaces-by-default-label,ip-block-with-except",
+	// an except: through Services, policy must decide on the pod; the
+	// cases whose steps create pods, probed through the new pods' own
+	// Services), make cyclonus every case (-cyclonus-include=).
+	cyclonusInclude = flag.String("cyclonus-include", "namespaces-by-default-label,ip-block-with-except,"+strings.Join(cyclonus.MidCaseTags, ","),
 		"cyclonus tags TestCyclonus runs (comma-separated; empty: every case)")
 	cyclonusDestinations = flag.String("cyclonus-destinations", "service-ip,service-name",
 		"cyclonus destination types TestCyclonus probes (comma-separated)")
@@ -33,51 +36,101 @@ var (
 // the bed's kube-dns), TCP and UDP. The agents' Service proxy translates
 // before the egress tiers, so policy decides on the pods behind the
 // Services, as cyclonus's model expects. Reports in _output/conformance.
+//
+// It runs cmd/cyclonus-batch (cyclonus's generator, model and report with
+// its batch prober: one exec of /worker per source pod and step, the
+// worker entering the pod's network namespace; see
+// cyclonus.InstallBedWorker) on the encap bed (the release default node
+// network; it takes no host-wide OVS lock, so an hour-long make cyclonus
+// does not hold up other tests). MidCasePodsReached then shows that the
+// pods a case creates are probed through their own Services: with
+// AdminNetworkPolicies cyclonus's model does not know denying ingress to
+// exactly those pods, the cases that create them must fail.
 func TestCyclonus(t *testing.T) {
 	root, err := kubeapi.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin, err := cyclonus.Build(root)
+	bin, err := cyclonus.BuildBatch(root)
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cyclonus.InstallBedWorker(t, root); err != nil {
 		t.Fatal(err)
 	}
 	out := filepath.Join(root, "_output", "conformance")
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	bed := testbed.Start(t, testbed.Options{Nodes: 2})
+	bed := testbed.Start(t, testbed.Options{Nodes: 2, Encap: true})
 	tf := framework.Start(t, bed, filepath.Join(bed.Dir, "tierflow"))
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("tierflow logs:\n%s", tf.Logs(40))
 		}
 	})
+	run := func(t *testing.T, r cyclonus.Run) *cyclonus.Result {
+		t.Helper()
+		// The run before cleaned up its namespaces (and a case deleted
+		// y-2); deletion finishes asynchronously, and cyclonus cannot
+		// create its pods in a terminating namespace.
+		for _, ns := range []string{"x", "y", "z"} {
+			if err := conformance.WaitNamespacesGone(bed.Cluster.Kube, ns, 5*time.Minute); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Hour)
+		defer cancel()
+		r.Batch, r.Kubeconfig = true, bed.Cluster.Kubeconfig
+		res, err := r.Generate(ctx, bin)
+		if res != nil {
+			t.Logf("cyclonus-batch --destination-type=%s: %d cases in %v (exit: %v); log %s",
+				r.Destination, len(res.Cases), res.Took.Round(time.Second), res.ExitErr, res.Log)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.ExitErr != nil { // cyclonus-batch stopped before the last case
+			t.Errorf("cyclonus-batch: %v (see %s)", res.ExitErr, res.Log)
+		}
+		return res
+	}
 	var include []string
 	if *cyclonusInclude != "" {
 		include = strings.Split(*cyclonusInclude, ",")
 	}
-	for _, dest := range strings.Split(*cyclonusDestinations, ",") {
+	destinations := strings.Split(*cyclonusDestinations, ",")
+	for _, dest := range destinations {
 		t.Run(dest, func(t *testing.T) {
-			// The run before cleaned up its namespaces; deletion finishes
-			// asynchronously, and cyclonus cannot create its pods in a
-			// terminating namespace.
-			for _, ns := range []string{"x", "y", "z"} {
-				if err := conformance.WaitNamespacesGone(bed.Cluster.Kube, ns, 5*time.Minute); err != nil {
-					t.Fatal(err)
-				}
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Hour)
-			defer cancel()
-			res, err := cyclonus.Run{Kubeconfig: bed.Cluster.Kubeconfig, Destination: dest, Include: include, Dir: out}.Generate(ctx, bin)
-			if res != nil {
-				t.Logf("cyclonus generate --destination-type=%s: %d cases in %v (exit: %v); log %s",
-					dest, len(res.Cases), res.Took.Round(time.Second), res.ExitErr, res.Log)
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			res.Report(t)
+			run(t, cyclonus.Run{Destination: dest, Include: include, Dir: out}).Report(t)
 		})
 	}
+	t.Run("MidCasePodsReached", func(t *testing.T) {
+		ctx := context.Background()
+		anps := bed.Cluster.Policy.PolicyV1alpha1().AdminNetworkPolicies()
+		for _, anp := range cyclonus.MidCasePodsDenied() {
+			if _, err := anps.Create(ctx, anp, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				if err := anps.Delete(ctx, anp.Name, metav1.DeleteOptions{}); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		for _, dest := range destinations {
+			t.Run(dest, func(t *testing.T) {
+				res := run(t, cyclonus.Run{Destination: dest, Include: cyclonus.MidCaseTags,
+					Dir: filepath.Join(out, "cyclonus-mid-case-pods-denied")})
+				if len(res.Cases) != len(cyclonus.MidCaseTags) {
+					t.Errorf("%d cases ran, want %d (one per tag %v)", len(res.Cases), len(cyclonus.MidCaseTags), cyclonus.MidCaseTags)
+				}
+				for _, c := range res.Cases {
+					if c.Failure == nil {
+						t.Errorf("case %s passed though every connection to the pods it creates is denied: its probes did not reach them", c.Name)
+					}
+				}
+			})
+		}
+	})
 }

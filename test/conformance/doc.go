@@ -54,13 +54,23 @@
 // must be revisited when a suite version changes.
 //
 // TestCyclonus runs cyclonus's generated NetworkPolicy cases (package
-// test/cyclonus, TCP and UDP) on a bed of its own through Services: each
-// server pod's ClusterIP (--destination-type service-ip) and its DNS name
-// (service-name, through the bed's kube-dns). make test runs a smoke (the
-// cases tagged namespaces-by-default-label or ip-block-with-except)
-// through both; make cyclonus every case through both. A probe through a
+// test/cyclonus, TCP and UDP) on an encap bed of its own (the release
+// default node network; it takes no host-wide OVS lock) through Services:
+// each server pod's ClusterIP (--destination-type service-ip) and its DNS
+// name (service-name, through the bed's kube-dns). It runs cmd/cyclonus-
+// batch, cyclonus's generator, model and report with its batch prober
+// (one exec of /worker per source pod and step; on the bed /worker is
+// cmd/cyclonus-worker, which enters the pod's network namespace itself),
+// and whose interpreter gives the pods a case creates their Service's
+// address (cyclonus v0.5.6 leaves it empty). make test runs a smoke (the
+// cases tagged namespaces-by-default-label, ip-block-with-except,
+// create-pod or create-namespace) through both; make cyclonus every case
+// through both. MidCasePodsReached then shows that the pods a case creates
+// are probed through their own Services: with AdminNetworkPolicies that
+// cyclonus's model does not know denying ingress to exactly those pods,
+// the create-pod and create-namespace cases must fail. A probe through a
 // name resolves it through the pod's search list (ndots 5: four names, A
-// and AAAA each) within the probe's 2 s timeout, so the bed's DNS answers
+// and AAAA each) within the probe's timeout, so the bed's DNS answers
 // from a watch of the Services, as CoreDNS does (test/testbed/noderuntime
 // ServiceLookup).
 //

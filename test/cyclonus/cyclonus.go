@@ -44,6 +44,43 @@ func BuildBatch(root string) (string, error) {
 	return bin, nil
 }
 
+// BedWorkerPath is where the batch prober's exec finds the worker
+// (cyclonus's worker.Client runs /worker in the source pod).
+const BedWorkerPath = "/worker"
+
+// InstallBedWorker builds cmd/cyclonus-worker into root's _output/bin and
+// makes /worker a symlink to it for the tierflow test bed, where kwok runs
+// exec'd commands on the host (the worker enters the pod's network
+// namespace itself); the symlink is removed at cleanup.
+func InstallBedWorker(tb testing.TB, root string) error {
+	bin := filepath.Join(root, "_output", "bin", "cyclonus-worker")
+	cmd := exec.Command("go", "build", "-o", bin, "./test/cyclonus/cmd/cyclonus-worker")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build cyclonus-worker: %v\n%s", err, out)
+	}
+	if target, err := os.Readlink(BedWorkerPath); err == nil {
+		if filepath.Base(target) != "cyclonus-worker" {
+			return fmt.Errorf("%s is a symlink to %s, not to cyclonus-worker; remove it", BedWorkerPath, target)
+		}
+		if err := os.Remove(BedWorkerPath); err != nil {
+			return err
+		}
+	} else if _, statErr := os.Lstat(BedWorkerPath); statErr == nil {
+		return fmt.Errorf("%s exists and is not the test bed's symlink; remove it", BedWorkerPath)
+	}
+	if err := os.Symlink(bin, BedWorkerPath); err != nil {
+		return err
+	}
+	tb.Cleanup(func() {
+		if t, err := os.Readlink(BedWorkerPath); err == nil && t == bin {
+			_ = os.Remove(BedWorkerPath)
+		}
+	})
+	return nil
+}
+
 // Run is one `cyclonus generate`.
 type Run struct {
 	// Batch: the binary is BuildBatch's, which probes through cyclonus's

@@ -2,6 +2,7 @@ package shapes_test
 
 import (
 	"context"
+	"fmt"
 	goruntime "runtime"
 	"sync/atomic"
 	"testing"
@@ -10,9 +11,12 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
-	"k8s.io/apimachinery/pkg/runtime"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	networkingv1client "k8s.io/client-go/kubernetes/typed/networking/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	npfake "sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned/fake"
@@ -49,29 +53,120 @@ func eachReferenceShape(b *testing.B, fn func(b *testing.B, c *shapes.Cluster)) 
 	}
 }
 
-// clientsetObjects is every object of c, for a fake clientset.
-func clientsetObjects(c *shapes.Cluster) []runtime.Object {
-	objs := make([]runtime.Object, 0, c.Objects()+len(c.Nodes))
-	for _, o := range c.Namespaces {
-		objs = append(objs, o)
-	}
-	for _, o := range c.Nodes {
-		objs = append(objs, o)
-	}
-	for _, o := range c.Pods {
-		objs = append(objs, o)
-	}
-	for _, o := range c.NPs {
-		objs = append(objs, o)
-	}
-	return objs
+// newClientset is a clientset that serves c's objects to the informers:
+// each list of every namespace, node, pod or NetworkPolicy (of all
+// namespaces) answers a new deep copy of c's objects of that kind, as
+// decoding an apiserver's answer hands a controller objects of its own.
+// Watches, writes and every other request go to a fake clientset (its
+// object tracker starts empty). The reference test puts its objects into
+// the fake's tracker instead, which keeps a second copy of every object
+// for the whole run, and the fake's lists copy them twice more; here the
+// process holds the scenario's objects once, plus what each list hands
+// out.
+func newClientset(c *shapes.Cluster) kubernetes.Interface {
+	return servingClientset{fake.NewSimpleClientset(), c} //nolint:staticcheck // NewClientset adds field management the reference test did not have
 }
 
-// newClientset is a fake clientset holding c's objects. The reference test
-// builds its fake clientset the same way; the non-deprecated NewClientset
-// adds field management it did not have.
-func newClientset(c *shapes.Cluster) *fake.Clientset {
-	return fake.NewSimpleClientset(clientsetObjects(c)...) //nolint:staticcheck
+type servingClientset struct {
+	*fake.Clientset
+	c *shapes.Cluster
+}
+
+func (k servingClientset) CoreV1() corev1client.CoreV1Interface {
+	return servingCoreV1{k.Clientset.CoreV1(), k.c}
+}
+
+func (k servingClientset) NetworkingV1() networkingv1client.NetworkingV1Interface {
+	return servingNetworkingV1{k.Clientset.NetworkingV1(), k.c}
+}
+
+type servingCoreV1 struct {
+	corev1client.CoreV1Interface
+	c *shapes.Cluster
+}
+
+func (s servingCoreV1) Namespaces() corev1client.NamespaceInterface {
+	return servedNamespaces{s.CoreV1Interface.Namespaces(), s.c}
+}
+
+func (s servingCoreV1) Nodes() corev1client.NodeInterface {
+	return servedNodes{s.CoreV1Interface.Nodes(), s.c}
+}
+
+func (s servingCoreV1) Pods(namespace string) corev1client.PodInterface {
+	if namespace != metav1.NamespaceAll {
+		return s.CoreV1Interface.Pods(namespace)
+	}
+	return servedPods{s.CoreV1Interface.Pods(namespace), s.c}
+}
+
+type servingNetworkingV1 struct {
+	networkingv1client.NetworkingV1Interface
+	c *shapes.Cluster
+}
+
+func (s servingNetworkingV1) NetworkPolicies(namespace string) networkingv1client.NetworkPolicyInterface {
+	if namespace != metav1.NamespaceAll {
+		return s.NetworkingV1Interface.NetworkPolicies(namespace)
+	}
+	return servedNetworkPolicies{s.NetworkingV1Interface.NetworkPolicies(namespace), s.c}
+}
+
+type servedNamespaces struct {
+	corev1client.NamespaceInterface
+	c *shapes.Cluster
+}
+
+func (s servedNamespaces) List(_ context.Context, opts metav1.ListOptions) (*corev1.NamespaceList, error) {
+	return &corev1.NamespaceList{Items: deepCopies(s.c.Namespaces)}, unselected(opts)
+}
+
+type servedNodes struct {
+	corev1client.NodeInterface
+	c *shapes.Cluster
+}
+
+func (s servedNodes) List(_ context.Context, opts metav1.ListOptions) (*corev1.NodeList, error) {
+	return &corev1.NodeList{Items: deepCopies(s.c.Nodes)}, unselected(opts)
+}
+
+type servedPods struct {
+	corev1client.PodInterface
+	c *shapes.Cluster
+}
+
+func (s servedPods) List(_ context.Context, opts metav1.ListOptions) (*corev1.PodList, error) {
+	return &corev1.PodList{Items: deepCopies(s.c.Pods)}, unselected(opts)
+}
+
+type servedNetworkPolicies struct {
+	networkingv1client.NetworkPolicyInterface
+	c *shapes.Cluster
+}
+
+func (s servedNetworkPolicies) List(_ context.Context, opts metav1.ListOptions) (*networkingv1.NetworkPolicyList, error) {
+	return &networkingv1.NetworkPolicyList{Items: deepCopies(s.c.NPs)}, unselected(opts)
+}
+
+// unselected refuses a list with a selector: the served lists hold every
+// object (the controller's informers select nothing).
+func unselected(opts metav1.ListOptions) error {
+	if opts.LabelSelector != "" || opts.FieldSelector != "" {
+		return fmt.Errorf("benchmark clientset: list with selector %q/%q not served", opts.LabelSelector, opts.FieldSelector)
+	}
+	return nil
+}
+
+// deepCopies is a deep copy of every object, as the items of a list.
+func deepCopies[T any, P interface {
+	*T
+	DeepCopyInto(*T)
+}](objs []P) []T {
+	items := make([]T, len(objs))
+	for i, o := range objs {
+		o.DeepCopyInto(&items[i])
+	}
+	return items
 }
 
 // harnessRSS is what the process holds before the clock starts: the

@@ -12,7 +12,7 @@ const (
 	SectionCompute     = "Controller: computation only"
 	SectionEngineBench = "Controller: the engine's own benchmarks (pkg/compute)"
 	SectionVsAntrea    = "Controller: from informer start, on Antrea's harness"
-	SectionHarness     = "Antrea's harness alone (fake clientset and informers, no controller)"
+	SectionHarness     = "The harness alone (served lists and informers, no controller)"
 	SectionInformers   = "Controller: from informer start"
 	SectionIncremental = "Controller: incremental changes"
 	SectionAgent       = "Agent: flow installation into OVS"

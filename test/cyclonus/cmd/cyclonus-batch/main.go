@@ -1,6 +1,7 @@
 // Command cyclonus-batch is `cyclonus generate` (v0.5.6, the same
-// generator, interpreter, model and JUnit report, used as a library) with
-// cyclonus's batch prober switched on, which its command line leaves out.
+// generator, model and JUnit report, used as a library; its interpreter
+// with one fix, below) with cyclonus's batch prober switched on, which its
+// command line leaves out.
 //
 // Why: cyclonus probes every pair of a step by its own exec into the
 // source pod (9 pods x 9 pods x 2 ports x 2 protocols: 324 execs a step).
@@ -15,6 +16,12 @@
 // model, and a connection that should be denied but connects fails the
 // case on every try.
 //
+// Mid-case pods: the cases are run by this command's interpreter
+// (execute.go), cyclonus's own step by step except that a pod a step
+// creates is probed through its Service's ClusterIP with
+// --destination-type=service-ip, where cyclonus's would probe an empty
+// address.
+//
 // The flags are those of `cyclonus generate` that tierflow's suites use;
 // the cluster is KUBECONFIG's.
 package main
@@ -24,6 +31,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/mattfenwick/cyclonus/pkg/connectivity"
 	"github.com/mattfenwick/cyclonus/pkg/connectivity/probe"
@@ -94,7 +102,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	k8s := &kube.Kubernetes{ClientSet: clientset, RestConfig: config}
+	k8s := kubeNoTTY{&kube.Kubernetes{ClientSet: clientset, RestConfig: config}}
 
 	namespaces := []string{"x", "y", "z"}
 	const batchJobs = true
@@ -103,14 +111,16 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	interpreter := connectivity.NewInterpreter(k8s, resources, &connectivity.InterpreterConfig{
-		ResetClusterBeforeTestCase:       true,
-		VerifyClusterStateBeforeTestCase: true,
-		KubeProbeRetries:                 *retries,
-		PerturbationWaitSeconds:          *perturbation,
-		BatchJobs:                        batchJobs,
-		IgnoreLoopback:                   *ignoreLoop,
-	})
+	fmt.Printf("resources:\n%s\n", resources.RenderTable())
+	model := &probe.JobBuilder{}
+	// 9 workers: one per source pod of a step (cyclonus's own for batches).
+	interp := &interpreter{
+		k8s: k8s, resources: resources, model: model,
+		prober:         probe.NewKubeBatchRunner(k8s, 9, model),
+		retries:        *retries,
+		perturbation:   time.Duration(*perturbation) * time.Second,
+		ignoreLoopback: *ignoreLoop,
+	}
 	printer := &connectivity.Printer{IgnoreLoopback: *ignoreLoop, JunitResultsFile: *junit}
 
 	zc, err := resources.GetPod("z", "c")
@@ -127,7 +137,7 @@ func run() error {
 	}
 	for i, c := range cases {
 		fmt.Printf("starting test case #%d\n", i+1)
-		result := interpreter.ExecuteTestCase(c)
+		result := interp.execute(c)
 		if result.Err != nil {
 			printer.PrintSummary() // the report of the cases before
 			return fmt.Errorf("case #%d (%s): %w", i+1, c.Description, result.Err)

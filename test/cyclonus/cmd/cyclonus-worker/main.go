@@ -14,18 +14,34 @@
 // step's probe take ten seconds of this machine's two cores; in-process,
 // all connections of a batch are in flight at once and a step takes the
 // timeout of its denied connections. SCTP, which this prober does not
-// speak, still goes through `agnhost connect`.
+// speak, still goes through `agnhost connect`. A request without a host
+// (a destination cyclonus has no address for) fails rather than reaching
+// the pod itself, as net.Dial would take an empty host. A Service name is
+// resolved once per batch (see resolver), then each connection is made to
+// its address.
+//
+// On the tierflow test bed (test/testbed) kwok runs `kubectl exec`
+// commands on the host, with the pod's network namespace named in
+// TIERFLOW_NETNS (noderuntime.EnvNetns); /worker there is a symlink to
+// this command (test/cyclonus.InstallBedWorker), which then re-executes
+// itself in that namespace (`ip netns exec`, as the bed's /agnhost does),
+// so its connections are the pod's.
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/mattfenwick/cyclonus/pkg/worker"
@@ -38,7 +54,14 @@ const (
 	retries = 1
 )
 
+// bedNetnsEnv is noderuntime.EnvNetns (not imported: this command is
+// built alone into the cyclonus-worker image).
+const bedNetnsEnv = "TIERFLOW_NETNS"
+
 func main() {
+	if ns := os.Getenv(bedNetnsEnv); ns != "" {
+		fail(inNetns(ns))
+	}
 	jobs := flag.String("jobs", "", "the batch, as JSON (cyclonus's worker.Batch)")
 	flag.Parse()
 	var batch worker.Batch
@@ -49,14 +72,18 @@ func main() {
 		fail(err)
 	}
 	results := make([]*worker.Result, len(batch.Requests))
+	names := &resolver{names: map[string]*resolution{}}
 	var wg sync.WaitGroup
 	for i, r := range batch.Requests {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			err := connect(r)
-			for try := 0; try < retries && err != nil; try++ {
-				err = connect(r)
+			addr, err := names.resolve(r.Host)
+			if err == nil {
+				err = connect(r, addr)
+				for try := 0; try < retries && err != nil; try++ {
+					err = connect(r, addr)
+				}
 			}
 			results[i] = &worker.Result{Request: r}
 			if err != nil {
@@ -72,17 +99,92 @@ func main() {
 	fmt.Println(string(out))
 }
 
-// connect is one `agnhost connect <address> --timeout=1s --protocol=...`.
-func connect(r *worker.Request) error {
+// inNetns re-executes this command in the network namespace ns (only
+// returns on failure), without bedNetnsEnv, so it runs there as in a pod.
+func inNetns(ns string) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	ip, err := exec.LookPath("ip")
+	if err != nil {
+		return fmt.Errorf("iproute2 is required on the test bed: %w", err)
+	}
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, bedNetnsEnv+"=") {
+			env = append(env, kv)
+		}
+	}
+	argv := append([]string{"ip", "netns", "exec", ns, self}, os.Args[1:]...)
+	return fmt.Errorf("exec %s: %w", strings.Join(argv, " "), syscall.Exec(ip, argv, env))
+}
+
+// resolver resolves each host name of a batch once: a batch names each
+// destination four times (two ports, two protocols), and through the
+// pod's search list (ndots 5) each resolution is four names, A and AAAA:
+// per connection, a step through Service names sent some 3,000 queries
+// at once to the cluster DNS, inside the connections' one-second timeout.
+type resolver struct {
+	mu    sync.Mutex
+	names map[string]*resolution
+}
+
+type resolution struct {
+	once sync.Once
+	addr string
+	err  error
+}
+
+// resolve is host's first address (in the order Go's dialer would try
+// them), or host itself if it is an address; a failed lookup is retried
+// as a failed connection is.
+func (r *resolver) resolve(host string) (string, error) {
+	if host == "" {
+		return "", errors.New("no address to connect to")
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
+		return host, nil
+	}
+	r.mu.Lock()
+	res := r.names[host]
+	if res == nil {
+		res = &resolution{}
+		r.names[host] = res
+	}
+	r.mu.Unlock()
+	res.once.Do(func() {
+		for try := 0; try <= retries; try++ {
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			addrs, err := net.DefaultResolver.LookupIPAddr(ctx, host)
+			cancel()
+			switch {
+			case err != nil:
+				res.err = err
+			case len(addrs) == 0:
+				res.err = fmt.Errorf("lookup %s: no address", host)
+			default:
+				res.addr, res.err = addrs[0].IP.String(), nil
+				return
+			}
+		}
+	})
+	return res.addr, res.err
+}
+
+// connect is one `agnhost connect <address> --timeout=1s --protocol=...`
+// to addr (the request's host, resolved).
+func connect(r *worker.Request, addr string) error {
+	address := net.JoinHostPort(addr, strconv.Itoa(r.Port))
 	switch r.Protocol {
 	case v1.ProtocolTCP:
-		conn, err := net.DialTimeout("tcp", r.Address(), timeout)
+		conn, err := net.DialTimeout("tcp", address, timeout)
 		if err != nil {
 			return err
 		}
 		return conn.Close()
 	case v1.ProtocolUDP:
-		conn, err := net.Dial("udp", r.Address())
+		conn, err := net.Dial("udp", address)
 		if err != nil {
 			return err
 		}
