@@ -327,19 +327,17 @@ func (s *Server) sendUpdate(stream wire.ServerStream, u *wire.Update, chunks boo
 	if !chunks {
 		return stream.Send(&wire.ServerMessage{Update: u})
 	}
-	data, chunked, err := wire.EncodeUpdate(u, s.opts.ChunkSize)
+	msgs, err := wire.EncodeUpdateMessages(u, s.opts.ChunkSize)
 	if err != nil {
 		return status.Error(codes.Internal, err.Error())
 	}
-	if !chunked {
-		// Encoded once: the codec sends these bytes as they are.
-		return stream.Send(wire.EncodedUpdate(data))
-	}
-	for _, c := range wire.Chunks(u.Version, data, s.opts.ChunkSize) {
-		if err := stream.Send(&wire.ServerMessage{Chunk: c}); err != nil {
+	for _, m := range msgs {
+		if err := stream.Send(m); err != nil {
 			return err
 		}
-		s.m.chunksSent.Inc()
+		if m.Chunk != nil {
+			s.m.chunksSent.Inc()
+		}
 	}
 	return nil
 }

@@ -67,9 +67,10 @@ func TestAddressGroupsEncodeAsPlainJSON(t *testing.T) {
 
 func weakKey(g *model.AddressGroup) weak.Pointer[model.AddressGroup] { return weak.Make(g) }
 
-// TestEncodedUpdateIsTheCodecsEncoding: a message made from EncodeUpdate's
-// bytes (address groups spliced in) decodes exactly as the codec's own
-// encoding of the Update does.
+// TestEncodedUpdateIsTheCodecsEncoding: the message EncodeUpdateMessages
+// makes (address groups spliced in, a large one's cached encoding shared,
+// not copied) is EncodeUpdate's bytes and decodes exactly as the codec's
+// own encoding of the Update does.
 func TestEncodedUpdateIsTheCodecsEncoding(t *testing.T) {
 	big := &model.AddressGroup{Meta: model.Meta{ID: "ag-big", Generation: 1}}
 	for i := 0; i < cachedGroupMembers; i++ {
@@ -83,9 +84,24 @@ func TestEncodedUpdateIsTheCodecsEncoding(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pre, err := jsonCodec{}.Marshal(EncodedUpdate(data))
+	msgs, err := EncodeUpdateMessages(u, 1<<20)
+	if err != nil || len(msgs) != 1 {
+		t.Fatalf("%d messages (%v), want 1", len(msgs), err)
+	}
+	pre, err := jsonCodec{}.Marshal(msgs[0])
 	if err != nil {
 		t.Fatal(err)
+	}
+	if got := string(pre.Materialize()); got != updatePrefix+string(data)+"}" {
+		t.Fatalf("message encodes as %s, want the update's encoding %s", got, data)
+	}
+	cached, _ := encodedGroup(big)
+	shared := false
+	for _, b := range pre {
+		shared = shared || &b.ReadOnlyData()[0] == &cached[0]
+	}
+	if !shared {
+		t.Error("the message copies the large group's cached encoding")
 	}
 	want, err := jsonCodec{}.Marshal(&ServerMessage{Update: u})
 	if err != nil {
@@ -100,6 +116,10 @@ func TestEncodedUpdateIsTheCodecsEncoding(t *testing.T) {
 	}
 	if !reflect.DeepEqual(back, viaCodec) || len(back.Update.AddressGroups) != 2 || len(back.Update.AddressGroupPatches) != 1 {
 		t.Fatalf("pre-encoded message decodes to %+v, the codec's to %+v", back.Update, viaCodec.Update)
+	}
+	chunks, err := EncodeUpdateMessages(u, 100)
+	if err != nil || len(chunks) < 2 || chunks[0].Chunk == nil {
+		t.Fatalf("an update over the chunk size makes %d messages (%v), want chunks", len(chunks), err)
 	}
 	without, _, err := EncodeUpdate(&Update{Epoch: "e", Version: 8}, 1<<20)
 	if err != nil || string(without) != `{"epoch":"e","version":8}` {

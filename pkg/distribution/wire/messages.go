@@ -70,18 +70,14 @@ type ServerMessage struct {
 	// wait then times out.
 	Query *AgentQuery `json:"query,omitempty"`
 
-	// encoded, when set, is the message's encoding (EncodedUpdate).
-	encoded []byte
+	// encoded, when set, is the message's encoding, in parts
+	// (EncodeUpdateMessages).
+	encoded [][]byte
 }
 
-// EncodedUpdate is a message carrying an Update already encoded by
-// EncodeUpdate: the codec sends its bytes as they are instead of encoding
-// the Update again.
-func EncodedUpdate(data []byte) *ServerMessage {
-	msg := make([]byte, 0, len(data)+len(`{"update":}`))
-	msg = append(append(append(msg, `{"update":`...), data...), '}')
-	return &ServerMessage{encoded: msg}
-}
+// updatePrefix starts the encoding of a ServerMessage holding an Update
+// only.
+const updatePrefix = `{"update":`
 
 // AgentQuery is a request of the agent's local query API
 // (pkg/queryapi/agentquery) forwarded by the controller, so that tierctl

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -452,9 +453,8 @@ func Diff(want, got *NodeState) []string {
 	out = diffMap("policy", want.Policies, got.Policies, out)
 	out = diffMap("appliedToGroup", want.AppliedToGroups, got.AppliedToGroups, out)
 	out = diffMap("addressGroup", want.AddressGroups, got.AddressGroups, out)
-	var c jsonCodec
-	wb, _ := c.Marshal(nodePodsOrEmpty(want))
-	gb, _ := c.Marshal(nodePodsOrEmpty(got))
+	wb, _ := json.Marshal(nodePodsOrEmpty(want))
+	gb, _ := json.Marshal(nodePodsOrEmpty(got))
 	if string(wb) != string(gb) {
 		out = append(out, fmt.Sprintf("pods differ:\n  want %s\n  got  %s", wb, gb))
 	}
@@ -474,15 +474,14 @@ func nodePodsOrEmpty(s *NodeState) []model.NodePod {
 }
 
 func diffMap[T any](kind string, want, got map[string]T, out []string) []string {
-	var c jsonCodec
 	for id, w := range want {
 		g, ok := got[id]
 		if !ok {
 			out = append(out, fmt.Sprintf("%s %s missing", kind, id))
 			continue
 		}
-		wb, _ := c.Marshal(w)
-		gb, _ := c.Marshal(g)
+		wb, _ := json.Marshal(w)
+		gb, _ := json.Marshal(g)
 		if string(wb) != string(gb) {
 			out = append(out, fmt.Sprintf("%s %s differs:\n  want %s\n  got  %s", kind, id, wb, gb))
 		}
