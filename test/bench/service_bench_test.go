@@ -32,7 +32,10 @@ import (
 //     and the flows and groups per Service;
 //   - EndpointSlice change → flows: an endpoint added to or removed from
 //     one Service's slice, timed from the API write until the bundle with
-//     it is acknowledged by the switch;
+//     it is acknowledged by the switch: first with every Service compiled
+//     and synced again at each change (slice-change-full-*), then with
+//     only the Service that changed (slice-change-*, what the agent does:
+//     Compiler.CompileChanges);
 //   - connection setup rate (TCP connect and one echo, four clients in
 //     parallel) and throughput (iperf3) from one pod to another, through
 //     a Service's ClusterIP and to the pod's address, alternately in one
@@ -43,8 +46,9 @@ func BenchmarkServiceProxy(b *testing.B) {
 		nServices, changes, seconds, rounds = 1000, 10, 2, 2
 	}
 	kube := kubeapi.Start(b)
-	waitOVSLock(b)
-	env := ovsenv.Start(b)
+	// An ovs-vswitchd in a network namespace of its own: no host-wide
+	// lock to wait for (the same userspace datapath).
+	env := ovsenv.Start(b, ovsenv.WithOwnNetns())
 	for b.Loop() {
 		ctx := context.Background()
 		n := newAgentNode(b, env, "sv", 1)
@@ -81,12 +85,26 @@ func BenchmarkServiceProxy(b *testing.B) {
 		if err := w.Run(wctx); err != nil {
 			b.Fatal(err)
 		}
+		// incremental: realize only the Services that changed, as the
+		// agent does (CompileChanges); off, every Service each time.
+		var incremental atomic.Bool
 		realizeOnce := func() {
-			in, _ := w.Input()
-			out := comp.Compile(in, n.r.Round())
-			if _, err := n.r.UpdateServices(ctx, realizer.Services{Flows: out.Flows, Keys: out.Keys, Groups: out.Groups, DeleteCookies: out.DeleteCookies}); err != nil {
-				b.Errorf("realizing Services: %v", err)
-				return
+			var out *proxy.Output
+			if incremental.Load() {
+				out = comp.CompileChanges(w.Changes(), n.r.Round())
+			}
+			if out != nil {
+				if _, err := n.r.UpdateServiceChanges(ctx, realizer.ServiceChanges{Flows: out.FlowChanges, Groups: out.GroupChanges, DeleteCookies: out.DeleteCookies}); err != nil {
+					b.Errorf("realizing Service changes: %v", err)
+					return
+				}
+			} else {
+				in, _ := w.Input()
+				out = comp.Compile(in, n.r.Round())
+				if _, err := n.r.UpdateServices(ctx, realizer.Services{Flows: out.Flows, Keys: out.Keys, Groups: out.Groups, DeleteCookies: out.DeleteCookies}); err != nil {
+					b.Errorf("realizing Services: %v", err)
+					return
+				}
 			}
 			comp.Commit()
 			mu.Lock()
@@ -122,49 +140,62 @@ func BenchmarkServiceProxy(b *testing.B) {
 		b.ReportMetric(float64(countFlows(b, n.br)), "bridge-flows")
 		fmt.Printf("bench: %d Services realized in %v (%d flows, %d groups)\n", nServices, first.Round(time.Millisecond), svcFlows, len(out.Groups))
 
-		// EndpointSlice change → flows.
+		// EndpointSlice change → flows: every Service compiled again (full,
+		// as before CompileChanges), then only the one that changed, as
+		// the agent does (incremental).
 		slices := kube.Kube.DiscoveryV1().EndpointSlices("bench")
-		var lat []float64
-		for i := 0; i < changes; i++ {
-			// Not the first Service (the measured one).
-			name := created[1+(i*7919)%(len(created)-1)]
-			sl, err := slices.Get(ctx, name+"-1", metav1.GetOptions{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			extra := fmt.Sprintf("10.1.%d.%d", i/250, i%250+1)
-			add := len(sl.Endpoints) == 2
-			if add {
-				sl.Endpoints = append(sl.Endpoints, discoveryv1.Endpoint{Addresses: []string{extra}})
-			} else {
-				sl.Endpoints = sl.Endpoints[:2]
-			}
-			t0 := time.Now()
-			if _, err := slices.Update(ctx, sl, metav1.UpdateOptions{}); err != nil {
-				b.Fatal(err)
-			}
-			deadline := time.Now().Add(time.Minute)
-			for {
-				mu.Lock()
-				done := lastCommit.After(t0) && hasEndpoint(lastOut, name, sl.Endpoints[len(sl.Endpoints)-1].Addresses[0]) &&
-					countEndpoints(lastOut, name) == len(sl.Endpoints)
-				at := lastCommit
-				mu.Unlock()
-				if done {
-					lat = append(lat, at.Sub(t0).Seconds()*1000)
-					break
+		change := 0
+		measure := func(label string) {
+			var lat []float64
+			for i := 0; i < changes; i++ {
+				// Not the first Service (the measured one).
+				name := created[1+(change*7919)%(len(created)-1)]
+				sl, err := slices.Get(ctx, name+"-1", metav1.GetOptions{})
+				if err != nil {
+					b.Fatal(err)
 				}
-				if time.Now().After(deadline) {
-					b.Fatalf("change %d of Service %s not realized after a minute", i, name)
+				extra := fmt.Sprintf("10.1.%d.%d", change/250, change%250+1)
+				change++
+				add := len(sl.Endpoints) == 2
+				if add {
+					sl.Endpoints = append(sl.Endpoints, discoveryv1.Endpoint{Addresses: []string{extra}})
+				} else {
+					sl.Endpoints = sl.Endpoints[:2]
 				}
-				time.Sleep(time.Millisecond)
+				t0 := time.Now()
+				if _, err := slices.Update(ctx, sl, metav1.UpdateOptions{}); err != nil {
+					b.Fatal(err)
+				}
+				deadline := time.Now().Add(time.Minute)
+				for {
+					mu.Lock()
+					done := lastCommit.After(t0) && hasEndpoint(lastOut, name, sl.Endpoints[len(sl.Endpoints)-1].Addresses[0]) &&
+						countEndpoints(lastOut, name) == len(sl.Endpoints)
+					at := lastCommit
+					mu.Unlock()
+					if done {
+						lat = append(lat, at.Sub(t0).Seconds()*1000)
+						break
+					}
+					if time.Now().After(deadline) {
+						b.Fatalf("%s change %d of Service %s not realized after a minute", label, i, name)
+					}
+					time.Sleep(time.Millisecond)
+				}
 			}
+			sort.Float64s(lat)
+			suffix := ""
+			if label == "full" {
+				suffix = "-full"
+			}
+			b.ReportMetric(lat[len(lat)/2], "slice-change"+suffix+"-p50-ms")
+			b.ReportMetric(lat[len(lat)-1], "slice-change"+suffix+"-max-ms")
+			fmt.Printf("bench: EndpointSlice change → flows (%s): p50 %.0f ms, max %.0f ms\n", label, lat[len(lat)/2], lat[len(lat)-1])
 		}
-		sort.Float64s(lat)
-		b.ReportMetric(lat[len(lat)/2], "slice-change-p50-ms")
-		b.ReportMetric(lat[len(lat)-1], "slice-change-max-ms")
+		measure("full")
+		incremental.Store(true)
+		measure("incremental")
 		b.ReportMetric(float64(changes), "slice-changes")
-		fmt.Printf("bench: EndpointSlice change → flows: p50 %.0f ms, max %.0f ms\n", lat[len(lat)/2], lat[len(lat)-1])
 
 		// Connection setup and throughput, through the Service and direct.
 		svc, err := kube.Kube.CoreV1().Services("bench").Get(ctx, created[0], metav1.GetOptions{})

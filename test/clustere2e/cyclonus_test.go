@@ -53,29 +53,10 @@ func testCyclonus(t *testing.T) {
 	}
 	run := func(t *testing.T, r cyclonus.Run) *cyclonus.Result {
 		t.Helper()
-		// The run before cleaned up its namespaces; deletion finishes
-		// asynchronously, and cyclonus cannot create its pods in a
-		// terminating namespace.
-		for _, ns := range []string{"x", "y", "z"} {
-			if err := waitNamespacesGone(t, ns, 5*time.Minute); err != nil {
-				t.Fatal(err)
-			}
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Hour)
-		defer cancel()
-		r.Batch, r.Kubeconfig = true, env.c.Kubeconfig
-		res, err := r.Generate(ctx, bin)
-		if res != nil {
-			t.Logf("cyclonus generate --destination-type=%s: %d cases in %v (exit: %v); log %s",
-				r.Destination, len(res.Cases), res.Took.Round(time.Second), res.ExitErr, res.Log)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if res.ExitErr != nil { // cyclonus-batch stopped before the last case
-			t.Errorf("cyclonus-batch: %v (see %s)", res.ExitErr, res.Log)
-		}
-		return res
+		r.Kubeconfig = env.c.Kubeconfig
+		return r.GenerateInTest(t, bin, 3*time.Hour, func(ns string) error {
+			return waitNamespacesGone(t, ns, 5*time.Minute)
+		})
 	}
 	t.Run("NoticesWrongCluster", func(t *testing.T) {
 		// An AdminNetworkPolicy, which cyclonus's model knows nothing of,

@@ -71,29 +71,10 @@ func TestCyclonus(t *testing.T) {
 	})
 	run := func(t *testing.T, r cyclonus.Run) *cyclonus.Result {
 		t.Helper()
-		// The run before cleaned up its namespaces (and a case deleted
-		// y-2); deletion finishes asynchronously, and cyclonus cannot
-		// create its pods in a terminating namespace.
-		for _, ns := range []string{"x", "y", "z"} {
-			if err := conformance.WaitNamespacesGone(bed.Cluster.Kube, ns, 5*time.Minute); err != nil {
-				t.Fatal(err)
-			}
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Hour)
-		defer cancel()
-		r.Batch, r.Kubeconfig = true, bed.Cluster.Kubeconfig
-		res, err := r.Generate(ctx, bin)
-		if res != nil {
-			t.Logf("cyclonus-batch --destination-type=%s: %d cases in %v (exit: %v); log %s",
-				r.Destination, len(res.Cases), res.Took.Round(time.Second), res.ExitErr, res.Log)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if res.ExitErr != nil { // cyclonus-batch stopped before the last case
-			t.Errorf("cyclonus-batch: %v (see %s)", res.ExitErr, res.Log)
-		}
-		return res
+		r.Kubeconfig = bed.Cluster.Kubeconfig
+		return r.GenerateInTest(t, bin, 4*time.Hour, func(ns string) error {
+			return conformance.WaitNamespacesGone(bed.Cluster.Kube, ns, 5*time.Minute)
+		})
 	}
 	var include []string
 	if *cyclonusInclude != "" {

@@ -77,6 +77,23 @@
 // `make conformance` prints every case, a line on the SCTP cases and the
 // trace check, and ends with `N passed, M failed, K skipped`.
 //
+// Service addresses: the upstream suites are not probed through Services.
+// They run unmodified, create no Service, and every probe is `kubectl exec
+// CLIENT -- /agnhost connect HOST:PORT` (PokeServer, both versions) with
+// HOST the server pod's address from its status, a node's address (egress
+// node peers) or a CIDR peer's; probing them through Services would need
+// Services they do not make and probes they do not send. What probes
+// policy through Service addresses instead: test/e2e's matrices (every pod
+// behind a Service of its own, framework.ExposePods; each cell probed to
+// the pod and through its ClusterIP, where policy must decide the same),
+// TestCyclonus here (cyclonus's generated cases through service-ip and
+// service-name), the same cyclonus cases on the real cluster
+// (test/clustere2e), and the Service proxy's own tests (an egress Deny
+// toward a namespace blocking its Services, default-deny egress with DNS
+// allowed to the kube-dns pods working through the kube-dns ClusterIP, a
+// NetworkPolicy egress rule to pods behind a Service allowing the Service,
+// endpoint churn).
+//
 // Encap: with TIERFLOW_TESTBED_ENCAP=1 (`make test-encap`) the same test
 // runs on the encap test bed (testbed.Options.Encap: every node its own
 // namespace and OVS, on its own subnet behind a router that drops pod

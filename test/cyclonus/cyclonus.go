@@ -152,6 +152,40 @@ func (r Run) Generate(ctx context.Context, bin string) (*Result, error) {
 	return res, nil
 }
 
+// Namespaces are the namespaces cyclonus creates its pods in (a case
+// adds y-2 for a while).
+var Namespaces = []string{"x", "y", "z"}
+
+// GenerateInTest is Generate (with the batch prober) for a test: it first
+// waits, by waitGone, until the Namespaces of a run before are gone
+// (deletion finishes asynchronously, and cyclonus cannot create its pods
+// in a terminating namespace), logs what ran, fails t when there is no
+// report, and marks it failed when cyclonus-batch stopped before the
+// last case.
+func (r Run) GenerateInTest(t *testing.T, bin string, timeout time.Duration, waitGone func(ns string) error) *Result {
+	t.Helper()
+	for _, ns := range Namespaces {
+		if err := waitGone(ns); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	r.Batch = true
+	res, err := r.Generate(ctx, bin)
+	if res != nil {
+		t.Logf("cyclonus-batch --destination-type=%s: %d cases in %v (exit: %v); log %s",
+			r.Destination, len(res.Cases), res.Took.Round(time.Second), res.ExitErr, res.Log)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitErr != nil {
+		t.Errorf("cyclonus-batch: %v (see %s)", res.ExitErr, res.Log)
+	}
+	return res
+}
+
 // Result is what one Generate ran.
 type Result struct {
 	Cases   []Case

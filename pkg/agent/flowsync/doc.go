@@ -6,8 +6,10 @@
 // identify them, by openflow's Flow.Key (table, priority and match): a flow
 // whose key is installed with other actions is modified, one with another
 // cookie is added again (replacing it). A producer that knows what changed
-// (package policyflows) hands only the changes (SyncChanges): the bundle and
-// the work are then those of the changes, whatever the bridge holds. It
+// (package policyflows) hands only the changes (SyncChanges; for a named
+// part, its flows and groups, SyncPartChanges, as the Service proxy does):
+// the bundle and the work are then those of the changes, whatever the
+// bridge holds. It
 // also runs the agent's start-up
 // protocol (a new cookie round: install everything, then delete stale
 // rounds in the same bundle) and replays everything when the bridge lost

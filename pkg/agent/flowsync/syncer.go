@@ -359,6 +359,22 @@ func (c Changes) Empty() bool { return len(c.Upserts)+len(c.Removes) == 0 }
 // that of the changes, whatever the number of installed flows. On error
 // the bridge and the syncer's view are unchanged.
 func (s *Syncer) SyncChanges(ctx context.Context, ch Changes) (Bundle, error) {
+	b, err := s.changesBundle(s.installed, "", ch)
+	if err != nil {
+		return b, err
+	}
+	if !b.Empty() {
+		if err := s.inst.Apply(ctx, b); err != nil {
+			return b, err
+		}
+	}
+	s.installed.apply(ch)
+	return b, nil
+}
+
+// changesBundle is the bundle that changes installed (part name's; "" is
+// the default part) by ch.
+func (s *Syncer) changesBundle(installed installedSet, name string, ch Changes) (Bundle, error) {
 	if len(ch.Keys) != len(ch.Upserts) {
 		return Bundle{}, fmt.Errorf("%d keys for %d flows", len(ch.Keys), len(ch.Upserts))
 	}
@@ -373,12 +389,15 @@ func (s *Syncer) SyncChanges(ctx context.Context, ch Changes) (Bundle, error) {
 			return Bundle{}, fmt.Errorf("two changed flows with the same table, priority and match: %s", k)
 		}
 		seen[k] = true
-		old, ok := s.installed.get(k)
+		old, ok := installed.get(k)
 		switch {
 		case !ok || old.Cookie != f.Cookie:
 			if !ok {
-				if other := s.ownerOf(k, ""); other != nil {
-					return Bundle{}, fmt.Errorf("flow %s is part %q's and the default part's", k, *other)
+				if other := s.ownerOf(k, name); other != nil {
+					if name == "" {
+						return Bundle{}, fmt.Errorf("flow %s is part %q's and the default part's", k, *other)
+					}
+					return Bundle{}, fmt.Errorf("flow %s is part %q's and part %q's", k, *other, name)
 				}
 			}
 			b.Add = append(b.Add, *f)
@@ -391,16 +410,79 @@ func (s *Syncer) SyncChanges(ctx context.Context, ch Changes) (Bundle, error) {
 			return Bundle{}, fmt.Errorf("flow %s both changed and removed", k)
 		}
 		seen[k] = true
-		if old, ok := s.installed.get(k); ok {
+		if old, ok := installed.get(k); ok {
 			b.Delete = append(b.Delete, *old)
 		}
 	}
+	return b, nil
+}
+
+// GroupChanges are what changed in a part's groups, as Changes are for
+// its flows: the groups that are new or may have changed (Upserts) and
+// the IDs of groups no longer wanted (Removes).
+type GroupChanges struct {
+	Upserts []openflow.Group
+	Removes []uint32
+}
+
+// SyncPartChanges changes part name's flows by ch and its groups by
+// groups, in one bundle that also carries extra, as SyncChanges does for
+// the default part: the work is that of the changes, whatever the size of
+// the part. On error the bridge and the syncer's view are unchanged.
+func (s *Syncer) SyncPartChanges(ctx context.Context, name string, ch Changes, groups GroupChanges, extra Bundle) (Bundle, error) {
+	if name == "" {
+		return Bundle{}, fmt.Errorf("flowsync: a part needs a name")
+	}
+	p := s.parts[name]
+	if p == nil {
+		p = &part{groups: map[uint32]openflow.Group{}}
+	}
+	b, err := s.changesBundle(p.flows, name, ch)
+	if err != nil {
+		return b, err
+	}
+	seen := make(map[uint32]bool, len(groups.Upserts)+len(groups.Removes))
+	for _, g := range groups.Upserts {
+		if seen[g.ID] {
+			return Bundle{}, fmt.Errorf("two changed groups with ID %d", g.ID)
+		}
+		seen[g.ID] = true
+		for n, other := range s.parts {
+			if _, ok := other.groups[g.ID]; ok && n != name {
+				return Bundle{}, fmt.Errorf("group %d is part %q's and part %q's", g.ID, n, name)
+			}
+		}
+		if old, ok := p.groups[g.ID]; !ok || !reflect.DeepEqual(old, g) {
+			b.Groups = append(b.Groups, openflow.GroupChange{Command: openflow.GroupAddOrModify, Group: g})
+		}
+	}
+	for _, id := range groups.Removes {
+		if seen[id] {
+			return Bundle{}, fmt.Errorf("group %d both changed and removed", id)
+		}
+		seen[id] = true
+		if _, ok := p.groups[id]; ok {
+			b.Groups = append(b.Groups, openflow.GroupChange{Command: openflow.GroupDelete, Group: openflow.Group{ID: id}})
+		}
+	}
+	b.Add = append(b.Add, extra.Add...)
+	b.Modify = append(b.Modify, extra.Modify...)
+	b.Delete = append(b.Delete, extra.Delete...)
+	b.DeleteCookies = append(b.DeleteCookies, extra.DeleteCookies...)
+	b.Groups = append(b.Groups, extra.Groups...)
 	if !b.Empty() {
 		if err := s.inst.Apply(ctx, b); err != nil {
 			return b, err
 		}
 	}
-	s.installed.apply(ch)
+	p.flows.apply(ch)
+	for _, g := range groups.Upserts {
+		p.groups[g.ID] = g
+	}
+	for _, id := range groups.Removes {
+		delete(p.groups, id)
+	}
+	s.parts[name] = p
 	return b, nil
 }
 

@@ -11,9 +11,14 @@
 //	  → pkg/services: each Service port's frontends and endpoints, and
 //	    kube-proxy's choice of endpoints for a client on this node
 //	  → Compiler: flows for the Service tables and one select group per
-//	    port and family, with IDs stable across changes
+//	    port and family, with IDs stable across changes; each Service is
+//	    compiled on its own, so a change recompiles only the Services the
+//	    Watcher saw change (CompileChanges; a full Compile at the start,
+//	    on a new realizer round or node addresses, after a failed update,
+//	    or when a frontend two Services claim is involved)
 //	  → pkg/agent/realizer: one atomic bundle (groups and flows), apart
-//	    from the policy flows (flowsync parts)
+//	    from the policy flows (flowsync parts), of the changed Services'
+//	    flows and groups only (UpdateServiceChanges)
 //	  → then conntrack flushes of what left.
 //
 // The tables, registers and cookies are pkg/agent/pipeline's; DESIGN.md

@@ -33,7 +33,9 @@ type Watcher struct {
 	ports    map[string][]services.Port                       // translated, by service key
 	warnings map[string][]string                              // by service key
 	nodes    map[string][]netip.Addr                          // node name → addresses
-	synced   bool
+	// dirty are the Services translated since the last Input or Changes.
+	dirty  map[string]bool
+	synced bool
 }
 
 // NewWatcher returns a watcher; onChange is called (without locks held)
@@ -41,7 +43,7 @@ type Watcher struct {
 func NewWatcher(kube kubernetes.Interface, onChange func()) *Watcher {
 	return &Watcher{kube: kube, onChange: onChange, svcs: map[string]*corev1.Service{},
 		slices: map[string]map[string]*discoveryv1.EndpointSlice{}, ports: map[string][]services.Port{},
-		warnings: map[string][]string{}, nodes: map[string][]netip.Addr{}}
+		warnings: map[string][]string{}, nodes: map[string][]netip.Addr{}, dirty: map[string]bool{}}
 }
 
 // Run starts the informers and returns once their caches have synced (or
@@ -110,7 +112,8 @@ func (w *Watcher) Synced() bool {
 }
 
 // Input is the current Service ports and node addresses, and the
-// warnings of the Services' translation.
+// warnings of the Services' translation. What it returns is all there is:
+// the next Changes starts from it.
 func (w *Watcher) Input() (Input, []string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -120,16 +123,55 @@ func (w *Watcher) Input() (Input, []string) {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	var warn []string
 	for _, k := range keys {
 		in.Ports = append(in.Ports, w.ports[k]...)
+	}
+	in.NodeAddrs = w.nodeAddrsLocked()
+	clear(w.dirty)
+	return in, w.warningsLocked()
+}
+
+// Changes is what changed since the last Input or Changes: the current
+// ports of every Service translated since (none: gone), and the node
+// addresses (Compiler.CompileChanges).
+func (w *Watcher) Changes() Change {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ch := Change{Services: make(map[string][]services.Port, len(w.dirty)), NodeAddrs: w.nodeAddrsLocked()}
+	for k := range w.dirty {
+		ch.Services[k] = w.ports[k]
+	}
+	clear(w.dirty)
+	return ch
+}
+
+// Warnings are the warnings of every Service's translation.
+func (w *Watcher) Warnings() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.warningsLocked()
+}
+
+func (w *Watcher) nodeAddrsLocked() []netip.Addr {
+	var addrs []netip.Addr
+	for _, a := range w.nodes {
+		addrs = append(addrs, a...)
+	}
+	return sortedAddrs(addrs)
+}
+
+// warningsLocked are the translation's warnings, by Service.
+func (w *Watcher) warningsLocked() []string {
+	keys := make([]string, 0, len(w.warnings))
+	for k := range w.warnings {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var warn []string
+	for _, k := range keys {
 		warn = append(warn, w.warnings[k]...)
 	}
-	for _, addrs := range w.nodes {
-		in.NodeAddrs = append(in.NodeAddrs, addrs...)
-	}
-	in.NodeAddrs = sortedAddrs(in.NodeAddrs)
-	return in, warn
+	return warn
 }
 
 // Counts is the number of Services and EndpointSlices watched.
@@ -225,6 +267,7 @@ func (w *Watcher) node(o any, deleted bool) {
 
 // translate recomputes one Service's ports. Called with w.mu held.
 func (w *Watcher) translate(k string) {
+	w.dirty[k] = true
 	svc := w.svcs[k]
 	if svc == nil {
 		delete(w.ports, k)

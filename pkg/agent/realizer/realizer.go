@@ -198,6 +198,27 @@ func (r *Realizer) UpdateServices(ctx context.Context, svc Services) (flowsync.B
 	return r.syncer.SyncPart(ctx, servicesPart, svc.Flows, svc.Keys, svc.Groups, flowsync.Bundle{DeleteCookies: svc.DeleteCookies})
 }
 
+// ServiceChanges are what changed in the Service proxy's flows and
+// groups since its last update (proxy.Compiler.CompileChanges).
+type ServiceChanges struct {
+	Flows         flowsync.Changes
+	Groups        flowsync.GroupChanges
+	DeleteCookies []flowsync.CookieMask
+}
+
+// UpdateServiceChanges changes the Service proxy's flows and groups by
+// ch, in one atomic bundle, leaving the policy pipeline alone: the work is
+// that of the changes, whatever the number of Services. On error nothing
+// changed on the bridge.
+func (r *Realizer) UpdateServiceChanges(ctx context.Context, ch ServiceChanges) (flowsync.Bundle, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.started {
+		return flowsync.Bundle{}, fmt.Errorf("realizer not started")
+	}
+	return r.syncer.SyncPartChanges(ctx, servicesPart, ch.Flows, ch.Groups, flowsync.Bundle{DeleteCookies: ch.DeleteCookies})
+}
+
 // LeftOut maps the policies the last update left out of a full table to
 // why (policyflows.Result.LeftOut): their pods are isolated instead.
 func (r *Realizer) LeftOut() map[string]string {

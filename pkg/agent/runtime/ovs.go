@@ -69,9 +69,9 @@ type ovsDatapath struct {
 
 	// The Service proxy (nil compiler: disabled): its last input, kept
 	// for a new realizer, and its last installed output.
-	svcComp *proxy.Compiler
-	svcIn   *proxy.Input
-	svcOut  *proxy.Output
+	svcComp  *proxy.Compiler
+	svcInput func() proxy.Input
+	svcOut   *proxy.Output
 }
 
 func (d *ovsDatapath) setOnFlowsLost(f func()) {

@@ -58,9 +58,21 @@ func (a *Agent) runServiceProxy(ctx context.Context, d *ovsDatapath) error {
 			case <-kick:
 			default:
 			}
-			in, warn := w.Input()
+			// Only the Services that changed, unless the last attempt
+			// failed or the compiler needs them all (see CompileChanges).
 			start := time.Now()
-			out, err := d.realizeServices(ctx, in)
+			var out *proxy.Output
+			var err error
+			incremental := false
+			if !failing {
+				out, incremental, err = d.realizeServiceChanges(ctx, w.Changes())
+			}
+			if err == nil && !incremental {
+				out, err = d.realizeServices(ctx, func() proxy.Input {
+					in, _ := w.Input()
+					return in
+				})
+			}
 			a.m.realizeTime.WithLabelValues("services").Observe(time.Since(start).Seconds())
 			if err != nil {
 				failing = true
@@ -70,6 +82,7 @@ func (a *Agent) runServiceProxy(ctx context.Context, d *ovsDatapath) error {
 				continue
 			}
 			failing = false
+			warn := w.Warnings()
 			if out != nil {
 				warn = append(warn, out.Warnings...)
 			}
@@ -79,46 +92,79 @@ func (a *Agent) runServiceProxy(ctx context.Context, d *ovsDatapath) error {
 				}
 				lastWarn = s
 			}
-			a.log.Debug("services realized", "ports", len(in.Ports), "took", time.Since(start))
+			a.log.Debug("services realized", "incremental", incremental, "took", time.Since(start))
 			a.servicesOnce.Do(func() { close(a.servicesReady) })
 		}
 	}()
 	return nil
 }
 
-// realizeServices installs the Service proxy's flows for in, then ends
-// the connections of what left. It returns nil output before the
-// realizer runs (the input is kept and installed when it starts).
-func (d *ovsDatapath) realizeServices(ctx context.Context, in proxy.Input) (*proxy.Output, error) {
+// realizeServices installs the Service proxy's flows for every Service
+// (input is the watcher's Input), then ends the connections of what left.
+// It returns nil output before the realizer runs (input is kept and
+// installed when it starts).
+func (d *ovsDatapath) realizeServices(ctx context.Context, input func() proxy.Input) (*proxy.Output, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.svcIn = &in
+	d.svcInput = input
 	if d.r == nil {
+		input() // what it returns is installed when the realizer starts
 		return nil, nil
 	}
 	return d.applyServicesLocked(ctx)
 }
 
-// applyServicesLocked compiles the last Service input for the current
-// realizer (its round) and installs it. Called with d.mu held.
+// realizeServiceChanges installs the flows of the Services of ch only
+// (proxy.Compiler.CompileChanges), then ends the connections of what left
+// them. It reports false when that cannot be done (no realizer yet,
+// another round, other node addresses...): realizeServices must.
+func (d *ovsDatapath) realizeServiceChanges(ctx context.Context, ch proxy.Change) (*proxy.Output, bool, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.r == nil || d.svcComp == nil || d.svcInput == nil {
+		return nil, false, nil
+	}
+	out := d.svcComp.CompileChanges(ch, d.r.Round())
+	if out == nil {
+		return nil, false, nil
+	}
+	if _, err := d.r.UpdateServiceChanges(ctx, realizer.ServiceChanges{Flows: out.FlowChanges, Groups: out.GroupChanges, DeleteCookies: out.DeleteCookies}); err != nil {
+		return nil, false, err
+	}
+	d.svcComp.Commit()
+	d.svcOut = out
+	d.flushServicesLocked(ctx, out)
+	return out, true, nil
+}
+
+// applyServicesLocked compiles every Service (the watcher's current
+// input) for the current realizer (its round) and installs them. Called
+// with d.mu held.
 func (d *ovsDatapath) applyServicesLocked(ctx context.Context) (*proxy.Output, error) {
-	if d.svcIn == nil || d.svcComp == nil {
+	if d.svcInput == nil || d.svcComp == nil {
 		return nil, nil
 	}
-	out := d.svcComp.Compile(*d.svcIn, d.r.Round())
+	out := d.svcComp.Compile(d.svcInput(), d.r.Round())
 	if _, err := d.r.UpdateServices(ctx, realizer.Services{Flows: out.Flows, Keys: out.Keys, Groups: out.Groups, DeleteCookies: out.DeleteCookies}); err != nil {
 		return nil, err
 	}
 	d.svcComp.Commit()
 	d.svcOut = out
-	if len(out.Flushes) > 0 {
-		d.log.Info("service proxy: ending the connections of removed endpoints and frontends", "flushes", fmt.Sprint(out.Flushes))
+	d.flushServicesLocked(ctx, out)
+	return out, nil
+}
+
+// flushServicesLocked ends the connections of the endpoints and frontends
+// that left, after the bundle that stopped choosing them.
+func (d *ovsDatapath) flushServicesLocked(ctx context.Context, out *proxy.Output) {
+	if len(out.Flushes) == 0 {
+		return
 	}
+	d.log.Info("service proxy: ending the connections of removed endpoints and frontends", "flushes", fmt.Sprint(out.Flushes))
 	if err := d.of.FlushConntrack(ctx, out.Flushes...); err != nil {
 		// Connections to endpoints that left go on until they end by
 		// themselves (OVS before 3.1 has no NXT_CT_FLUSH).
 		d.m.ofErrors.WithLabelValues("conntrack-flush").Inc()
 		d.log.Warn("service proxy: ending connections of removed endpoints", "err", err)
 	}
-	return out, nil
 }
