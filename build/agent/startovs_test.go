@@ -171,3 +171,42 @@ func TestStartOVSExitsWhenADaemonDies(t *testing.T) {
 		t.Fatalf("ovsdb-server left running:\n%s", out)
 	}
 }
+
+// TestStartOVSAfterKill: a container killed with SIGKILL (the kubelet
+// after a failed liveness probe, the OOM killer, ctr tasks kill) leaves
+// its sockets and pid files in the shared run directory; the next one
+// starts over them and keeps the bridge.
+func TestStartOVSAfterKill(t *testing.T) {
+	dir := t.TempDir()
+	env := ovsEnv(t, dir)
+	s := startOVS(t, env)
+	waitHealthy(t, env, s)
+	db := "--db=unix:" + filepath.Join(dir, "run", "db.sock")
+	if out, err := run(t, env, "ovs-vsctl", db, "add-br", "br-test", "--", "set", "bridge", "br-test", "datapath_type=netdev"); err != nil {
+		t.Fatalf("add-br: %v\n%s", err, out)
+	}
+	if err := syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-s.done
+	if _, err := os.Stat(filepath.Join(dir, "run", "db.sock")); err != nil {
+		t.Fatalf("the killed ovsdb-server left no socket, so this test tests nothing: %v", err)
+	}
+	// On a busy node ovsdb-server takes a while to replace the socket:
+	// here it waits a second before it starts.
+	real, err := exec.LookPath("ovsdb-server")
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow := t.TempDir()
+	if err := os.WriteFile(filepath.Join(slow, "ovsdb-server"), []byte("#!/bin/sh\nsleep 1\nexec "+real+" \"$@\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s = startOVS(t, append(env, "PATH="+slow+":"+os.Getenv("PATH")))
+	waitHealthy(t, env, s)
+	out, err := run(t, env, "ovs-vsctl", db, "list-br")
+	if err != nil || strings.TrimSpace(out) != "br-test" {
+		t.Fatalf("bridge not kept across a kill: %q %v\n%s", out, err, s.out)
+	}
+	stopOVS(t, s)
+}

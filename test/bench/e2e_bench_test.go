@@ -28,6 +28,7 @@ import (
 	"github.com/tierflow/tierflow/pkg/agent/pipeline"
 	"github.com/tierflow/tierflow/pkg/ovs/openflow"
 	"github.com/tierflow/tierflow/pkg/queryapi/agentquery"
+	benchmeasure "github.com/tierflow/tierflow/test/bench/measure"
 	"github.com/tierflow/tierflow/test/e2e/framework"
 	"github.com/tierflow/tierflow/test/ovsenv"
 	"github.com/tierflow/tierflow/test/testbed"
@@ -247,8 +248,9 @@ func (w *bridgeWatch) cancel(fw *flowWait) {
 
 // do runs write and returns the time from the start of write until every
 // node's bridge has reported the flows that make all probes hold (the
-// last node's report).
-func (e *e2eBed) do(nodes []string, probes []flowProbe, timeout time.Duration, write func() error) (time.Duration, error) {
+// last node's report), and the part of it the write itself took (until
+// the API server answered).
+func (e *e2eBed) do(nodes []string, probes []flowProbe, timeout time.Duration, write func() error) (took, wrote time.Duration, err error) {
 	waits := map[string]*flowWait{}
 	defer func() {
 		for n, fw := range waits {
@@ -258,14 +260,15 @@ func (e *e2eBed) do(nodes []string, probes []flowProbe, timeout time.Duration, w
 	for _, n := range nodes {
 		fw, err := e.watches[n].expect(fmt.Sprint(probes), probesHold(probes))
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		waits[n] = fw
 	}
 	t0 := time.Now()
 	if err := write(); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
+	wrote = time.Since(t0)
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	var last time.Time
@@ -283,11 +286,11 @@ func (e *e2eBed) do(nodes []string, probes []flowProbe, timeout time.Duration, w
 					still = append(still, m)
 				}
 				sort.Strings(still)
-				return 0, fmt.Errorf("after %v the bridges of %v do not report %v", timeout, still, probes)
+				return 0, 0, fmt.Errorf("after %v the bridges of %v do not report %v", timeout, still, probes)
 			}
 		}
 	}
-	return last.Sub(t0), nil
+	return last.Sub(t0), wrote, nil
 }
 
 // calibrate measures how late a bridge's monitor reports a change: this
@@ -632,12 +635,17 @@ func BenchmarkE2ELatency(b *testing.B) {
 		progressf("agents hold every pod (%d flows on the bridges); timing %d rounds of 8 changes", flows, sc.Rounds)
 
 		samples := map[string][]time.Duration{}
-		var calibration []time.Duration
+		// writes: how long each change's API write took (in the
+		// samples); afterWrite: the rest, from the API server's answer
+		// to the last bridge's report (controller, distribution, agents,
+		// bundles).
+		var writes, afterWrite, calibration []time.Duration
+		var loads []float64
 		ctx := context.Background()
 		const timeout = 2 * time.Minute
 		measure := func(kind string, nodes []string, probes []flowProbe, write func() error) {
 			b.Helper()
-			took, err := e.do(nodes, probes, timeout, write)
+			took, wrote, err := e.do(nodes, probes, timeout, write)
 			if err != nil {
 				// What the bridges hold tells a monitor fault from a
 				// realization fault.
@@ -664,6 +672,7 @@ func BenchmarkE2ELatency(b *testing.B) {
 				}
 			}
 			samples[kind] = append(samples[kind], took)
+			writes, afterWrite = append(writes, wrote), append(afterWrite, took-wrote)
 		}
 		for r := 0; r < sc.Rounds; r++ {
 			for _, n := range nodes {
@@ -729,7 +738,9 @@ func BenchmarkE2ELatency(b *testing.B) {
 			measure("AdminNetworkPolicy delete", allNodes, []flowProbe{{Table: pipeline.IngressAdmin, Port: port + 3, Present: false}}, func() error {
 				return pol.PolicyV1alpha1().AdminNetworkPolicies().Delete(ctx, anp.Name, metav1.DeleteOptions{})
 			})
-			progressf("round %d of %d done", r+1, sc.Rounds)
+			load, _ := benchmeasure.LoadAverage()
+			loads = append(loads, load)
+			progressf("round %d of %d done (load %.2f)", r+1, sc.Rounds, load)
 		}
 
 		var all []time.Duration
@@ -753,6 +764,13 @@ func BenchmarkE2ELatency(b *testing.B) {
 		b.ReportMetric(msOf(percentile(calibration, 99)), "resolution-ms")
 		b.ReportMetric(msOf(calibration[len(calibration)-1]), "calib-max-ms")
 		b.ReportMetric(float64(len(calibration)), "calib-samples")
+		for name, ds := range map[string][]time.Duration{"write": writes, "after-write": afterWrite} {
+			slices.Sort(ds)
+			b.ReportMetric(msOf(percentile(ds, 50)), name+"-p50-ms")
+			b.ReportMetric(msOf(percentile(ds, 99)), name+"-p99-ms")
+		}
+		b.ReportMetric(slices.Min(loads), "rounds-load-min")
+		b.ReportMetric(slices.Max(loads), "rounds-load-max")
 		b.ReportMetric(float64(flows), "flows")
 		b.ReportMetric(float64(sc.Namespaces*sc.PodsPerNamespace), "pods")
 		b.ReportMetric(float64(len(nodes)), "nodes")

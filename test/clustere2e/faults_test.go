@@ -123,6 +123,7 @@ func testFaults(t *testing.T) {
 			if err := f.settle(t); err != nil {
 				t.Fatal(err)
 			}
+			settled := time.Since(start)
 			if err := waitProbes(ctx, "allowed", start, true, 3*time.Minute); err != nil {
 				t.Fatalf("allowed connections did not recover: %v", err)
 			}
@@ -154,8 +155,8 @@ func testFaults(t *testing.T) {
 			if passed > 0 {
 				t.Errorf("denied connections passed %d times during the fault", passed)
 			}
-			line := fmt.Sprintf("%-24s allowed: %s (recovered %v after the fault); denied: %d of %d probes passed; policy change enforced in %v (deny) and %v (allow again)",
-				f.name, outage, recovered.Round(100*time.Millisecond), passed, len(denied), cut.Round(100*time.Millisecond), back.Round(100*time.Millisecond))
+			line := fmt.Sprintf("%-24s allowed: %s (recovered %v after the fault; the component back %v after it); denied: %d of %d probes passed; policy change enforced in %v (deny) and %v (allow again)",
+				f.name, outage, recovered.Round(100*time.Millisecond), settled.Round(time.Second), passed, len(denied), cut.Round(100*time.Millisecond), back.Round(100*time.Millisecond))
 			t.Log(line)
 			report = append(report, line)
 		})

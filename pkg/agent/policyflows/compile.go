@@ -5,6 +5,7 @@ import (
 	"hash/maphash"
 	"math"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 
@@ -434,28 +435,31 @@ func fitTable(rules []placed, capacity int) ([]placed, []*model.Policy) {
 }
 
 // appliedPods are the policy's applied-to pods attached to this node.
+// A pod in several of the policy's groups counts once, as its first
+// membership. (Called for every rule at every update: no map.)
 func appliedPods(in Input, pods map[model.PodRef]pipeline.LocalPod, p *model.Policy) []appliedPod {
-	seen := map[uint32]bool{}
 	var out []appliedPod
 	for _, gid := range p.AppliedToGroups {
 		g := in.AppliedToGroups[gid]
 		if g == nil {
 			continue
 		}
-		for _, m := range g.MembersByNode[in.Node] {
+		members := g.MembersByNode[in.Node]
+		if out == nil {
+			out = make([]appliedPod, 0, len(members))
+		}
+		for _, m := range members {
 			if m.Pod == nil {
 				continue
 			}
-			lp, ok := pods[*m.Pod]
-			if !ok || seen[lp.OFPort] {
-				continue
+			if lp, ok := pods[*m.Pod]; ok {
+				out = append(out, appliedPod{OFPort: lp.OFPort, Ports: m.Ports})
 			}
-			seen[lp.OFPort] = true
-			out = append(out, appliedPod{OFPort: lp.OFPort, Ports: m.Ports})
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].OFPort < out[j].OFPort })
-	return out
+	// Stable, so the first membership of a port comes first and stays.
+	sort.SliceStable(out, func(i, j int) bool { return out[i].OFPort < out[j].OFPort })
+	return slices.CompactFunc(out, func(a, b appliedPod) bool { return a.OFPort == b.OFPort })
 }
 
 type appliedPod struct {

@@ -7,8 +7,9 @@
 //
 // An update is given the agent's whole state but installs, and costs, only
 // what changed: the compiler's changes (the flows of the rules whose input
-// changed, policyflows.Compiler.CompileChanges) and the static flows'
-// (a few per pod), as one bundle (flowsync.Syncer.SyncChanges). After an
+// changed, policyflows.Compiler.CompileChanges) and, when the pods or the
+// configuration changed, the static flows' (a few per pod), as one bundle
+// (flowsync.Syncer.SyncChanges). After an
 // update the bridge refused, whose changes the compiler already made its
 // own, the next update syncs every flow against what is installed.
 package realizer

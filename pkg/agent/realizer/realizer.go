@@ -1,9 +1,11 @@
 package realizer
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"sync"
 
 	"github.com/tierflow/tierflow/pkg/agent/flowsync"
@@ -35,9 +37,16 @@ type Realizer struct {
 	// the policy flows are the compiler's (policyflows.Compiler.Flows).
 	static     []openflow.Flow
 	staticKeys []string
-	rules      map[uint32]agentquery.RuleInfo
-	warnings   []string
-	leftOut    map[string]string
+	// staticFor are the pods the static flows were built for with the
+	// current configuration and round (staticValid; Start and
+	// SetTunnelPeers clear it): an Update whose pods are the same skips
+	// building and syncing the static flows, a few per pod, which on a
+	// node of hundreds of pods were most of a policy change's work.
+	staticFor   []pipeline.LocalPod
+	staticValid bool
+	rules       map[uint32]agentquery.RuleInfo
+	warnings    []string
+	leftOut     map[string]string
 }
 
 // New returns a realizer for the bridge behind inst.
@@ -59,6 +68,7 @@ func (r *Realizer) Start(ctx context.Context) error {
 	r.round = flowsync.NextRound(stats)
 	r.comp = policyflows.NewCompiler(r.round)
 	r.started = true
+	r.staticValid = false
 	for _, st := range stats {
 		if _, role, _ := pipeline.DecodeCookie(st.Cookie); role == pipeline.RoleSentinel {
 			r.adopting = true
@@ -108,6 +118,7 @@ func (r *Realizer) SetTunnelPeers(peers []pipeline.TunnelPeer) error {
 		return err
 	}
 	r.cfg = cfg
+	r.staticValid = false
 	return nil
 }
 
@@ -129,7 +140,11 @@ func (r *Realizer) Update(ctx context.Context, in policyflows.Input) (flowsync.B
 		return flowsync.Bundle{}, err
 	}
 	prevStaticKeys := r.staticKeys
-	r.static, r.staticKeys = keyed(pipeline.StaticFlows(r.cfg, in.Pods, true, r.round))
+	staticChanged := !r.staticValid || !slices.EqualFunc(r.staticFor, in.Pods, sameLocalPod)
+	if staticChanged {
+		r.static, r.staticKeys = keyed(pipeline.StaticFlows(r.cfg, in.Pods, true, r.round))
+		r.staticFor, r.staticValid = cloneLocalPods(in.Pods), true
+	}
 	var b flowsync.Bundle
 	switch {
 	case r.adopting:
@@ -140,9 +155,13 @@ func (r *Realizer) Update(ctx context.Context, in policyflows.Input) (flowsync.B
 		b, err = r.syncer.SyncKeyed(ctx, flows, keys)
 	default:
 		// Only what changed: the compiler's changes (the flows of the
-		// rules whose input changed) and the static flows (a few per
-		// pod), whatever the number of flows on the bridge.
-		b, err = r.syncer.SyncChanges(ctx, withStatic(changes, prevStaticKeys, r.static, r.staticKeys))
+		// rules whose input changed) and, when the pods changed, the
+		// static flows (a few per pod), whatever the number of flows on
+		// the bridge.
+		if staticChanged {
+			changes = withStatic(changes, prevStaticKeys, r.static, r.staticKeys)
+		}
+		b, err = r.syncer.SyncChanges(ctx, changes)
 	}
 	if err != nil {
 		// The bridge and the syncer are as before; the compiler is not.
@@ -170,6 +189,23 @@ func withStatic(ch flowsync.Changes, prevKeys []string, static []openflow.Flow, 
 		}
 	}
 	return ch
+}
+
+// sameLocalPod says whether two local pods are the same for the static
+// flows (every field, in order).
+func sameLocalPod(a, b pipeline.LocalPod) bool {
+	return a.Pod == b.Pod && a.OFPort == b.OFPort && bytes.Equal(a.MAC, b.MAC) && slices.Equal(a.IPs, b.IPs) && slices.Equal(a.Ports, b.Ports)
+}
+
+// cloneLocalPods copies pods deeply: the realizer compares the next
+// Update's pods with them.
+func cloneLocalPods(pods []pipeline.LocalPod) []pipeline.LocalPod {
+	out := make([]pipeline.LocalPod, len(pods))
+	for i, p := range pods {
+		p.MAC, p.IPs, p.Ports = slices.Clone(p.MAC), slices.Clone(p.IPs), slices.Clone(p.Ports)
+		out[i] = p
+	}
+	return out
 }
 
 // servicesPart names the Service proxy's share of the bridge in the syncer.

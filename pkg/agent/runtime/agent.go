@@ -193,9 +193,13 @@ func (a *Agent) Run(ctx context.Context) error {
 			// Deferred after d.close, so it runs before it, and after the
 			// node network stopped: a stopping agent is a stopping pod,
 			// whose OVS stops too, and the node must keep its network
-			// (the next agent moves it again; see RevertUnderlay).
+			// (the next agent moves it again; see RevertUnderlay). Briefly:
+			// the DaemonSet's next pod, and the node's next OVS, wait
+			// until this one stopped, and OVSDB, stopping with this pod,
+			// often cannot remove the bridge anyway (the next start or
+			// the uninstall does).
 			defer func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 				defer cancel()
 				if err := nodenet.RevertUnderlay(ctx, d.db, underlay, a.opts.NodeNetNS, a.log); err != nil {
 					a.log.Error("moving the node's interface back from the underlay bridge", "err", err)

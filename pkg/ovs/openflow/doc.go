@@ -29,7 +29,9 @@
 //     253, never jumped to) and checks it after each handshake;
 //   - applies several changes atomically with an OpenFlow bundle (open, add
 //     each flow-mod, barrier, commit — or discard if the switch rejected an
-//     add); a single change is a flow-mod plus barrier. A bundle's adds are
+//     add; the adds follow the open without waiting for its reply, checked
+//     after the barrier's: two round trips per bundle); a single change is
+//     a flow-mod plus barrier. A bundle's adds are
 //     encoded while it is sent and written in chunks of many messages, so
 //     the switch parses the first while the rest are encoded; they carry
 //     consecutive xids, and every error the switch sends is matched by xid

@@ -202,13 +202,24 @@ func (cn *conn) bundle(ctx context.Context, n int, encode func(i int, xid uint32
 	first := cn.client.reserveXIDs(n)
 	rng := cn.registerRange(first, n)
 	defer cn.unregisterRange(rng)
-	opened := false
+	// The open request's reply is not waited for before the adds: the
+	// switch handles a connection's messages in order, so it is there by
+	// the time the barrier's is (checked then). One round trip less per
+	// update, which on a busy node is one wait for ovs-vswitchd's turn.
+	var open *waiter
+	var openXID uint32
+	defer func() {
+		if open != nil {
+			cn.unregister(openXID)
+		}
+	}()
 	flush := func(buf []byte) error {
-		if !opened {
-			if err := cn.bundleCtrl(ctx, id, of13.OFPBCT_OPEN_REQUEST); err != nil {
+		if open == nil {
+			xid, w, err := cn.sendBundleCtrl(id, of13.OFPBCT_OPEN_REQUEST)
+			if err != nil {
 				return fmt.Errorf("open bundle: %w", err)
 			}
-			opened = true
+			open, openXID = w, xid
 		}
 		return cn.writeRaw(buf)
 	}
@@ -232,7 +243,7 @@ func (cn *conn) bundle(ctx context.Context, n int, encode func(i int, xid uint32
 		}
 	}
 	if len(local) > 0 {
-		if opened {
+		if open != nil {
 			if err := cn.bundleCtrl(ctx, id, of13.OFPBCT_DISCARD_REQUEST); err != nil {
 				local = append(local, fmt.Errorf("discard bundle: %w", err))
 			}
@@ -244,6 +255,11 @@ func (cn *conn) bundle(ctx context.Context, n int, encode func(i int, xid uint32
 	}
 	if err := cn.barrier(ctx); err != nil {
 		return err
+	}
+	if err := cn.waitBundleCtrl(ctx, open, of13.OFPBCT_OPEN_REQUEST); err != nil {
+		// Nothing to commit; a bundle the adds may have opened goes.
+		_ = cn.bundleCtrl(ctx, id, of13.OFPBCT_DISCARD_REQUEST)
+		return fmt.Errorf("open bundle: %w", err)
 	}
 	if flowErrs := cn.rangeErrors(rng, fail); len(flowErrs) > 0 {
 		if err := cn.bundleCtrl(ctx, id, of13.OFPBCT_DISCARD_REQUEST); err != nil {
@@ -314,14 +330,31 @@ func appendBundleAdd(buf []byte, id, xid uint32, m util.Message) ([]byte, error)
 
 // bundleCtrl sends a bundle control request and waits for its reply.
 func (cn *conn) bundleCtrl(ctx context.Context, id uint32, typ uint16) error {
+	xid, w, err := cn.sendBundleCtrl(id, typ)
+	if err != nil {
+		return err
+	}
+	defer cn.unregister(xid)
+	return cn.waitBundleCtrl(ctx, w, typ)
+}
+
+// sendBundleCtrl sends a bundle control request; its reply goes to the
+// returned waiter (unregister xid when done).
+func (cn *conn) sendBundleCtrl(id uint32, typ uint16) (uint32, *waiter, error) {
 	msg := of13.NewBundleControl(&of13.BundleControl{BundleID: id, Type: typ, Flags: of13.OFPBCT_ATOMIC | of13.OFPBCT_ORDERED})
 	xid := cn.client.nextXID()
 	msg.Header.Xid = xid
 	w := cn.register(xid, 2)
-	defer cn.unregister(xid)
 	if err := cn.write(msg); err != nil {
-		return err
+		cn.unregister(xid)
+		return 0, nil, err
 	}
+	return xid, w, nil
+}
+
+// waitBundleCtrl waits for the reply to a bundle control request of type
+// typ.
+func (cn *conn) waitBundleCtrl(ctx context.Context, w *waiter, typ uint16) error {
 	rep, err := cn.wait(ctx, w)
 	if err != nil {
 		return err
