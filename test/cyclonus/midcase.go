@@ -20,40 +20,29 @@ var MidCaseTags = []string{"create-namespace", "create-pod", "set-pod-labels"}
 // probes reach those pods (through their own Service's address with
 // service-ip and service-name).
 func MidCasePodsDenied() []*anpv1alpha1.AdminNetworkPolicy {
-	denyAll := []anpv1alpha1.AdminNetworkPolicyIngressRule{{
-		Name: "deny-all", Action: anpv1alpha1.AdminNetworkPolicyRuleActionDeny,
-		From: []anpv1alpha1.AdminNetworkPolicyIngressPeer{{Namespaces: &metav1.LabelSelector{}}},
-	}}
 	name := func(ns string) metav1.LabelSelector {
 		return metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}}
 	}
+	deny := func(policy string, priority int32, subject anpv1alpha1.AdminNetworkPolicySubject) *anpv1alpha1.AdminNetworkPolicy {
+		return &anpv1alpha1.AdminNetworkPolicy{
+			ObjectMeta: metav1.ObjectMeta{Name: policy},
+			Spec: anpv1alpha1.AdminNetworkPolicySpec{Priority: priority, Subject: subject,
+				Ingress: []anpv1alpha1.AdminNetworkPolicyIngressRule{{
+					Name: "deny-all", Action: anpv1alpha1.AdminNetworkPolicyRuleActionDeny,
+					From: []anpv1alpha1.AdminNetworkPolicyIngressPeer{{Namespaces: &metav1.LabelSelector{}}},
+				}}},
+		}
+	}
+	pods := func(ns, label, value string) anpv1alpha1.AdminNetworkPolicySubject {
+		return anpv1alpha1.AdminNetworkPolicySubject{Pods: &anpv1alpha1.NamespacedPod{
+			NamespaceSelector: name(ns),
+			PodSelector:       metav1.LabelSelector{MatchLabels: map[string]string{label: value}},
+		}}
+	}
 	y2 := name("y-2")
-	return []*anpv1alpha1.AdminNetworkPolicy{{
-		ObjectMeta: metav1.ObjectMeta{Name: "cyclonus-mid-case-x-d"},
-		Spec: anpv1alpha1.AdminNetworkPolicySpec{
-			Priority: 1,
-			Subject: anpv1alpha1.AdminNetworkPolicySubject{Pods: &anpv1alpha1.NamespacedPod{
-				NamespaceSelector: name("x"),
-				PodSelector:       metav1.LabelSelector{MatchLabels: map[string]string{"pod": "d"}},
-			}},
-			Ingress: denyAll,
-		},
-	}, {
-		ObjectMeta: metav1.ObjectMeta{Name: "cyclonus-mid-case-relabeled"},
-		Spec: anpv1alpha1.AdminNetworkPolicySpec{
-			Priority: 3,
-			Subject: anpv1alpha1.AdminNetworkPolicySubject{Pods: &anpv1alpha1.NamespacedPod{
-				NamespaceSelector: name("y"),
-				PodSelector:       metav1.LabelSelector{MatchLabels: map[string]string{"new-label": "abc"}},
-			}},
-			Ingress: denyAll,
-		},
-	}, {
-		ObjectMeta: metav1.ObjectMeta{Name: "cyclonus-mid-case-y-2"},
-		Spec: anpv1alpha1.AdminNetworkPolicySpec{
-			Priority: 2,
-			Subject:  anpv1alpha1.AdminNetworkPolicySubject{Namespaces: &y2},
-			Ingress:  denyAll,
-		},
-	}}
+	return []*anpv1alpha1.AdminNetworkPolicy{
+		deny("cyclonus-mid-case-x-d", 1, pods("x", "pod", "d")),
+		deny("cyclonus-mid-case-relabeled", 3, pods("y", "new-label", "abc")),
+		deny("cyclonus-mid-case-y-2", 2, anpv1alpha1.AdminNetworkPolicySubject{Namespaces: &y2}),
+	}
 }
