@@ -22,8 +22,8 @@ var (
 	// cyclonusInclude is the cases' tags TestCyclonus runs: make test a
 	// smoke (egress and ingress by the namespace name label, ipBlocks with
 	// an except: through Services, policy must decide on the pod; the
-	// cases whose steps create pods, probed through the new pods' own
-	// Services), make cyclonus every case (-cyclonus-include=).
+	// cases whose steps create or relabel pods, probed through those pods'
+	// own Services), make cyclonus every case (-cyclonus-include=).
 	cyclonusInclude = flag.String("cyclonus-include", "namespaces-by-default-label,ip-block-with-except,"+strings.Join(cyclonus.MidCaseTags, ","),
 		"cyclonus tags TestCyclonus runs (comma-separated; empty: every case)")
 	cyclonusDestinations = flag.String("cyclonus-destinations", "service-ip,service-name",
@@ -43,7 +43,8 @@ var (
 // cyclonus.InstallBedWorker) on the encap bed (the release default node
 // network; it takes no host-wide OVS lock, so an hour-long make cyclonus
 // does not hold up other tests). MidCasePodsReached then shows that the
-// pods a case creates are probed through their own Services: with
+// pods a case creates or relabels are probed through their own Services:
+// with
 // AdminNetworkPolicies cyclonus's model does not know denying ingress to
 // exactly those pods, the cases that create them must fail.
 func TestCyclonus(t *testing.T) {

@@ -61,14 +61,15 @@
 // batch, cyclonus's generator, model and report with its batch prober
 // (one exec of /worker per source pod and step; on the bed /worker is
 // cmd/cyclonus-worker, which enters the pod's network namespace itself),
-// and whose interpreter gives the pods a case creates their Service's
-// address (cyclonus v0.5.6 leaves it empty). make test runs a smoke (the
-// cases tagged namespaces-by-default-label, ip-block-with-except,
-// create-pod or create-namespace) through both; make cyclonus every case
-// through both. MidCasePodsReached then shows that the pods a case creates
-// are probed through their own Services: with AdminNetworkPolicies that
-// cyclonus's model does not know denying ingress to exactly those pods,
-// the create-pod and create-namespace cases must fail. A probe through a
+// and whose interpreter gives the pods a case creates or relabels their
+// Service's address (cyclonus v0.5.6 leaves it empty). make test runs a
+// smoke (the cases tagged namespaces-by-default-label,
+// ip-block-with-except, create-pod, create-namespace or set-pod-labels)
+// through both; make cyclonus every case through both. MidCasePodsReached then shows that the pods a case creates
+// or relabels are probed through their own Services: with
+// AdminNetworkPolicies that cyclonus's model does not know denying
+// ingress to exactly those pods, the create-pod, create-namespace and
+// set-pod-labels cases must fail. A probe through a
 // name resolves it through the pod's search list (ndots 5: four names, A
 // and AAAA each) within the probe's timeout, so the bed's DNS answers
 // from a watch of the Services, as CoreDNS does (test/testbed/noderuntime

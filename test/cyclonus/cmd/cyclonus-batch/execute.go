@@ -16,11 +16,13 @@ import (
 // interpreter runs cyclonus's test cases as cyclonus's own interpreter
 // (connectivity.Interpreter.ExecuteTestCase, v0.5.6) does, step by step
 // with the same TestCaseState, model and comparison, with one difference:
-// a pod a step creates (create-pod, as in the create-namespace and
-// create-pod cases) gets its Service's ClusterIP. cyclonus's TestCaseState
-// creates that Service but leaves the pod's ServiceIP empty, so with
-// --destination-type=service-ip every probe of the new pod went to ":80"
-// (the source pod itself) instead of through its Service.
+// a pod a step creates or relabels keeps a Service address. cyclonus's
+// TestCaseState creates a new pod's Service but leaves the pod's ServiceIP
+// empty, and relabeling a pod (Pod.SetLabels) drops it, so with
+// --destination-type=service-ip every probe of such a pod went to ":80"
+// (the source pod itself) instead of through its Service: the pods of
+// the create-namespace and create-pod cases, and y/b in the set-pod-labels
+// case.
 type interpreter struct {
 	k8s            kube.IKubernetes
 	resources      *probe.Resources
@@ -78,7 +80,7 @@ func (in *interpreter) do(state *connectivity.TestCaseState, a *generator.Action
 	case a.CreatePod != nil:
 		return in.createPod(state, a.CreatePod.Namespace, a.CreatePod.Pod, a.CreatePod.Labels)
 	case a.SetPodLabels != nil:
-		return state.SetPodLabels(a.SetPodLabels.Namespace, a.SetPodLabels.Pod, a.SetPodLabels.Labels)
+		return in.setPodLabels(state, a.SetPodLabels.Namespace, a.SetPodLabels.Pod, a.SetPodLabels.Labels)
 	case a.DeletePod != nil:
 		return state.DeletePod(a.DeletePod.Namespace, a.DeletePod.Pod)
 	}
@@ -103,6 +105,25 @@ func (in *interpreter) createPod(state *connectivity.TestCaseState, ns, name str
 		return fmt.Errorf("service %s/%s has no ClusterIP", ns, svc.Name)
 	}
 	pod.ServiceIP = svc.Spec.ClusterIP
+	return nil
+}
+
+// setPodLabels is TestCaseState.SetPodLabels keeping the pod's Service
+// address (cyclonus's Service keeps its selector: the pod's labels when it
+// was created).
+func (in *interpreter) setPodLabels(state *connectivity.TestCaseState, ns, name string, labels map[string]string) error {
+	old, err := state.Resources.GetPod(ns, name)
+	if err != nil {
+		return err
+	}
+	if err := state.SetPodLabels(ns, name, labels); err != nil {
+		return err
+	}
+	pod, err := state.Resources.GetPod(ns, name)
+	if err != nil {
+		return err
+	}
+	pod.ServiceIP = old.ServiceIP
 	return nil
 }
 

@@ -18,7 +18,7 @@
 //
 // Mid-case pods: the cases are run by this command's interpreter
 // (execute.go), cyclonus's own step by step except that a pod a step
-// creates is probed through its Service's ClusterIP with
+// creates or relabels is probed through its Service's ClusterIP with
 // --destination-type=service-ip, where cyclonus's would probe an empty
 // address.
 //

@@ -54,6 +54,14 @@ const (
 	retries = 1
 )
 
+// lookupTimeout bounds one resolution of a Service name (the resolver's
+// own default): DNS is allowed in every case cyclonus generates, so how
+// long a name takes decides nothing about policy, while a one-second
+// bound failed every connection of a source pod whose lookups waited on
+// a loaded machine (the bed's full run at load 22 on two cores: whole
+// rows of four cases through Service names).
+const lookupTimeout = 5 * time.Second
+
 // bedNetnsEnv is noderuntime.EnvNetns (not imported: this command is
 // built alone into the cyclonus-worker image).
 const bedNetnsEnv = "TIERFLOW_NETNS"
@@ -138,7 +146,7 @@ type resolution struct {
 
 // resolve is host's first address (in the order Go's dialer would try
 // them), or host itself if it is an address; a failed lookup is retried
-// as a failed connection is.
+// as a failed connection is, each within lookupTimeout.
 func (r *resolver) resolve(host string) (string, error) {
 	if host == "" {
 		return "", errors.New("no address to connect to")
@@ -155,7 +163,7 @@ func (r *resolver) resolve(host string) (string, error) {
 	r.mu.Unlock()
 	res.once.Do(func() {
 		for try := 0; try <= retries; try++ {
-			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			ctx, cancel := context.WithTimeout(context.Background(), lookupTimeout)
 			addrs, err := net.DefaultResolver.LookupIPAddr(ctx, host)
 			cancel()
 			switch {
