@@ -81,6 +81,7 @@ func testFaults(t *testing.T) {
 	}
 
 	var report []string
+	var oldLeader string // the controller pod ControllerLeaderDeleted deleted
 	faults := []struct {
 		name   string
 		inject func(t *testing.T) error
@@ -111,8 +112,9 @@ func testFaults(t *testing.T) {
 			if err != nil || lease.Spec.HolderIdentity == nil {
 				return fmt.Errorf("leader Lease: %v", err)
 			}
-			return cs.CoreV1().Pods("kube-system").Delete(ctx, *lease.Spec.HolderIdentity, metav1.DeleteOptions{})
-		}, func(t *testing.T) error { return waitControllerReady(ctx, 3*time.Minute) }},
+			oldLeader = *lease.Spec.HolderIdentity
+			return cs.CoreV1().Pods("kube-system").Delete(ctx, oldLeader, metav1.DeleteOptions{})
+		}, func(t *testing.T) error { return waitControllerReady(ctx, oldLeader, 3*time.Minute) }},
 	}
 	for _, f := range faults {
 		t.Run(f.name, func(t *testing.T) {
@@ -257,14 +259,16 @@ func waitNodeReady(ctx context.Context, node string, timeout time.Duration) erro
 	}
 }
 
-// waitControllerReady waits for a new leader and both replicas Ready.
-func waitControllerReady(ctx context.Context, timeout time.Duration) error {
+// waitControllerReady waits for a leader other than oldLeader (the pod
+// deleted, which holds the Lease while it terminates) and both replicas
+// Ready.
+func waitControllerReady(ctx context.Context, oldLeader string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		d, err := env.cs.AppsV1().Deployments("kube-system").Get(ctx, "tierflow-controller", metav1.GetOptions{})
 		lease, lerr := env.cs.CoordinationV1().Leases("kube-system").Get(ctx, "tierflow-controller", metav1.GetOptions{})
 		if err == nil && lerr == nil && d.Status.ReadyReplicas == *d.Spec.Replicas && d.Status.UpdatedReplicas == *d.Spec.Replicas &&
-			lease.Spec.HolderIdentity != nil {
+			lease.Spec.HolderIdentity != nil && *lease.Spec.HolderIdentity != oldLeader {
 			if _, err := env.cs.CoreV1().Pods("kube-system").Get(ctx, *lease.Spec.HolderIdentity, metav1.GetOptions{}); err == nil {
 				return nil
 			}
