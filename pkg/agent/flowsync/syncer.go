@@ -38,6 +38,16 @@ func (b Bundle) Empty() bool {
 	return len(b.Add)+len(b.Modify)+len(b.Delete)+len(b.DeleteCookies)+len(b.Groups) == 0
 }
 
+// append adds extra's changes to b's (a part's bundle and what must
+// travel with it, e.g. deletions of flows the switch learned).
+func (b *Bundle) append(extra Bundle) {
+	b.Add = append(b.Add, extra.Add...)
+	b.Modify = append(b.Modify, extra.Modify...)
+	b.Delete = append(b.Delete, extra.Delete...)
+	b.DeleteCookies = append(b.DeleteCookies, extra.DeleteCookies...)
+	b.Groups = append(b.Groups, extra.Groups...)
+}
+
 // ApplyTo applies b's flow changes to flows (by Flow.Key) as a switch
 // applies the bundle to its tables: for a view of a bridge's flows kept
 // from the bundles sent to it.
@@ -293,11 +303,7 @@ func (s *Syncer) SyncPart(ctx context.Context, name string, desired []openflow.F
 		return b, err
 	}
 	b.Groups = gchanges
-	b.Add = append(b.Add, extra.Add...)
-	b.Modify = append(b.Modify, extra.Modify...)
-	b.Delete = append(b.Delete, extra.Delete...)
-	b.DeleteCookies = append(b.DeleteCookies, extra.DeleteCookies...)
-	b.Groups = append(b.Groups, extra.Groups...)
+	b.append(extra)
 	if !b.Empty() {
 		if err := s.inst.Apply(ctx, b); err != nil {
 			return b, err
@@ -305,6 +311,16 @@ func (s *Syncer) SyncPart(ctx context.Context, name string, desired []openflow.F
 	}
 	s.parts[name] = &part{flows: want, groups: wantGroups}
 	return b, nil
+}
+
+// checkGroupOwner fails if a part other than name holds group id.
+func (s *Syncer) checkGroupOwner(id uint32, name string) error {
+	for n, p := range s.parts {
+		if _, ok := p.groups[id]; ok && n != name {
+			return fmt.Errorf("group %d is part %q's and part %q's", id, n, name)
+		}
+	}
+	return nil
 }
 
 // diffGroups returns part name's new groups and the changes from
@@ -316,10 +332,8 @@ func (s *Syncer) diffGroups(installed map[uint32]openflow.Group, name string, gr
 		if _, dup := want[g.ID]; dup {
 			return nil, nil, fmt.Errorf("two desired groups with ID %d", g.ID)
 		}
-		for n, p := range s.parts {
-			if _, ok := p.groups[g.ID]; ok && n != name {
-				return nil, nil, fmt.Errorf("group %d is part %q's and part %q's", g.ID, n, name)
-			}
+		if err := s.checkGroupOwner(g.ID, name); err != nil {
+			return nil, nil, err
 		}
 		want[g.ID] = g
 		if old, ok := installed[g.ID]; !ok || !reflect.DeepEqual(old, g) {
@@ -447,10 +461,8 @@ func (s *Syncer) SyncPartChanges(ctx context.Context, name string, ch Changes, g
 			return Bundle{}, fmt.Errorf("two changed groups with ID %d", g.ID)
 		}
 		seen[g.ID] = true
-		for n, other := range s.parts {
-			if _, ok := other.groups[g.ID]; ok && n != name {
-				return Bundle{}, fmt.Errorf("group %d is part %q's and part %q's", g.ID, n, name)
-			}
+		if err := s.checkGroupOwner(g.ID, name); err != nil {
+			return Bundle{}, err
 		}
 		if old, ok := p.groups[g.ID]; !ok || !reflect.DeepEqual(old, g) {
 			b.Groups = append(b.Groups, openflow.GroupChange{Command: openflow.GroupAddOrModify, Group: g})
@@ -465,11 +477,7 @@ func (s *Syncer) SyncPartChanges(ctx context.Context, name string, ch Changes, g
 			b.Groups = append(b.Groups, openflow.GroupChange{Command: openflow.GroupDelete, Group: openflow.Group{ID: id}})
 		}
 	}
-	b.Add = append(b.Add, extra.Add...)
-	b.Modify = append(b.Modify, extra.Modify...)
-	b.Delete = append(b.Delete, extra.Delete...)
-	b.DeleteCookies = append(b.DeleteCookies, extra.DeleteCookies...)
-	b.Groups = append(b.Groups, extra.Groups...)
+	b.append(extra)
 	if !b.Empty() {
 		if err := s.inst.Apply(ctx, b); err != nil {
 			return b, err
