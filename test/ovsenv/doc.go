@@ -20,7 +20,8 @@
 // Each pod's OVS interface carries the tierflow CNI external_ids
 // (pkg/ovs/ovsdb: pod-namespace "default", pod-name, pod-ips, pod-mac), and
 // Pod.OFPort is its OpenFlow port. Env.RestartVswitchd / StopVswitchd /
-// StartVswitchd simulate an ovs-vswitchd restart (flows are lost).
+// StartVswitchd simulate an ovs-vswitchd restart (flows are lost);
+// Env.StopOVSDB and FreezeOVSDB an ovsdb-server that is gone or hangs.
 //
 // One Env at a time per host: ovs-vswitchd's userspace datapath creates a
 // tap device named "ovs-netdev" in the host network namespace, so two

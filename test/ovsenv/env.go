@@ -280,6 +280,40 @@ func (e *Env) RestartVswitchd() error {
 	return e.StartVswitchd()
 }
 
+// StopOVSDB stops ovsdb-server the way a stopping OVS container does:
+// its clients lose their connection and find no server to reconnect to.
+// ovs-vswitchd keeps running.
+func (e *Env) StopOVSDB() error {
+	e.mu.Lock()
+	cmd := e.ovsdb
+	e.ovsdb = nil
+	e.mu.Unlock()
+	if cmd == nil {
+		return errors.New("ovsdb-server is not running")
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	return waitExit(cmd, 10*time.Second)
+}
+
+// FreezeOVSDB stops ovsdb-server's process (SIGSTOP) without closing its
+// connections: requests sent to it get no answer, as from a server that
+// hangs. thaw (SIGCONT) lets it run again; cleanup thaws it too.
+func (e *Env) FreezeOVSDB() (thaw func(), err error) {
+	e.mu.Lock()
+	cmd := e.ovsdb
+	e.mu.Unlock()
+	if cmd == nil {
+		return nil, errors.New("ovsdb-server is not running")
+	}
+	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		return nil, fmt.Errorf("freezing ovsdb-server: %w", err)
+	}
+	var once sync.Once
+	thaw = func() { once.Do(func() { _ = cmd.Process.Signal(syscall.SIGCONT) }) }
+	e.t.Cleanup(thaw)
+	return thaw, nil
+}
+
 func waitExit(cmd *exec.Cmd, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {

@@ -417,28 +417,16 @@ func (u *underlay) revert(ctx context.Context, rec *underlayRecord) error {
 		return err
 	}
 	// The node has its network back; the bridge's removal is OVSDB's, and
-	// a stopping agent's OVS stops with it: the OVSDB client, caught in
-	// its reconnection, has been seen to ignore ctx, and every second the
-	// agent takes to stop is a second longer that the DaemonSet's next
-	// pod (with the node's next OVS) waits. So ctx bounds it here.
-	done := make(chan error, 1)
-	go func() {
-		if err := db.DeletePort(ctx, bridge, rec.Interface); err != nil {
-			done <- fmt.Errorf("underlay: detaching %s from %s: %w", rec.Interface, bridge, err)
-			return
-		}
-		if err := db.DeleteBridge(ctx, bridge); err != nil {
-			done <- fmt.Errorf("underlay: deleting %s: %w", bridge, err)
-			return
-		}
-		done <- nil
-	}()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		return fmt.Errorf("underlay: removing %s: OVSDB did not answer: %w", bridge, ctx.Err())
+	// a stopping agent's OVS stops with it: the calls end with ctx
+	// (pkg/ovs/ovsdb bounds them), so the DaemonSet's next pod, with the
+	// node's next OVS, does not wait for an OVSDB that is gone.
+	if err := db.DeletePort(ctx, bridge, rec.Interface); err != nil {
+		return fmt.Errorf("underlay: detaching %s from %s: %w", rec.Interface, bridge, err)
 	}
+	if err := db.DeleteBridge(ctx, bridge); err != nil {
+		return fmt.Errorf("underlay: deleting %s: %w", bridge, err)
+	}
+	return nil
 }
 
 // revert is takeOver reversed: rec's interface loses its host guard and

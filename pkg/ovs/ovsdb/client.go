@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -82,10 +83,15 @@ type Options struct {
 
 // Client is a connection to ovsdb-server's Open_vSwitch database with a
 // monitored cache of the Open_vSwitch, Bridge, Port and Interface tables.
-// It reconnects by itself.
+// It reconnects by itself. Every call that takes a context returns when
+// that context ends, reconnecting or not (see bounded).
 type Client struct {
 	ovs  client.Client
 	opts Options
+	// life ends with Close, and with it every call still running.
+	life     context.Context
+	endLife  context.CancelFunc
+	inFlight atomic.Int64 // bounded calls still running (abandoned ones too)
 }
 
 // Connect connects to endpoint ("unix:/var/run/openvswitch/db.sock" or
@@ -135,17 +141,76 @@ func Connect(ctx context.Context, endpoint string, opts Options) (*Client, error
 	if opts.WaitTimeout <= 0 {
 		opts.WaitTimeout = 30 * time.Second
 	}
-	return &Client{ovs: ovs, opts: opts}, nil
+	life, endLife := context.WithCancel(context.Background())
+	return &Client{ovs: ovs, opts: opts, life: life, endLife: endLife}, nil
 }
 
-// Close disconnects.
-func (c *Client) Close() { c.ovs.Close() }
+// Close ends the calls still running (they return ErrClosed) and
+// disconnects.
+func (c *Client) Close() {
+	c.endLife()
+	c.ovs.Close()
+}
 
-// root returns the Open_vSwitch row.
-func (c *Client) root() (*OpenvSwitch, error) {
+// ErrClosed is returned by a call the Client's Close ended.
+var ErrClosed = errors.New("ovsdb client closed")
+
+// bounded runs call, which talks to libovsdb, and returns when call does
+// or when ctx ends (ctx's error) or Close is called (ErrClosed), whichever
+// comes first. libovsdb v0.7.0 does not always stop at its context's end
+// while it reconnects: a transaction waits for the connection lock that a
+// reconnection attempt holds until the attempt's own timeout (10 s; an
+// ovsdb-server that accepts connections but does not answer), and a
+// stopping agent, whose ovsdb-server stops with its pod, must not wait
+// for that. call gets a context that ends with ctx and with Close, so an
+// abandoned call finishes as soon as libovsdb lets it: within one
+// reconnection attempt.
+func (c *Client) bounded(ctx context.Context, call func(context.Context) error) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("ovsdb: %w", err)
+	}
+	callCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(c.life, cancel)
+	defer stop()
+	done := make(chan error, 1)
+	c.inFlight.Add(1)
+	go func() {
+		defer c.inFlight.Add(-1)
+		done <- call(callCtx)
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-callCtx.Done():
+	}
+	if ctx.Err() == nil {
+		return ErrClosed
+	}
+	// A call that heeds its context returns at once, with an error that
+	// says what it waited for.
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(heedGrace):
+		return fmt.Errorf("ovsdb: no answer before the context ended: %w", ctx.Err())
+	}
+}
+
+// heedGrace is how long bounded waits, once the caller's context ended,
+// for a call that heeds it to return its own error.
+const heedGrace = 100 * time.Millisecond
+
+// root returns the Open_vSwitch row. libovsdb's List waits while it
+// reconnects (its cache is being rebuilt) until ctx ends, and then reads
+// the stale cache: so ctx's end is an error here.
+func (c *Client) root(ctx context.Context) (*OpenvSwitch, error) {
 	var rows []OpenvSwitch
-	if err := c.ovs.List(context.Background(), &rows); err != nil {
+	if err := c.ovs.List(ctx, &rows); err != nil {
 		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("ovsdb: reading the Open_vSwitch row: %w", err)
 	}
 	if len(rows) != 1 {
 		return nil, fmt.Errorf("Open_vSwitch table has %d rows, want 1 (run ovs-vsctl init)", len(rows))
@@ -160,7 +225,7 @@ func (c *Client) transact(ctx context.Context, ops ...libovsdb.Operation) ([]lib
 	if !c.opts.NoWait {
 		// Like ovs-vsctl: bump next_cfg and read it back in the same
 		// transaction (the cache may lag), then wait for cur_cfg to reach it.
-		root, err := c.root()
+		root, err := c.root(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -211,7 +276,7 @@ func (c *Client) transact(ctx context.Context, ops ...libovsdb.Operation) ([]lib
 // waitCurCfg waits until ovs-vswitchd reports cur_cfg >= want.
 func (c *Client) waitCurCfg(ctx context.Context, want int) error {
 	return c.poll(ctx, func() (bool, error) {
-		root, err := c.root()
+		root, err := c.root(ctx)
 		if err != nil {
 			return false, err
 		}
@@ -226,6 +291,9 @@ func (c *Client) poll(ctx context.Context, cond func() (bool, error), what strin
 	for {
 		ok, err := cond()
 		if err != nil {
+			if ctx.Err() != nil { // root found ctx ended
+				return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
+			}
 			return err
 		}
 		if ok {
@@ -309,6 +377,18 @@ func (cfg *BridgeConfig) normalize() error {
 // protocols. External IDs and other_config keys given are merged in. It
 // reports whether the bridge was created.
 func (c *Client) EnsureBridge(ctx context.Context, cfg BridgeConfig) (bool, error) {
+	var out bool // written by the call, read only once it returned
+	err := c.bounded(ctx, func(ctx context.Context) (err error) {
+		out, err = c.ensureBridge(ctx, cfg)
+		return err
+	})
+	if err != nil {
+		return false, err
+	}
+	return out, nil
+}
+
+func (c *Client) ensureBridge(ctx context.Context, cfg BridgeConfig) (bool, error) {
 	if err := cfg.normalize(); err != nil {
 		return false, err
 	}
@@ -345,7 +425,7 @@ func (c *Client) EnsureBridge(ctx context.Context, cfg BridgeConfig) (bool, erro
 	if err != nil {
 		return false, err
 	}
-	root, err := c.root()
+	root, err := c.root(ctx)
 	if err != nil {
 		return false, err
 	}
@@ -374,6 +454,10 @@ func merged(base, add map[string]string) map[string]string {
 
 // SetBridgeExternalIDs merges ids into a bridge's external_ids.
 func (c *Client) SetBridgeExternalIDs(ctx context.Context, name string, ids map[string]string) error {
+	return c.bounded(ctx, func(ctx context.Context) error { return c.setBridgeExternalIDs(ctx, name, ids) })
+}
+
+func (c *Client) setBridgeExternalIDs(ctx context.Context, name string, ids map[string]string) error {
 	cur, err := c.Bridge(name)
 	if err != nil {
 		return err
@@ -390,6 +474,10 @@ func (c *Client) SetBridgeExternalIDs(ctx context.Context, name string, ids map[
 // DeleteBridge removes a bridge with its ports; a missing bridge is not an
 // error.
 func (c *Client) DeleteBridge(ctx context.Context, name string) error {
+	return c.bounded(ctx, func(ctx context.Context) error { return c.deleteBridge(ctx, name) })
+}
+
+func (c *Client) deleteBridge(ctx context.Context, name string) error {
 	br, err := c.Bridge(name)
 	if errors.Is(err, ErrNotFound) {
 		return nil
@@ -397,7 +485,7 @@ func (c *Client) DeleteBridge(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	root, err := c.root()
+	root, err := c.root(ctx)
 	if err != nil {
 		return err
 	}
@@ -445,6 +533,10 @@ type PortConfig struct {
 // AddPort adds a port to a bridge, or updates it (type, peer, requested
 // ofport, external IDs) if the bridge already has it.
 func (c *Client) AddPort(ctx context.Context, bridge string, cfg PortConfig) error {
+	return c.bounded(ctx, func(ctx context.Context) error { return c.addPort(ctx, bridge, cfg) })
+}
+
+func (c *Client) addPort(ctx context.Context, bridge string, cfg PortConfig) error {
 	if cfg.Name == "" {
 		return errors.New("port name is empty")
 	}
@@ -536,6 +628,10 @@ func (c *Client) portOnBridge(br *Bridge, name string) (*Port, error) {
 
 // DeletePort removes a port from a bridge; a missing port is not an error.
 func (c *Client) DeletePort(ctx context.Context, bridge, name string) error {
+	return c.bounded(ctx, func(ctx context.Context) error { return c.deletePort(ctx, bridge, name) })
+}
+
+func (c *Client) deletePort(ctx context.Context, bridge, name string) error {
 	br, err := c.Bridge(bridge)
 	if err != nil {
 		return err
@@ -571,6 +667,10 @@ func (c *Client) Interface(name string) (*Interface, error) {
 
 // SetInterfaceExternalIDs replaces an interface's external_ids.
 func (c *Client) SetInterfaceExternalIDs(ctx context.Context, name string, ids map[string]string) error {
+	return c.bounded(ctx, func(ctx context.Context) error { return c.setInterfaceExternalIDs(ctx, name, ids) })
+}
+
+func (c *Client) setInterfaceExternalIDs(ctx context.Context, name string, ids map[string]string) error {
 	cur, err := c.Interface(name)
 	if err != nil {
 		return err
@@ -591,6 +691,10 @@ func (c *Client) SetInterfaceExternalIDs(ctx context.Context, name string, ids m
 // leaving the others as they are. ovs-vswitchd does not read
 // external_ids, so the change is not waited for.
 func (c *Client) SetInterfaceExternalID(ctx context.Context, name, key, value string) error {
+	return c.bounded(ctx, func(ctx context.Context) error { return c.setInterfaceExternalID(ctx, name, key, value) })
+}
+
+func (c *Client) setInterfaceExternalID(ctx context.Context, name, key, value string) error {
 	cur, err := c.Interface(name)
 	if err != nil {
 		return err
@@ -619,6 +723,18 @@ func (c *Client) SetInterfaceExternalID(ctx context.Context, name, key, value st
 // the interface, and returns it. An interface ovs-vswitchd could not open
 // (ofport -1) fails with its error column.
 func (c *Client) WaitOFPort(ctx context.Context, name string) (uint32, error) {
+	var out uint32 // written by the call, read only once it returned
+	err := c.bounded(ctx, func(ctx context.Context) (err error) {
+		out, err = c.waitOFPort(ctx, name)
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	return out, nil
+}
+
+func (c *Client) waitOFPort(ctx context.Context, name string) (uint32, error) {
 	var port uint32
 	err := c.poll(ctx, func() (bool, error) {
 		iface, err := c.Interface(name)

@@ -7,6 +7,11 @@
 // Every change waits, like ovs-vsctl, until ovs-vswitchd has applied it
 // (next_cfg/cur_cfg), unless Options.NoWait is set.
 //
+// Every call that takes a context returns when that context ends, with its
+// error, even while the client reconnects to an ovsdb-server that is gone
+// or hangs (libovsdb v0.7.0 alone can block past it: see Client.bounded);
+// Close ends the calls still running with ErrClosed.
+//
 // # Interface external_ids (contract with the CNI plugin)
 //
 // The CNI plugin sets these on the OVS Interface of each pod it attaches;

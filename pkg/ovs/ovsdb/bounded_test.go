@@ -1,0 +1,167 @@
+package ovsdb_test
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tierflow/tierflow/pkg/ovs/ovsdb"
+	"github.com/tierflow/tierflow/test/ovsenv"
+)
+
+// bound is how long the calls below may take: the caller's deadline.
+const bound = time.Second
+
+// slack is how much later than its deadline a call may return (a busy
+// machine schedules late); a call that ignores its context blocks for
+// ever, well past it.
+const slack = 5 * time.Second
+
+// boundedCall runs call with a context that ends after bound and fails
+// the test unless call returns, with the context's error, by bound+slack.
+func boundedCall(t *testing.T, what string, call func(context.Context) error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	start := time.Now()
+	done := make(chan error, 1)
+	go func() { done <- call(ctx) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%s: err = %v, want the context's deadline", what, err)
+		}
+		t.Logf("%s returned after %v: %v", what, time.Since(start).Round(time.Millisecond), err)
+	case <-time.After(bound + slack):
+		buf := make([]byte, 1<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		t.Fatalf("%s still blocked %v after its context's deadline; goroutines:\n%s", what, slack, libovsdbStacks(string(buf)))
+	}
+}
+
+// libovsdbStacks keeps the goroutines of a stack dump that are inside
+// this package or libovsdb: where a blocked call waits.
+func libovsdbStacks(dump string) string {
+	var keep []string
+	for _, g := range strings.Split(dump, "\n\n") {
+		if strings.Contains(g, "pkg/ovs/ovsdb.(*Client)") {
+			keep = append(keep, g)
+		}
+	}
+	return strings.Join(keep, "\n\n")
+}
+
+// TestCallsEndWithContextWhenOVSDBGone: ovsdb-server stops (as it does
+// with the agent's pod) while the client is connected; the client keeps
+// trying to reconnect, and every change given a deadline returns at that
+// deadline with the context's error instead of waiting for a server that
+// is not coming back.
+func TestCallsEndWithContextWhenOVSDBGone(t *testing.T) {
+	env := ovsenv.Start(t)
+	c := connect(t, env)
+	ctx := ctxT(t)
+	br := "tf" + env.ID + "g"
+	if _, err := c.EnsureBridge(ctx, ovsdb.BridgeConfig{Name: br, DatapathType: "netdev"}); err != nil {
+		t.Fatal(err)
+	}
+	port := "tf" + env.ID + "p"
+	if err := c.AddPort(ctx, br, ovsdb.PortConfig{Name: port, Type: ovsdb.PortInternal}); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.StopOVSDB(); err != nil {
+		t.Fatal(err)
+	}
+	waitDisconnected(t, c)
+
+	boundedCall(t, "DeletePort", func(ctx context.Context) error { return c.DeletePort(ctx, br, port) })
+	boundedCall(t, "DeleteBridge", func(ctx context.Context) error { return c.DeleteBridge(ctx, br) })
+	boundedCall(t, "EnsureBridge", func(ctx context.Context) error {
+		_, err := c.EnsureBridge(ctx, ovsdb.BridgeConfig{Name: br, DatapathType: "netdev"})
+		return err
+	})
+	boundedCall(t, "SetInterfaceExternalID", func(ctx context.Context) error {
+		return c.SetInterfaceExternalID(ctx, port, "tierflow.io/admission", "admitted")
+	})
+	waitCallsDone(t, c, slack)
+}
+
+// TestCallsEndWithContextWhenOVSDBHangs: ovsdb-server hangs (stopped
+// with SIGSTOP: connections are accepted, requests never answered). A
+// change sent to it, and a change sent while the client reconnects to it
+// (each reconnection attempt holds libovsdb's connection lock until its
+// 10 s timeout), return at their deadline; a call without a deadline
+// returns when the client is closed; and the calls abandoned finish.
+func TestCallsEndWithContextWhenOVSDBHangs(t *testing.T) {
+	env := ovsenv.Start(t)
+	c := connect(t, env)
+	ctx := ctxT(t)
+	br := "tf" + env.ID + "h"
+	if _, err := c.EnsureBridge(ctx, ovsdb.BridgeConfig{Name: br, DatapathType: "netdev"}); err != nil {
+		t.Fatal(err)
+	}
+	port := "tf" + env.ID + "p"
+	if err := c.AddPort(ctx, br, ovsdb.PortConfig{Name: port, Type: ovsdb.PortInternal}); err != nil {
+		t.Fatal(err)
+	}
+	thaw, err := env.FreezeOVSDB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Connected: the request is sent and never answered.
+	boundedCall(t, "SetInterfaceExternalID, connected", func(ctx context.Context) error {
+		return c.SetInterfaceExternalID(ctx, port, "tierflow.io/admission", "admitted")
+	})
+	c.Reconnect()
+	time.Sleep(300 * time.Millisecond) // the reconnection attempt has begun
+	boundedCall(t, "SetInterfaceExternalID, reconnecting", func(ctx context.Context) error {
+		return c.SetInterfaceExternalID(ctx, port, "tierflow.io/admission", "admitted")
+	})
+	boundedCall(t, "DeletePort, reconnecting", func(ctx context.Context) error { return c.DeletePort(ctx, br, port) })
+
+	// No deadline: Close ends it.
+	done := make(chan error, 1)
+	go func() { done <- c.DeletePort(context.Background(), br, port) }()
+	time.Sleep(bound)
+	go c.Close() // libovsdb's part waits for the reconnection attempt
+	select {
+	case err := <-done:
+		if !errors.Is(err, ovsdb.ErrClosed) {
+			t.Errorf("DeletePort ended by Close: err = %v, want ErrClosed", err)
+		}
+	case <-time.After(slack):
+		t.Fatalf("DeletePort without a deadline still blocked %v after Close", slack)
+	}
+	thaw()
+	// Each abandoned call ends with the reconnection attempt that holds
+	// it up (10 s), or at once.
+	waitCallsDone(t, c, 10*time.Second+slack)
+}
+
+// waitCallsDone fails the test unless every call c started, abandoned
+// ones included, finished within d.
+func waitCallsDone(t *testing.T, c *ovsdb.Client, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for c.InFlight() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d abandoned calls still running after %v", c.InFlight(), d)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func waitDisconnected(t *testing.T, c *ovsdb.Client) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for c.Connected() {
+		if time.Now().After(deadline) {
+			t.Fatal("the client did not notice that ovsdb-server stopped")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Past the first reconnection attempt: the cache is marked stale.
+	time.Sleep(300 * time.Millisecond)
+}
