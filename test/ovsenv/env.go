@@ -283,7 +283,13 @@ func (e *Env) RestartVswitchd() error {
 // StopOVSDB stops ovsdb-server the way a stopping OVS container does:
 // its clients lose their connection and find no server to reconnect to.
 // ovs-vswitchd keeps running.
-func (e *Env) StopOVSDB() error {
+func (e *Env) StopOVSDB() error { return e.stopOVSDB(syscall.SIGTERM) }
+
+// KillOVSDB kills ovsdb-server (SIGKILL, which a frozen one gets too):
+// its connections close under the requests it was sent.
+func (e *Env) KillOVSDB() error { return e.stopOVSDB(syscall.SIGKILL) }
+
+func (e *Env) stopOVSDB(sig syscall.Signal) error {
 	e.mu.Lock()
 	cmd := e.ovsdb
 	e.ovsdb = nil
@@ -291,7 +297,7 @@ func (e *Env) StopOVSDB() error {
 	if cmd == nil {
 		return errors.New("ovsdb-server is not running")
 	}
-	_ = cmd.Process.Signal(syscall.SIGTERM)
+	_ = cmd.Process.Signal(sig)
 	return waitExit(cmd, 10*time.Second)
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/tierflow/tierflow/pkg/distribution/client"
 	"github.com/tierflow/tierflow/pkg/distribution/client/statestore"
 	"github.com/tierflow/tierflow/pkg/distribution/wire"
+	"github.com/tierflow/tierflow/pkg/ovs/ovsdb"
 	"github.com/tierflow/tierflow/pkg/queryapi/agentquery"
 )
 
@@ -201,7 +202,14 @@ func (a *Agent) Run(ctx context.Context) error {
 			defer func() {
 				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 				defer cancel()
-				if err := nodenet.RevertUnderlay(ctx, d.db, underlay, a.opts.NodeNetNS, a.log); err != nil {
+				err := nodenet.RevertUnderlay(ctx, d.db, underlay, a.opts.NodeNetNS, a.log)
+				switch {
+				case err == nil:
+				case stoppedWithOVS(err):
+					a.log.Warn("stopping: the underlay bridge stays, OVSDB (stopping with this pod) did not remove it; "+
+						"the node's interface has its addresses back, the next agent takes the bridge over, the uninstall's cleanup removes it",
+						"bridge", underlay, "err", err)
+				default:
 					a.log.Error("moving the node's interface back from the underlay bridge", "err", err)
 				}
 			}()
@@ -697,4 +705,12 @@ func (a *Agent) policyCount() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return len(a.state.Policies)
+}
+
+// stoppedWithOVS reports whether err, met by a stopping agent, is the
+// stop's own doing rather than a fault: the bound the stop gave the call
+// ran out or was cancelled, or OVS (which stops with the agent's pod) was
+// gone: its OVSDB connection lost.
+func stoppedWithOVS(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || ovsdb.ConnectionLost(err)
 }

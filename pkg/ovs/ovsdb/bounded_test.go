@@ -165,3 +165,45 @@ func waitDisconnected(t *testing.T, c *ovsdb.Client) {
 	// Past the first reconnection attempt: the cache is marked stale.
 	time.Sleep(300 * time.Millisecond)
 }
+
+// TestConnectionLost: the errors of calls that ovsdb-server, gone,
+// could not answer are ConnectionLost; an answer of the server and a
+// caller's mistake are not.
+func TestConnectionLost(t *testing.T) {
+	env := ovsenv.Start(t)
+	c := connect(t, env)
+	ctx := ctxT(t)
+	br := "tf" + env.ID + "l"
+	if _, err := c.EnsureBridge(ctx, ovsdb.BridgeConfig{Name: br, DatapathType: "netdev"}); err != nil {
+		t.Fatal(err)
+	}
+	// Refused by the server: its schema allows ofport requests up to
+	// 65279.
+	if err := c.SetOFPortRequestForTest(ctx, br, 70000); err == nil || ovsdb.ConnectionLost(err) {
+		t.Errorf("a transaction the server refused: err = %v, want an error that is not ConnectionLost", err)
+	} else {
+		t.Logf("a transaction the server refused: %v", err)
+	}
+	if err := c.DeletePort(ctx, "nosuchbridge", "p"); err == nil || ovsdb.ConnectionLost(err) {
+		t.Errorf("a missing bridge: err = %v, want an error that is not ConnectionLost", err)
+	}
+	// Sent, and the server dies before it answers.
+	if _, err := env.FreezeOVSDB(); err != nil {
+		t.Fatal(err)
+	}
+	sent := make(chan error, 1)
+	go func() { sent <- c.SetBridgeExternalIDs(ctx, br, map[string]string{"k": "v"}) }()
+	time.Sleep(300 * time.Millisecond)
+	if err := env.KillOVSDB(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-sent; !ovsdb.ConnectionLost(err) {
+		t.Errorf("a transaction the server died under: err = %v, want ConnectionLost", err)
+	} else {
+		t.Logf("a transaction the server died under: %v", err)
+	}
+	c.Close()
+	if err := c.DeleteBridge(ctx, br); !ovsdb.ConnectionLost(err) {
+		t.Errorf("a call after Close: err = %v, want ConnectionLost", err)
+	}
+}

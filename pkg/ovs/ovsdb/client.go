@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -154,6 +156,17 @@ func (c *Client) Close() {
 
 // ErrClosed is returned by a call the Client's Close ended.
 var ErrClosed = errors.New("ovsdb client closed")
+
+// ConnectionLost reports whether err says that ovsdb-server was not there
+// to answer: the connection closed or reset under the call, the client
+// not connected (reconnecting) or closed. It is what a client sees when
+// ovsdb-server stops, as opposed to an answer of the server (a refused
+// transaction) or a fault of the caller.
+func ConnectionLost(err error) bool {
+	return errors.Is(err, ErrClosed) || errors.Is(err, client.ErrNotConnected) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
 
 // bounded runs call, which talks to libovsdb, and returns when call does
 // or when ctx ends (ctx's error) or Close is called (ErrClosed), whichever
