@@ -260,15 +260,19 @@ func (e *Env) StartVswitchd() error {
 // way a crash or an upgrade would: bridge management sockets disappear and
 // OpenFlow connections drop. Flows are lost (the userspace datapath lives in
 // the process).
-func (e *Env) StopVswitchd() error {
+func (e *Env) StopVswitchd() error { return e.stop(&e.vswitchd, "ovs-vswitchd", syscall.SIGTERM) }
+
+// stop sends sig to the daemon *daemon (named name) and waits until it
+// exited; *daemon is nil from then on.
+func (e *Env) stop(daemon **exec.Cmd, name string, sig syscall.Signal) error {
 	e.mu.Lock()
-	cmd := e.vswitchd
-	e.vswitchd = nil
+	cmd := *daemon
+	*daemon = nil
 	e.mu.Unlock()
 	if cmd == nil {
-		return errors.New("ovs-vswitchd is not running")
+		return errors.New(name + " is not running")
 	}
-	_ = cmd.Process.Signal(syscall.SIGTERM)
+	_ = cmd.Process.Signal(sig)
 	return waitExit(cmd, 10*time.Second)
 }
 
@@ -283,23 +287,11 @@ func (e *Env) RestartVswitchd() error {
 // StopOVSDB stops ovsdb-server the way a stopping OVS container does:
 // its clients lose their connection and find no server to reconnect to.
 // ovs-vswitchd keeps running.
-func (e *Env) StopOVSDB() error { return e.stopOVSDB(syscall.SIGTERM) }
+func (e *Env) StopOVSDB() error { return e.stop(&e.ovsdb, "ovsdb-server", syscall.SIGTERM) }
 
 // KillOVSDB kills ovsdb-server (SIGKILL, which a frozen one gets too):
 // its connections close under the requests it was sent.
-func (e *Env) KillOVSDB() error { return e.stopOVSDB(syscall.SIGKILL) }
-
-func (e *Env) stopOVSDB(sig syscall.Signal) error {
-	e.mu.Lock()
-	cmd := e.ovsdb
-	e.ovsdb = nil
-	e.mu.Unlock()
-	if cmd == nil {
-		return errors.New("ovsdb-server is not running")
-	}
-	_ = cmd.Process.Signal(sig)
-	return waitExit(cmd, 10*time.Second)
-}
+func (e *Env) KillOVSDB() error { return e.stop(&e.ovsdb, "ovsdb-server", syscall.SIGKILL) }
 
 // FreezeOVSDB stops ovsdb-server's process (SIGSTOP) without closing its
 // connections: requests sent to it get no answer, as from a server that

@@ -60,17 +60,7 @@ func libovsdbStacks(dump string) string {
 // deadline with the context's error instead of waiting for a server that
 // is not coming back.
 func TestCallsEndWithContextWhenOVSDBGone(t *testing.T) {
-	env := ovsenv.Start(t)
-	c := connect(t, env)
-	ctx := ctxT(t)
-	br := "tf" + env.ID + "g"
-	if _, err := c.EnsureBridge(ctx, ovsdb.BridgeConfig{Name: br, DatapathType: "netdev"}); err != nil {
-		t.Fatal(err)
-	}
-	port := "tf" + env.ID + "p"
-	if err := c.AddPort(ctx, br, ovsdb.PortConfig{Name: port, Type: ovsdb.PortInternal}); err != nil {
-		t.Fatal(err)
-	}
+	env, c, br, port := bridgeWithPort(t)
 	if err := env.StopOVSDB(); err != nil {
 		t.Fatal(err)
 	}
@@ -95,17 +85,7 @@ func TestCallsEndWithContextWhenOVSDBGone(t *testing.T) {
 // 10 s timeout), return at their deadline; a call without a deadline
 // returns when the client is closed; and the calls abandoned finish.
 func TestCallsEndWithContextWhenOVSDBHangs(t *testing.T) {
-	env := ovsenv.Start(t)
-	c := connect(t, env)
-	ctx := ctxT(t)
-	br := "tf" + env.ID + "h"
-	if _, err := c.EnsureBridge(ctx, ovsdb.BridgeConfig{Name: br, DatapathType: "netdev"}); err != nil {
-		t.Fatal(err)
-	}
-	port := "tf" + env.ID + "p"
-	if err := c.AddPort(ctx, br, ovsdb.PortConfig{Name: port, Type: ovsdb.PortInternal}); err != nil {
-		t.Fatal(err)
-	}
+	env, c, br, port := bridgeWithPort(t)
 	thaw, err := env.FreezeOVSDB()
 	if err != nil {
 		t.Fatal(err)
@@ -153,6 +133,23 @@ func waitCallsDone(t *testing.T, c *ovsdb.Client, d time.Duration) {
 	}
 }
 
+// bridgeWithPort starts an OVS and a client, and creates a bridge with
+// an internal port.
+func bridgeWithPort(t *testing.T) (env *ovsenv.Env, c *ovsdb.Client, br, port string) {
+	t.Helper()
+	env = ovsenv.Start(t)
+	c = connect(t, env)
+	ctx := ctxT(t)
+	br, port = "tf"+env.ID+"b", "tf"+env.ID+"p"
+	if _, err := c.EnsureBridge(ctx, ovsdb.BridgeConfig{Name: br, DatapathType: "netdev"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.AddPort(ctx, br, ovsdb.PortConfig{Name: port, Type: ovsdb.PortInternal}); err != nil {
+		t.Fatal(err)
+	}
+	return env, c, br, port
+}
+
 func waitDisconnected(t *testing.T, c *ovsdb.Client) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
@@ -170,13 +167,8 @@ func waitDisconnected(t *testing.T, c *ovsdb.Client) {
 // could not answer are ConnectionLost; an answer of the server and a
 // caller's mistake are not.
 func TestConnectionLost(t *testing.T) {
-	env := ovsenv.Start(t)
-	c := connect(t, env)
+	env, c, br, _ := bridgeWithPort(t)
 	ctx := ctxT(t)
-	br := "tf" + env.ID + "l"
-	if _, err := c.EnsureBridge(ctx, ovsdb.BridgeConfig{Name: br, DatapathType: "netdev"}); err != nil {
-		t.Fatal(err)
-	}
 	// Refused by the server: its schema allows ofport requests up to
 	// 65279.
 	if err := c.SetOFPortRequestForTest(ctx, br, 70000); err == nil || ovsdb.ConnectionLost(err) {
