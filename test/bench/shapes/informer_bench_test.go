@@ -80,9 +80,9 @@ func (c *served) objects(keep shapes.Kinds) *shapes.Cluster {
 
 // newClientset is a clientset that serves c's objects to the informers:
 // each list of every namespace, node, pod or NetworkPolicy (of all
-// namespaces) makes c's objects of that kind again and answers a deep copy
-// of them (objects of its own, as decoding an apiserver's answer gives,
-// each with its own label maps where the shape's builder shares them).
+// namespaces) makes c's objects of that kind again and answers them
+// (objects of the list's own, as decoding an apiserver's answer gives,
+// none sharing a map or pointer with another).
 // Watches, writes and every other request go to a fake clientset (its
 // object tracker starts empty). The reference test puts its objects into
 // the fake's tracker instead, which keeps a second copy of every object
@@ -143,7 +143,7 @@ type servedNamespaces struct {
 }
 
 func (s servedNamespaces) List(_ context.Context, opts metav1.ListOptions) (*corev1.NamespaceList, error) {
-	return &corev1.NamespaceList{Items: deepCopies(s.c.objects(shapes.NamespaceKind).Namespaces)}, unselected(opts)
+	return &corev1.NamespaceList{Items: listItems(s.c.objects(shapes.NamespaceKind).Namespaces)}, unselected(opts)
 }
 
 type servedNodes struct {
@@ -152,7 +152,7 @@ type servedNodes struct {
 }
 
 func (s servedNodes) List(_ context.Context, opts metav1.ListOptions) (*corev1.NodeList, error) {
-	return &corev1.NodeList{Items: deepCopies(s.c.objects(shapes.NodeKind).Nodes)}, unselected(opts)
+	return &corev1.NodeList{Items: listItems(s.c.objects(shapes.NodeKind).Nodes)}, unselected(opts)
 }
 
 type servedPods struct {
@@ -161,7 +161,7 @@ type servedPods struct {
 }
 
 func (s servedPods) List(_ context.Context, opts metav1.ListOptions) (*corev1.PodList, error) {
-	return &corev1.PodList{Items: deepCopies(s.c.objects(shapes.PodKind).Pods)}, unselected(opts)
+	return &corev1.PodList{Items: listItems(s.c.objects(shapes.PodKind).Pods)}, unselected(opts)
 }
 
 type servedNetworkPolicies struct {
@@ -170,7 +170,7 @@ type servedNetworkPolicies struct {
 }
 
 func (s servedNetworkPolicies) List(_ context.Context, opts metav1.ListOptions) (*networkingv1.NetworkPolicyList, error) {
-	return &networkingv1.NetworkPolicyList{Items: deepCopies(s.c.objects(shapes.NetworkPolicyKind).NPs)}, unselected(opts)
+	return &networkingv1.NetworkPolicyList{Items: listItems(s.c.objects(shapes.NetworkPolicyKind).NPs)}, unselected(opts)
 }
 
 // unselected refuses a list with a selector: the served lists hold every
@@ -180,6 +180,16 @@ func unselected(opts metav1.ListOptions) error {
 		return fmt.Errorf("benchmark clientset: list with selector %q/%q not served", opts.LabelSelector, opts.FieldSelector)
 	}
 	return nil
+}
+
+// listItems moves objects into a list's items (each item the object;
+// the object made garbage as soon as it is moved).
+func listItems[T any](objs []*T) []T {
+	items := make([]T, len(objs))
+	for i, o := range objs {
+		items[i], objs[i] = *o, nil
+	}
+	return items
 }
 
 // deepCopies is a deep copy of every object, as the items of a list.

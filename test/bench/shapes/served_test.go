@@ -42,6 +42,16 @@ func TestServedListsAreTheScenario(t *testing.T) {
 				if err != nil || !reflect.DeepEqual(pods.Items, deepCopies(want.Pods)) {
 					t.Errorf("pods served differ from the scenario's (err %v)", err)
 				}
+				// Decoded objects share no map: a controller that keeps a
+				// pod's labels keeps a map per pod.
+				labelMaps := map[uintptr]bool{}
+				for _, p := range pods.Items {
+					m := reflect.ValueOf(p.Labels).Pointer()
+					if labelMaps[m] {
+						t.Fatalf("pod %s/%s shares its label map with another served pod", p.Namespace, p.Name)
+					}
+					labelMaps[m] = true
+				}
 				nps, err := kube.NetworkingV1().NetworkPolicies(metav1.NamespaceAll).List(ctx, all)
 				if err != nil || !reflect.DeepEqual(nps.Items, deepCopies(want.NPs)) {
 					t.Errorf("NetworkPolicies served differ from the scenario's (err %v)", err)

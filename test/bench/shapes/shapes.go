@@ -14,6 +14,7 @@ package shapes
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/netip"
 	"os"
@@ -96,11 +97,16 @@ type Shape struct {
 // structure).
 func (s Shape) Build(quick bool) *Cluster { return s.build(quick, AllKinds) }
 
-// BuildKinds makes only the scenario's objects of the kinds keep: exactly
-// the objects Build makes of those kinds (the random choices of the others
-// are still drawn, then dropped), so a harness can make a kind's objects
-// again whenever it serves them instead of holding them.
-func (s Shape) BuildKinds(quick bool, keep Kinds) *Cluster { return s.build(quick, keep).compact() }
+// BuildKinds makes only the scenario's objects of the kinds keep: objects
+// equal to those Build makes of those kinds (the random choices of the
+// others are still drawn, then dropped), so a harness can make a kind's
+// objects again whenever it serves them instead of holding them. Unlike
+// Build's, no two of its objects share a map or a pointer (Build's pods
+// may share one label map, a policy may share it), as objects decoded
+// from an apiserver's answer do not.
+func (s Shape) BuildKinds(quick bool, keep Kinds) *Cluster {
+	return s.build(quick, keep|unshared).compact()
+}
 
 // Kinds is a set of object kinds of a scenario.
 type Kinds uint8
@@ -113,6 +119,9 @@ const (
 	NetworkPolicyKind
 	AdminNetworkPolicyKind
 	AllKinds = NamespaceKind | NodeKind | PodKind | NetworkPolicyKind | AdminNetworkPolicyKind
+
+	// unshared makes every object with maps and pointers of its own.
+	unshared Kinds = 1 << 7
 )
 
 // compact drops the objects a build did not keep (nil) from c's lists.
@@ -208,6 +217,9 @@ func (b *builder) pod(namespace, name string, lbls map[string]string) *corev1.Po
 	if b.keep&PodKind == 0 {
 		return nil
 	}
+	if b.keep&unshared != 0 {
+		lbls = maps.Clone(lbls)
+	}
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: lbls, UID: uid},
 		Spec: corev1.PodSpec{NodeName: NodeName(node),
@@ -233,6 +245,9 @@ func (b *builder) np(namespace, name string, podSel map[string]string, from []ne
 		if len(types) == 0 {
 			np.Spec.PolicyTypes = []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}
 		}
+	}
+	if b.keep&unshared != 0 {
+		return np.DeepCopy()
 	}
 	return np
 }
