@@ -251,14 +251,36 @@ func (e *Engine) UpsertPod(pod *corev1.Pod) {
 type PreparedPod struct {
 	u  podUpdate
 	ok bool
+	// labels holds the shared label map u.labels is (see Labels).
+	labels *sharedLabels
 }
 
 // PreparePod reads what the engine needs of a pod (nil: the zero
-// PreparedPod). The pod's labels map is kept, not copied: it must not be
-// changed afterwards (an informer's cached objects never are).
+// PreparedPod). Its labels are shared with the other prepared pods whose
+// labels are equal: the first such pod's map is kept, not copied, so no
+// pod's labels map may be changed after it was prepared (an informer's
+// cached objects never are).
 func PreparePod(pod *corev1.Pod) PreparedPod {
 	u, ok := preparePod(pod)
-	return PreparedPod{u: u, ok: ok}
+	if !ok {
+		return PreparedPod{}
+	}
+	if u.delete {
+		return PreparedPod{u: u, ok: ok}
+	}
+	labels := preparedLabels.intern(u.labels, u.labelsHash)
+	u.labels = labels.labels
+	return PreparedPod{u: u, ok: ok, labels: labels}
+}
+
+// Labels are the labels of the pod p was prepared from (a map shared with
+// other prepared pods: never modify it), nil for a pod that cannot take
+// part in policy.
+func (p PreparedPod) Labels() map[string]string {
+	if p.labels == nil {
+		return nil
+	}
+	return p.labels.labels
 }
 
 // UpsertPreparedPod adds or updates the pod p was prepared from, as
