@@ -170,9 +170,14 @@ func newBuilder(nodes int, keep Kinds) *builder {
 	return &builder{rng: rand.New(rand.NewPCG(1, 2)), used: map[netip.Addr]bool{}, nodes: nodes, keep: keep}
 }
 
-func (b *builder) nextUID() types.UID {
+// nextUID numbers the next pod or policy (its UID is uidOf the number).
+func (b *builder) nextUID() int {
 	b.uid++
-	return types.UID(fmt.Sprintf("00000000-0000-0000-0000-%012d", b.uid))
+	return b.uid
+}
+
+func uidOf(n int) types.UID {
+	return types.UID(fmt.Sprintf("00000000-0000-0000-0000-%012d", n))
 }
 
 func (b *builder) ip() string {
@@ -213,15 +218,16 @@ func (b *builder) ns(name string, lbls map[string]string) *corev1.Namespace {
 }
 
 func (b *builder) pod(namespace, name string, lbls map[string]string) *corev1.Pod {
-	ip, uid, node := b.ip(), b.nextUID(), b.rng.IntN(b.nodes)
+	uid := b.nextUID()
 	if b.keep&PodKind == 0 {
-		return nil
+		return nil // the random generator draws for pods only: nothing to draw
 	}
+	ip, node := b.ip(), b.rng.IntN(b.nodes)
 	if b.keep&unshared != 0 {
 		lbls = maps.Clone(lbls)
 	}
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: lbls, UID: uid},
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: lbls, UID: uidOf(uid)},
 		Spec: corev1.PodSpec{NodeName: NodeName(node),
 			Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10",
 				Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 80, Protocol: corev1.ProtocolTCP}}}}},
@@ -235,7 +241,7 @@ func (b *builder) np(namespace, name string, podSel map[string]string, from []ne
 		return nil
 	}
 	np := &networkingv1.NetworkPolicy{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, UID: uid},
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, UID: uidOf(uid)},
 		Spec:       networkingv1.NetworkPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: podSel}, PolicyTypes: types},
 	}
 	if from != nil {
@@ -488,7 +494,7 @@ func adminPolicy(bd *builder, name string, prio int32, k, rules int, withPort bo
 	if bd.keep&AdminNetworkPolicyKind == 0 {
 		return nil
 	}
-	anp := &v1alpha1.AdminNetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: name, UID: uid}}
+	anp := &v1alpha1.AdminNetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: name, UID: uidOf(uid)}}
 	anp.Spec.Priority = prio
 	anp.Spec.Subject.Namespaces = &metav1.LabelSelector{MatchLabels: map[string]string{"team": fmt.Sprintf("t%d", k%10)}}
 	port := int32(80 + k%20)
