@@ -38,8 +38,8 @@ func labelsHash(m map[string]string) uint64 {
 
 // intern returns the shared set equal to m (whose labelsHash is h),
 // copying m when no pod has such labels yet, and counts one more user.
-// m itself is not kept.
-func (ls *labelSets) intern(m map[string]string, h uint64) *labelSet {
+// m itself is kept only if immutable (nothing will ever modify it).
+func (ls *labelSets) intern(m map[string]string, h uint64, immutable bool) *labelSet {
 	if ls.byHash == nil {
 		ls.byHash = map[uint64][]*labelSet{}
 	}
@@ -49,7 +49,10 @@ func (ls *labelSets) intern(m map[string]string, h uint64) *labelSet {
 			return s
 		}
 	}
-	c := maps.Clone(m)
+	c := m
+	if !immutable {
+		c = maps.Clone(m)
+	}
 	if c == nil {
 		c = map[string]string{}
 	}

@@ -45,11 +45,12 @@ func TestPreparedPodLabelsShared(t *testing.T) {
 	if !same(a.Labels(), b.Labels()) || same(a.Labels(), c.Labels()) || b.Labels()["bench"] != "shared" {
 		t.Fatalf("prepared labels: a %v b %v c %v, want a and b one map, c its own", a.Labels(), b.Labels(), c.Labels())
 	}
-	// The engine reads the shared map as the pod's labels.
+	// The engine keeps the shared map itself as the pod's labels (it is
+	// never modified), not a copy.
 	e := New()
 	e.UpsertPreparedPod(b)
-	if got := e.pods[podKey{"ns", "b"}].labels; !maps.Equal(got, map[string]string{"bench": "shared", "tier": "1"}) {
-		t.Fatalf("engine's labels of b: %v", got)
+	if got := e.pods[podKey{"ns", "b"}].labels; !maps.Equal(got, map[string]string{"bench": "shared", "tier": "1"}) || !same(got, b.Labels()) {
+		t.Fatalf("engine's labels of b: %v, want b's shared map", got)
 	}
 	h := labelsHash(a.Labels())
 	preparedLabels.mu.Lock()

@@ -269,7 +269,7 @@ func PreparePod(pod *corev1.Pod) PreparedPod {
 		return PreparedPod{u: u, ok: ok}
 	}
 	labels := preparedLabels.intern(u.labels, u.labelsHash)
-	u.labels = labels.labels
+	u.labels, u.labelsImmutable = labels.labels, true
 	return PreparedPod{u: u, ok: ok, labels: labels}
 }
 
@@ -298,9 +298,12 @@ type podUpdate struct {
 	key    podKey
 	delete bool
 	// labels is the object's own map, read (under the engine's lock)
-	// before the call returns and never kept; labelsHash its labelsHash.
-	labels     map[string]string
-	labelsHash uint64
+	// before the call returns and never kept unless labelsImmutable (a
+	// prepared pod's shared map, which nothing modifies: the engine keeps
+	// it rather than a copy); labelsHash its labelsHash.
+	labels          map[string]string
+	labelsHash      uint64
+	labelsImmutable bool
 	node       string
 	uid        types.UID
 	ips        []netip.Addr // status
@@ -331,7 +334,7 @@ func (e *Engine) applyPod(u podUpdate) {
 	p := e.pods[key]
 	if p == nil {
 		ns := e.nsFor(key.namespace)
-		ls := e.labelSets.intern(u.labels, u.labelsHash)
+		ls := e.labelSets.intern(u.labels, u.labelsHash, u.labelsImmutable)
 		p = &podState{key: key, ns: ns, labels: ls.labels, labelSet: ls, uid: u.uid, statusIPs: u.ips}
 		e.setPodInfo(p, node, ips, ports)
 		ns.pods.add(p)
@@ -353,7 +356,7 @@ func (e *Engine) applyPod(u podUpdate) {
 		return
 	}
 	if labelsChanged {
-		ls := e.labelSets.intern(u.labels, u.labelsHash)
+		ls := e.labelSets.intern(u.labels, u.labelsHash, u.labelsImmutable)
 		p.ns.podLabels.remove(p.labels, p)
 		p.ns.podLabels.add(ls.labels, p)
 		e.labelSets.release(p.labelSet)
