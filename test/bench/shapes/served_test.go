@@ -21,8 +21,8 @@ func TestServedListsAreTheScenario(t *testing.T) {
 			c := newServed(s, true)
 			if c.namespaces != len(want.Namespaces) || c.nodes != len(want.Nodes) || c.pods != len(want.Pods) ||
 				c.nps != len(want.NPs) || c.policies != want.Policies() {
-				t.Fatalf("counted %+v, the scenario has %d namespaces, %d nodes, %d pods, %d NetworkPolicies, %d policies",
-					*c, len(want.Namespaces), len(want.Nodes), len(want.Pods), len(want.NPs), want.Policies())
+				t.Fatalf("counted %d namespaces, %d nodes, %d pods, %d NetworkPolicies, %d policies; the scenario has %d, %d, %d, %d, %d",
+					c.namespaces, c.nodes, c.pods, c.nps, c.policies, len(want.Namespaces), len(want.Nodes), len(want.Pods), len(want.NPs), want.Policies())
 			}
 			if got := c.objects(shapes.AdminNetworkPolicyKind).ANPs; !reflect.DeepEqual(got, want.ANPs) {
 				t.Errorf("AdminNetworkPolicies made again differ from the scenario's")
