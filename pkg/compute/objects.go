@@ -304,10 +304,10 @@ type podUpdate struct {
 	labels          map[string]string
 	labelsHash      uint64
 	labelsImmutable bool
-	node       string
-	uid        types.UID
-	ips        []netip.Addr // status
-	ports      []model.NamedPort
+	node            string
+	uid             types.UID
+	ips             []netip.Addr // status
+	ports           []model.NamedPort
 }
 
 func preparePod(pod *corev1.Pod) (podUpdate, bool) {
