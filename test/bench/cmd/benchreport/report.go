@@ -416,6 +416,13 @@ func (rep *Report) Markdown() string {
 			}
 		}
 		b.WriteString("\n")
+		if s.name == SectionE2E {
+			for _, r := range runs {
+				if r.Status == StatusOK {
+					b.WriteString(stagesTable(r))
+				}
+			}
+		}
 		var descs []string
 		for _, r := range runs {
 			if r.Description != "" && s.name != SectionEngineBench {
@@ -435,6 +442,51 @@ func (rep *Report) Markdown() string {
 		}
 		b.WriteString("\n")
 	}
+	return b.String()
+}
+
+// e2eKinds are the end-to-end run's change kinds: metric prefix, name.
+var e2eKinds = [][2]string{{"np-create", "NP create"}, {"np-update", "NP update"}, {"np-delete", "NP delete"},
+	{"relabel-join", "pod joins peers"}, {"relabel-leave", "pod leaves peers"},
+	{"anp-create", "ANP create"}, {"anp-update", "ANP update"}, {"anp-delete", "ANP delete"}, {"stage", "all changes"}}
+
+// stagesTable is the end-to-end run's latency by stage (measure.E2EStages)
+// and change kind, p50 / p90 / p99 / max; empty when the run has none.
+func stagesTable(r *Run) string {
+	if _, ok := val(r, "stage-"+measure.E2EStages[0].Key+"-p50-ms"); !ok {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("By stage, on the node whose bridge reported last, each from the previous stage's stamp to its own (they add up to the latency); every stamp is made where the stage happens, on this machine's clock: p50 / p90 / p99 / max in ms.\n\n")
+	cols := []string{"change"}
+	for _, st := range measure.E2EStages {
+		cols = append(cols, st.Key)
+	}
+	fmt.Fprintf(&b, "| %s |\n|%s\n", strings.Join(cols, " | "), strings.Repeat("---|", len(cols)))
+	for _, k := range e2eKinds {
+		row := []string{k[1]}
+		for _, st := range measure.E2EStages {
+			key := k[0] + "-" + st.Key
+			p50, ok := val(r, key+"-p50-ms")
+			if !ok {
+				row = append(row, "–")
+				continue
+			}
+			p90, _ := val(r, key+"-p90-ms")
+			p99, _ := val(r, key+"-p99-ms")
+			mx, _ := val(r, key+"-max-ms")
+			row = append(row, fmt.Sprintf("%.1f / %.1f / %.1f / %.1f", p50, p90, p99, mx))
+		}
+		if k[0] == "stage" {
+			row[0] = "**" + row[0] + "**"
+		}
+		fmt.Fprintf(&b, "| %s |\n", strings.Join(row, " | "))
+	}
+	b.WriteString("\n")
+	for _, st := range measure.E2EStages {
+		fmt.Fprintf(&b, "- %s: %s\n", st.Key, st.What)
+	}
+	b.WriteString("\n")
 	return b.String()
 }
 
