@@ -832,6 +832,16 @@ func BenchmarkE2ELatency(b *testing.B) {
 		for i, ds := range allStages {
 			reportPercentiles(b, "stage-"+benchmeasure.E2EStages[i].Key, ds)
 		}
+		// The two event stamps of each change's last commit — the agent's
+		// read loop reading the commit reply, this process reading the
+		// flow monitor's report — against each other: how well they agree
+		// (the monitor stage, either sign).
+		var agreement []time.Duration
+		for _, d := range allStages[len(allStages)-1] {
+			agreement = append(agreement, max(d, -d))
+		}
+		slices.Sort(agreement)
+		b.ReportMetric(msOf(percentile(agreement, 99)), "ack-monitor-agreement-p99-ms")
 		slices.Sort(all)
 		b.ReportMetric(msOf(percentile(all, 50)), "p50-ms")
 		b.ReportMetric(msOf(percentile(all, 90)), "p90-ms")
