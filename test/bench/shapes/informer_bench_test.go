@@ -3,7 +3,6 @@ package shapes_test
 import (
 	"context"
 	"fmt"
-	goruntime "runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -28,48 +27,74 @@ import (
 )
 
 // The from-informer-start benchmarks live here, out of package compute's
-// tests, so that its fuzz builds need not instrument client-go. They use
-// Antrea's harness: every object in a fake clientset (client-go's object
-// tracker) in the benchmark's own process, informers listing from it.
-// Everything in the process counts in its peak RSS, as it did for Antrea's
-// figures: the scenario's objects as built, the fake clientset's copy of
-// them, the copies its lists hand the informers, and the controller.
+// tests, so that its fuzz builds need not instrument client-go. Their
+// harness stands in for an apiserver in the benchmark's own process: each
+// list of a kind makes that kind's objects of the scenario again (package
+// shapes builds them deterministically) and answers a deep copy of them,
+// as decoding an apiserver's answer hands a controller objects of its
+// own. The harness holds no object between lists, as an apiserver (another
+// process) holds none in the controller's, so the process's peak RSS is
+// the controller's with what the lists hand it.
 
 // referenceShapes are the shapes of Antrea's side-by-side figures.
 var referenceShapes = []string{"small-namespaces", "large-namespaces", "one-namespace", "policy-per-pod"}
 
 // eachReferenceShape runs fn on every reference shape (full scale unless
-// BENCH_SCALE=quick), one sub-benchmark each: run one per process for the
-// peak RSS figures.
-func eachReferenceShape(b *testing.B, fn func(b *testing.B, c *shapes.Cluster)) {
+// BENCH_SCALE=quick), one sub-benchmark each, with the shape as served
+// lists make it: run one per process for the peak RSS figures.
+func eachReferenceShape(b *testing.B, fn func(b *testing.B, c *served)) {
 	for _, name := range referenceShapes {
 		b.Run(name, func(b *testing.B) {
 			s, err := shapes.Get(name)
 			if err != nil {
 				b.Fatal(err)
 			}
-			fn(b, s.Build(shapes.QuickScale()))
+			fn(b, newServed(s, shapes.QuickScale()))
 		})
 	}
 }
 
+// served is a scenario the harness serves: its shape, scale, and how many
+// objects of each kind a list answers (counted kind by kind, so the
+// scenario is never held whole).
+type served struct {
+	shape                                  shapes.Shape
+	quick                                  bool
+	namespaces, nodes, pods, nps, policies int
+}
+
+func newServed(s shapes.Shape, quick bool) *served {
+	c := &served{shape: s, quick: quick}
+	c.namespaces = len(c.objects(shapes.NamespaceKind).Namespaces)
+	c.nodes = len(c.objects(shapes.NodeKind).Nodes)
+	c.pods = len(c.objects(shapes.PodKind).Pods)
+	p := c.objects(shapes.NetworkPolicyKind | shapes.AdminNetworkPolicyKind)
+	c.nps, c.policies = len(p.NPs), p.Policies()
+	return c
+}
+
+// objects makes the scenario's objects of the kinds keep, anew.
+func (c *served) objects(keep shapes.Kinds) *shapes.Cluster {
+	return c.shape.BuildKinds(c.quick, keep)
+}
+
 // newClientset is a clientset that serves c's objects to the informers:
 // each list of every namespace, node, pod or NetworkPolicy (of all
-// namespaces) answers a new deep copy of c's objects of that kind, as
-// decoding an apiserver's answer hands a controller objects of its own.
+// namespaces) makes c's objects of that kind again and answers a deep copy
+// of them (objects of its own, as decoding an apiserver's answer gives,
+// each with its own label maps where the shape's builder shares them).
 // Watches, writes and every other request go to a fake clientset (its
 // object tracker starts empty). The reference test puts its objects into
 // the fake's tracker instead, which keeps a second copy of every object
 // for the whole run, and the fake's lists copy them twice more; here the
-// process holds the scenario's objects once, plus what each list hands
-// out.
-func newClientset(c *shapes.Cluster) kubernetes.Interface {
+// process holds only what each list hands out.
+func newClientset(c *served) kubernetes.Interface {
 	return servingClientset{fake.NewSimpleClientset(), c} //nolint:staticcheck // NewClientset adds field management the reference test did not have
 }
 
 type servingClientset struct {
 	*fake.Clientset
-	c *shapes.Cluster
+	c *served
 }
 
 func (k servingClientset) CoreV1() corev1client.CoreV1Interface {
@@ -82,7 +107,7 @@ func (k servingClientset) NetworkingV1() networkingv1client.NetworkingV1Interfac
 
 type servingCoreV1 struct {
 	corev1client.CoreV1Interface
-	c *shapes.Cluster
+	c *served
 }
 
 func (s servingCoreV1) Namespaces() corev1client.NamespaceInterface {
@@ -102,7 +127,7 @@ func (s servingCoreV1) Pods(namespace string) corev1client.PodInterface {
 
 type servingNetworkingV1 struct {
 	networkingv1client.NetworkingV1Interface
-	c *shapes.Cluster
+	c *served
 }
 
 func (s servingNetworkingV1) NetworkPolicies(namespace string) networkingv1client.NetworkPolicyInterface {
@@ -114,38 +139,38 @@ func (s servingNetworkingV1) NetworkPolicies(namespace string) networkingv1clien
 
 type servedNamespaces struct {
 	corev1client.NamespaceInterface
-	c *shapes.Cluster
+	c *served
 }
 
 func (s servedNamespaces) List(_ context.Context, opts metav1.ListOptions) (*corev1.NamespaceList, error) {
-	return &corev1.NamespaceList{Items: deepCopies(s.c.Namespaces)}, unselected(opts)
+	return &corev1.NamespaceList{Items: deepCopies(s.c.objects(shapes.NamespaceKind).Namespaces)}, unselected(opts)
 }
 
 type servedNodes struct {
 	corev1client.NodeInterface
-	c *shapes.Cluster
+	c *served
 }
 
 func (s servedNodes) List(_ context.Context, opts metav1.ListOptions) (*corev1.NodeList, error) {
-	return &corev1.NodeList{Items: deepCopies(s.c.Nodes)}, unselected(opts)
+	return &corev1.NodeList{Items: deepCopies(s.c.objects(shapes.NodeKind).Nodes)}, unselected(opts)
 }
 
 type servedPods struct {
 	corev1client.PodInterface
-	c *shapes.Cluster
+	c *served
 }
 
 func (s servedPods) List(_ context.Context, opts metav1.ListOptions) (*corev1.PodList, error) {
-	return &corev1.PodList{Items: deepCopies(s.c.Pods)}, unselected(opts)
+	return &corev1.PodList{Items: deepCopies(s.c.objects(shapes.PodKind).Pods)}, unselected(opts)
 }
 
 type servedNetworkPolicies struct {
 	networkingv1client.NetworkPolicyInterface
-	c *shapes.Cluster
+	c *served
 }
 
 func (s servedNetworkPolicies) List(_ context.Context, opts metav1.ListOptions) (*networkingv1.NetworkPolicyList, error) {
-	return &networkingv1.NetworkPolicyList{Items: deepCopies(s.c.NPs)}, unselected(opts)
+	return &networkingv1.NetworkPolicyList{Items: deepCopies(s.c.objects(shapes.NetworkPolicyKind).NPs)}, unselected(opts)
 }
 
 // unselected refuses a list with a selector: the served lists hold every
@@ -169,11 +194,14 @@ func deepCopies[T any, P interface {
 	return items
 }
 
-// harnessRSS is what the process holds before the clock starts: the
-// scenario's objects and the fake clientset's copy of them (reported as
-// harness-rss-MiB).
+// harnessRSS is what the process holds before the clock starts (reported
+// as harness-rss-MiB): the test binary and the fake clientset; the peak
+// RSS of counting the scenario's objects is reset.
 func harnessRSS(b *testing.B) float64 {
 	b.Helper()
+	if err := measure.ResetPeakRSS(); err != nil {
+		b.Fatal(err)
+	}
 	rss, err := measure.RSSBytes()
 	if err != nil {
 		b.Fatal(err)
@@ -182,16 +210,16 @@ func harnessRSS(b *testing.B) float64 {
 }
 
 // BenchmarkControllerFromInformerStart times what an operator waits for
-// when tierflow-controller starts, on Antrea's harness: from starting
-// pkg/controller (its informers over a fake clientset holding every
-// object, its handlers, event batching and engine) until its initial
-// lists are in the engine and a snapshot holds every computed object.
+// when tierflow-controller starts: from starting pkg/controller (its
+// informers over the harness's clientset, its handlers, event batching and
+// engine) until its initial lists are in the engine and a snapshot holds
+// every computed object.
 func BenchmarkControllerFromInformerStart(b *testing.B) {
 	klog.SetLogger(logr.Discard()) // the controller's progress logs are not the point
-	eachReferenceShape(b, func(b *testing.B, c *shapes.Cluster) {
+	eachReferenceShape(b, func(b *testing.B, c *served) {
 		kube := newClientset(c)
 		harness := harnessRSS(b)
-		wantPolicies := c.Policies()
+		wantPolicies := c.policies
 		for b.Loop() {
 			e := compute.New()
 			ctl, err := controller.New(controller.Config{Kube: kube, Policy: npfake.NewSimpleClientset(), Engine: e})
@@ -231,18 +259,17 @@ func BenchmarkControllerFromInformerStart(b *testing.B) {
 			b.StartTimer()
 		}
 		b.ReportMetric(harness, "harness-rss-MiB")
-		b.ReportMetric(float64(len(c.Pods)), "pods")
+		b.ReportMetric(float64(c.pods), "pods")
 		b.ReportMetric(float64(wantPolicies), "policies")
-		goruntime.KeepAlive(c) // held for the whole run, as the reference test holds its objects
 	})
 }
 
-// BenchmarkInformersOnly is the harness's own floor: the same fake
+// BenchmarkInformersOnly is the harness's own floor: the same
 // clientset and client-go informers (with the controller's transform of
 // the core objects) listing every object, with handlers that only count.
 // Time and memory here are not the controller's.
 func BenchmarkInformersOnly(b *testing.B) {
-	eachReferenceShape(b, func(b *testing.B, c *shapes.Cluster) {
+	eachReferenceShape(b, func(b *testing.B, c *served) {
 		kube := newClientset(c)
 		harness := harnessRSS(b)
 		for b.Loop() {
@@ -254,9 +281,8 @@ func BenchmarkInformersOnly(b *testing.B) {
 			b.StartTimer()
 		}
 		b.ReportMetric(harness, "harness-rss-MiB")
-		b.ReportMetric(float64(len(c.Pods)), "pods")
-		b.ReportMetric(float64(c.Policies()), "policies")
-		goruntime.KeepAlive(c)
+		b.ReportMetric(float64(c.pods), "pods")
+		b.ReportMetric(float64(c.policies), "policies")
 	})
 }
 
@@ -264,7 +290,7 @@ func BenchmarkInformersOnly(b *testing.B) {
 // without pkg/controller: bare informer handlers call the engine, one call
 // per object, concurrently, then a snapshot.
 func BenchmarkEngineFromInformerStart(b *testing.B) {
-	eachReferenceShape(b, func(b *testing.B, c *shapes.Cluster) {
+	eachReferenceShape(b, func(b *testing.B, c *served) {
 		kube := newClientset(c)
 		for b.Loop() {
 			e := compute.New()
@@ -285,8 +311,8 @@ func BenchmarkEngineFromInformerStart(b *testing.B) {
 			s := e.Snapshot()
 			elapsed, cpu := time.Since(start), measure.MustCPUTime(b)-cpu0
 			b.StopTimer()
-			if len(s.Policies) != len(c.NPs) {
-				b.Fatalf("computed %d policies, want %d", len(s.Policies), len(c.NPs))
+			if len(s.Policies) != c.nps {
+				b.Fatalf("computed %d policies, want %d", len(s.Policies), c.nps)
 			}
 			b.ReportMetric(elapsed.Seconds(), "informer-s")
 			b.ReportMetric(cpu.Seconds(), "cpu-s")
@@ -296,13 +322,13 @@ func BenchmarkEngineFromInformerStart(b *testing.B) {
 }
 
 // listEverything starts the factory's informers for the core kinds (over
-// a fake clientset holding c), hands every object of c they deliver to
-// handle (concurrently, from their goroutines), and returns once all were
-// handed over, with the wall and CPU time that took; the informers
+// the harness's clientset serving c), hands every object of c they deliver
+// to handle (concurrently, from their goroutines), and returns once all
+// were handed over, with the wall and CPU time that took; the informers
 // are stopped.
-func listEverything(b *testing.B, factory informers.SharedInformerFactory, c *shapes.Cluster, handle func(any)) (elapsed, cpu time.Duration) {
+func listEverything(b *testing.B, factory informers.SharedInformerFactory, c *served, handle func(any)) (elapsed, cpu time.Duration) {
 	b.Helper()
-	total := int64(c.Objects() + len(c.Nodes))
+	total := int64(c.namespaces + c.nodes + c.pods + c.nps)
 	var seen atomic.Int64
 	h := cache.ResourceEventHandlerFuncs{AddFunc: func(o any) { handle(o); seen.Add(1) }}
 	for _, inf := range []cache.SharedIndexInformer{

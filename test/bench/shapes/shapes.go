@@ -17,6 +17,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"os"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -88,19 +89,50 @@ type Shape struct {
 	Name string
 	// Description says what the full-scale shape is.
 	Description string
-	// Build makes the objects; quick reduces the scale (same structure).
-	Build func(quick bool) *Cluster
+	build       func(quick bool, keep Kinds) *Cluster
+}
+
+// Build makes the scenario's objects; quick reduces the scale (same
+// structure).
+func (s Shape) Build(quick bool) *Cluster { return s.build(quick, AllKinds) }
+
+// BuildKinds makes only the scenario's objects of the kinds keep: exactly
+// the objects Build makes of those kinds (the random choices of the others
+// are still drawn, then dropped), so a harness can make a kind's objects
+// again whenever it serves them instead of holding them.
+func (s Shape) BuildKinds(quick bool, keep Kinds) *Cluster { return s.build(quick, keep).compact() }
+
+// Kinds is a set of object kinds of a scenario.
+type Kinds uint8
+
+// The kinds of a scenario's objects.
+const (
+	NamespaceKind Kinds = 1 << iota
+	NodeKind
+	PodKind
+	NetworkPolicyKind
+	AdminNetworkPolicyKind
+	AllKinds = NamespaceKind | NodeKind | PodKind | NetworkPolicyKind | AdminNetworkPolicyKind
+)
+
+// compact drops the objects a build did not keep (nil) from c's lists.
+func (c *Cluster) compact() *Cluster {
+	c.Namespaces = slices.DeleteFunc(c.Namespaces, func(o *corev1.Namespace) bool { return o == nil })
+	c.Pods = slices.DeleteFunc(c.Pods, func(o *corev1.Pod) bool { return o == nil })
+	c.NPs = slices.DeleteFunc(c.NPs, func(o *networkingv1.NetworkPolicy) bool { return o == nil })
+	c.ANPs = slices.DeleteFunc(c.ANPs, func(o *v1alpha1.AdminNetworkPolicy) bool { return o == nil })
+	return c
 }
 
 // All lists every scenario, in report order.
 func All() []Shape {
 	return []Shape{
-		{"small-namespaces", "25,000 namespaces × (4 pods, default-deny-all, np-1, np-2)", SmallNamespaces},
-		{"large-namespaces", "100 namespaces × (default-deny-all + 100 policies, 10 pods per label): 100,000 pods, 10,100 policies", LargeNamespaces},
-		{"one-namespace", "1 namespace, 10,000 pods app-1=scale-1, 10,000 identical policies", OneNamespace},
-		{"policy-per-pod", "1 namespace, 10,000 pods in 5,000 uniquely labelled pairs, one policy per pod allowing its partner", PolicyPerPod},
-		{"cluster-scoped", "1,000 namespaces × 100 pods, 10 policies each, peers 100 pods in 10 namespaces", ClusterScoped},
-		{"admin-heavy", "1,001 AdminNetworkPolicies (every priority 0–1000) × 25 rules over 10,000 pods in 1,000 namespaces", AdminHeavy},
+		{"small-namespaces", "25,000 namespaces × (4 pods, default-deny-all, np-1, np-2)", smallNamespaces},
+		{"large-namespaces", "100 namespaces × (default-deny-all + 100 policies, 10 pods per label): 100,000 pods, 10,100 policies", largeNamespaces},
+		{"one-namespace", "1 namespace, 10,000 pods app-1=scale-1, 10,000 identical policies", oneNamespace},
+		{"policy-per-pod", "1 namespace, 10,000 pods in 5,000 uniquely labelled pairs, one policy per pod allowing its partner", policyPerPod},
+		{"cluster-scoped", "1,000 namespaces × 100 pods, 10 policies each, peers 100 pods in 10 namespaces", clusterScoped},
+		{"admin-heavy", "1,001 AdminNetworkPolicies (every priority 0–1000) × 25 rules over 10,000 pods in 1,000 namespaces", adminHeavy},
 	}
 }
 
@@ -114,16 +146,19 @@ func Get(name string) (Shape, error) {
 	return Shape{}, fmt.Errorf("no benchmark shape %q", name)
 }
 
-// builder makes objects the way the reference benchmarks do.
+// builder makes objects the way the reference benchmarks do. Objects of
+// kinds it does not keep are nil (their random choices still drawn, so the
+// kept ones are the same).
 type builder struct {
 	rng   *rand.Rand
 	used  map[netip.Addr]bool
 	nodes int
 	uid   int
+	keep  Kinds
 }
 
-func newBuilder(nodes int) *builder {
-	return &builder{rng: rand.New(rand.NewPCG(1, 2)), used: map[netip.Addr]bool{}, nodes: nodes}
+func newBuilder(nodes int, keep Kinds) *builder {
+	return &builder{rng: rand.New(rand.NewPCG(1, 2)), used: map[netip.Addr]bool{}, nodes: nodes, keep: keep}
 }
 
 func (b *builder) nextUID() types.UID {
@@ -145,6 +180,9 @@ func (b *builder) ip() string {
 func NodeName(i int) string { return fmt.Sprintf("node-%d", i) }
 
 func (b *builder) nodeObjs() []*corev1.Node {
+	if b.keep&NodeKind == 0 {
+		return nil
+	}
 	out := make([]*corev1.Node, b.nodes)
 	for i := range out {
 		out[i] = &corev1.Node{
@@ -158,15 +196,21 @@ func (b *builder) nodeObjs() []*corev1.Node {
 	return out
 }
 
-func ns(name string, lbls map[string]string) *corev1.Namespace {
+func (b *builder) ns(name string, lbls map[string]string) *corev1.Namespace {
+	if b.keep&NamespaceKind == 0 {
+		return nil
+	}
 	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: lbls}}
 }
 
 func (b *builder) pod(namespace, name string, lbls map[string]string) *corev1.Pod {
-	ip := b.ip()
+	ip, uid, node := b.ip(), b.nextUID(), b.rng.IntN(b.nodes)
+	if b.keep&PodKind == 0 {
+		return nil
+	}
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: lbls, UID: b.nextUID()},
-		Spec: corev1.PodSpec{NodeName: NodeName(b.rng.IntN(b.nodes)),
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: lbls, UID: uid},
+		Spec: corev1.PodSpec{NodeName: NodeName(node),
 			Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10",
 				Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 80, Protocol: corev1.ProtocolTCP}}}}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}},
@@ -174,8 +218,12 @@ func (b *builder) pod(namespace, name string, lbls map[string]string) *corev1.Po
 }
 
 func (b *builder) np(namespace, name string, podSel map[string]string, from []networkingv1.NetworkPolicyPeer, types ...networkingv1.PolicyType) *networkingv1.NetworkPolicy {
+	uid := b.nextUID()
+	if b.keep&NetworkPolicyKind == 0 {
+		return nil
+	}
 	np := &networkingv1.NetworkPolicy{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, UID: b.nextUID()},
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, UID: uid},
 		Spec:       networkingv1.NetworkPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: podSel}, PolicyTypes: types},
 	}
 	if from != nil {
@@ -194,12 +242,18 @@ func podPeer(lbls map[string]string) []networkingv1.NetworkPolicyPeer {
 }
 
 func relabelled(p *corev1.Pod, lbls map[string]string) *corev1.Pod {
+	if p == nil {
+		return nil
+	}
 	q := p.DeepCopy()
 	q.Labels = lbls
 	return q
 }
 
 func nsRelabelled(n *corev1.Namespace, lbls map[string]string) *corev1.Namespace {
+	if n == nil {
+		return nil
+	}
 	q := n.DeepCopy()
 	q.Labels = lbls
 	return q
@@ -228,13 +282,15 @@ func pick(quick bool, full, small int) int {
 
 // SmallNamespaces: 25,000 namespaces (quick: 1,000) × (4 pods,
 // default-deny-all, np-1, np-2).
-func SmallNamespaces(quick bool) *Cluster {
-	bd := newBuilder(pick(quick, 1000, 100))
+func SmallNamespaces(quick bool) *Cluster { return smallNamespaces(quick, AllKinds) }
+
+func smallNamespaces(quick bool, keep Kinds) *Cluster {
+	bd := newBuilder(pick(quick, 1000, 100), keep)
 	c := &Cluster{Nodes: bd.nodeObjs()}
 	n := pick(quick, 25000, 1000)
 	for i := 0; i < n; i++ {
 		name := fmt.Sprintf("ns-%d", i)
-		c.Namespaces = append(c.Namespaces, ns(name, map[string]string{"ns": name}))
+		c.Namespaces = append(c.Namespaces, bd.ns(name, map[string]string{"ns": name}))
 		for j, l := range []map[string]string{{"app-1": "scale-1"}, {"app-1": "scale-1"}, {"app-2": "scale-2"}, {"app-2": "scale-2"}} {
 			c.Pods = append(c.Pods, bd.pod(name, fmt.Sprintf("pod-%d", j), l))
 		}
@@ -252,13 +308,15 @@ func SmallNamespaces(quick bool) *Cluster {
 // LargeNamespaces: 100 namespaces (quick: 10) × (default-deny-all + 100
 // policies (quick: 20) np-i selecting app-i=scale-i and allowing the same
 // label, 10 pods per label).
-func LargeNamespaces(quick bool) *Cluster {
-	bd := newBuilder(pick(quick, 1000, 100))
+func LargeNamespaces(quick bool) *Cluster { return largeNamespaces(quick, AllKinds) }
+
+func largeNamespaces(quick bool, keep Kinds) *Cluster {
+	bd := newBuilder(pick(quick, 1000, 100), keep)
 	c := &Cluster{Nodes: bd.nodeObjs()}
 	n, labels := pick(quick, 100, 10), pick(quick, 100, 20)
 	for i := 0; i < n; i++ {
 		name := fmt.Sprintf("ns-%d", i)
-		c.Namespaces = append(c.Namespaces, ns(name, map[string]string{"ns": name}))
+		c.Namespaces = append(c.Namespaces, bd.ns(name, map[string]string{"ns": name}))
 		c.NPs = append(c.NPs, bd.np(name, "default-deny-all", nil, nil, networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress))
 		for l := 0; l < labels; l++ {
 			lbl := map[string]string{fmt.Sprintf("app-%d", l): fmt.Sprintf("scale-%d", l)}
@@ -276,9 +334,11 @@ func LargeNamespaces(quick bool) *Cluster {
 
 // OneNamespace: 10,000 pods (quick: 1,000) labelled app-1=scale-1 and as
 // many identical policies.
-func OneNamespace(quick bool) *Cluster {
-	bd := newBuilder(pick(quick, 1000, 100))
-	c := &Cluster{Nodes: bd.nodeObjs(), Namespaces: []*corev1.Namespace{ns("ns", map[string]string{"ns": "ns"})}}
+func OneNamespace(quick bool) *Cluster { return oneNamespace(quick, AllKinds) }
+
+func oneNamespace(quick bool, keep Kinds) *Cluster {
+	bd := newBuilder(pick(quick, 1000, 100), keep)
+	c := &Cluster{Nodes: bd.nodeObjs(), Namespaces: []*corev1.Namespace{bd.ns("ns", map[string]string{"ns": "ns"})}}
 	lbl := map[string]string{"app-1": "scale-1"}
 	n := pick(quick, 10000, 1000)
 	for i := 0; i < n; i++ {
@@ -293,9 +353,11 @@ func OneNamespace(quick bool) *Cluster {
 
 // PolicyPerPod: 10,000 pods (quick: 1,000) in uniquely labelled pairs, one
 // policy per pod allowing ingress only from its partner.
-func PolicyPerPod(quick bool) *Cluster {
-	bd := newBuilder(pick(quick, 1000, 100))
-	c := &Cluster{Nodes: bd.nodeObjs(), Namespaces: []*corev1.Namespace{ns("ns", map[string]string{"ns": "ns"})}}
+func PolicyPerPod(quick bool) *Cluster { return policyPerPod(quick, AllKinds) }
+
+func policyPerPod(quick bool, keep Kinds) *Cluster {
+	bd := newBuilder(pick(quick, 1000, 100), keep)
+	c := &Cluster{Nodes: bd.nodeObjs(), Namespaces: []*corev1.Namespace{bd.ns("ns", map[string]string{"ns": "ns"})}}
 	pairs := pick(quick, 5000, 500)
 	for i := 0; i < pairs; i++ {
 		for side := 0; side < 2; side++ {
@@ -316,8 +378,10 @@ func PolicyPerPod(quick bool) *Cluster {
 // ClusterScoped: 1,000 namespaces (quick: 30) × 100 pods, 10 policies per
 // namespace, each policy's peers 100 pods in 10 namespaces
 // (namespaceSelector AND podSelector).
-func ClusterScoped(quick bool) *Cluster {
-	bd := newBuilder(pick(quick, 1000, 100))
+func ClusterScoped(quick bool) *Cluster { return clusterScoped(quick, AllKinds) }
+
+func clusterScoped(quick bool, keep Kinds) *Cluster {
+	bd := newBuilder(pick(quick, 1000, 100), keep)
 	c := &Cluster{Nodes: bd.nodeObjs()}
 	n := pick(quick, 1000, 30)
 	groups := n / 10
@@ -330,7 +394,7 @@ func ClusterScoped(quick bool) *Cluster {
 	}
 	for i := 0; i < n; i++ {
 		name := fmt.Sprintf("ns-%d", i)
-		c.Namespaces = append(c.Namespaces, ns(name, map[string]string{"group": fmt.Sprintf("g%d", i/10)}))
+		c.Namespaces = append(c.Namespaces, bd.ns(name, map[string]string{"group": fmt.Sprintf("g%d", i/10)}))
 		for p := 0; p < 100; p++ {
 			c.Pods = append(c.Pods, bd.pod(name, fmt.Sprintf("pod-%d", p), map[string]string{"app": fmt.Sprintf("app-%d", p%10)}))
 		}
@@ -350,8 +414,10 @@ func ClusterScoped(quick bool) *Cluster {
 // priority from 0, each with 25 ingress rules (Allow, Deny, Pass in turn)
 // whose peers are one app's pods in one team's namespaces. Every policy's
 // subject is one team's namespaces, so every pod is a subject.
-func AdminHeavy(quick bool) *Cluster {
-	bd := newBuilder(pick(quick, 1000, 100))
+func AdminHeavy(quick bool) *Cluster { return adminHeavy(quick, AllKinds) }
+
+func adminHeavy(quick bool, keep Kinds) *Cluster {
+	bd := newBuilder(pick(quick, 1000, 100), keep)
 	c := teams(bd, pick(quick, 1000, 100))
 	n := pick(quick, 1001, 101)
 	for k := 0; k < n; k++ {
@@ -370,7 +436,7 @@ func teams(bd *builder, nss int) *Cluster {
 	c := &Cluster{Nodes: bd.nodeObjs()}
 	for i := 0; i < nss; i++ {
 		name := fmt.Sprintf("ns-%d", i)
-		c.Namespaces = append(c.Namespaces, ns(name, map[string]string{"team": fmt.Sprintf("t%d", i%10)}))
+		c.Namespaces = append(c.Namespaces, bd.ns(name, map[string]string{"team": fmt.Sprintf("t%d", i%10)}))
 		for p := 0; p < 10; p++ {
 			c.Pods = append(c.Pods, bd.pod(name, fmt.Sprintf("pod-%d", p), map[string]string{"app": fmt.Sprintf("app-%d", p)}))
 		}
@@ -383,7 +449,7 @@ func teams(bd *builder, nss int) *Cluster {
 // NetworkPolicies spread over the namespaces, and 100
 // AdminNetworkPolicies × 20 ingress rules (Allow, Deny, Pass in turn).
 func Mixed(nps int) *Cluster {
-	bd := newBuilder(1000)
+	bd := newBuilder(1000, AllKinds)
 	c := teams(bd, 1000)
 	for j := 0; j < nps; j++ {
 		k := j / 1000
@@ -403,7 +469,11 @@ func Mixed(nps int) *Cluster {
 func adminPolicy(bd *builder, name string, prio int32, k, rules int, withPort bool) *v1alpha1.AdminNetworkPolicy {
 	actions := []v1alpha1.AdminNetworkPolicyRuleAction{
 		v1alpha1.AdminNetworkPolicyRuleActionAllow, v1alpha1.AdminNetworkPolicyRuleActionDeny, v1alpha1.AdminNetworkPolicyRuleActionPass}
-	anp := &v1alpha1.AdminNetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: name, UID: bd.nextUID()}}
+	uid := bd.nextUID()
+	if bd.keep&AdminNetworkPolicyKind == 0 {
+		return nil
+	}
+	anp := &v1alpha1.AdminNetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: name, UID: uid}}
 	anp.Spec.Priority = prio
 	anp.Spec.Subject.Namespaces = &metav1.LabelSelector{MatchLabels: map[string]string{"team": fmt.Sprintf("t%d", k%10)}}
 	port := int32(80 + k%20)
