@@ -35,8 +35,10 @@ type Run struct {
 	NeedsOVS    bool   `json:"-"`
 	NotMeasured string `json:"-"`
 
-	// Date is when the run started (RFC 3339, UTC).
+	// Date is when the run started (RFC 3339, UTC), Commit the commit
+	// measured (its invocation's: with BENCH_MERGE=1 runs can differ).
 	Date   string `json:"date,omitempty"`
+	Commit string `json:"commit,omitempty"`
 	Status string `json:"status"`
 	// Reason says why a run failed or was not measured.
 	Reason string `json:"reason,omitempty"`
@@ -203,6 +205,9 @@ func (rep *Report) Markdown() string {
 	fmt.Fprintf(&b, "- Machine: %d cores, %d MiB memory (from /proc), %s, Linux %s, %s\n", m.Cores, m.MemoryMiB, m.CPU, m.Kernel, m.GoVersion)
 	if rep.Commit != "" {
 		fmt.Fprintf(&b, "- Commit: %s\n", rep.Commit)
+	}
+	if cs := runCommits(rep); len(cs) > 1 {
+		fmt.Fprintf(&b, "- Commits measured, by run (BENCH_MERGE=1 kept runs of earlier invocations): %s\n", strings.Join(cs, "; "))
 	}
 	if l := rep.LoadAvg; l != nil {
 		fmt.Fprintf(&b, "- Load average (1 min) while the runs ran: min %.2f, mean %.2f, max %.2f (%d samples: each run's start and end, and every 30 s; per run in report.json)\n", l.Min, l.Mean, l.Max, l.Samples)
@@ -488,6 +493,28 @@ func stagesTable(r *Run) string {
 	}
 	b.WriteString("\n")
 	return b.String()
+}
+
+// runCommits lists each commit the runs measured with the runs that
+// measured it ("COMMIT: id, id"), in run order.
+func runCommits(rep *Report) []string {
+	var commits []string
+	byCommit := map[string][]string{}
+	for _, r := range rep.Runs {
+		c := r.Commit
+		if c == "" {
+			c = "not recorded"
+		}
+		if byCommit[c] == nil {
+			commits = append(commits, c)
+		}
+		byCommit[c] = append(byCommit[c], r.ID)
+	}
+	out := make([]string, len(commits))
+	for i, c := range commits {
+		out[i] = c + ": " + strings.Join(byCommit[c], ", ")
+	}
+	return out
 }
 
 func val(r *Run, unit string) (float64, bool) {
