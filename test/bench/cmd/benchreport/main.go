@@ -394,7 +394,9 @@ func loadPrevious(path, mode string) (map[string]*Run, error) {
 		if r.Date == "" {
 			r.Date = prev.Date
 		}
-		if r.Commit == "" {
+		if r.Commit == "" && r.Date >= prev.Date {
+			// Measured by that invocation (RFC 3339 UTC dates sort as
+			// text); an older run's commit was not recorded.
 			r.Commit = prev.Commit
 		}
 		out[r.ID] = r
