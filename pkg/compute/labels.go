@@ -3,6 +3,10 @@ package compute
 import (
 	"hash/maphash"
 	"maps"
+	"runtime"
+	"slices"
+	"sync"
+	"weak"
 )
 
 // labelSets shares one immutable label map among the pods whose labels are
@@ -34,8 +38,8 @@ func labelsHash(m map[string]string) uint64 {
 
 // intern returns the shared set equal to m (whose labelsHash is h),
 // copying m when no pod has such labels yet, and counts one more user.
-// m itself is not kept.
-func (ls *labelSets) intern(m map[string]string, h uint64) *labelSet {
+// m itself is kept only if immutable (nothing will ever modify it).
+func (ls *labelSets) intern(m map[string]string, h uint64, immutable bool) *labelSet {
 	if ls.byHash == nil {
 		ls.byHash = map[uint64][]*labelSet{}
 	}
@@ -45,7 +49,10 @@ func (ls *labelSets) intern(m map[string]string, h uint64) *labelSet {
 			return s
 		}
 	}
-	c := maps.Clone(m)
+	c := m
+	if !immutable {
+		c = maps.Clone(m)
+	}
 	if c == nil {
 		c = map[string]string{}
 	}
@@ -70,5 +77,51 @@ func (ls *labelSets) release(s *labelSet) {
 		delete(ls.byHash, s.hash)
 	} else {
 		ls.byHash[s.hash] = bucket
+	}
+}
+
+// preparedLabels shares one label map among the prepared pods whose labels
+// are equal (PreparePod): a cache of prepared pods then holds a map per
+// distinct label set, not one per pod (on 100,000 pods that was a tenth of
+// the controller's memory). The table is process-wide, as the caches are;
+// an entry lives as long as a prepared pod holds it: the table points to
+// it weakly, and a cleanup forgets it once it is collected.
+var preparedLabels = labelInterner{byHash: map[uint64][]weak.Pointer[sharedLabels]{}}
+
+// sharedLabels is one label map shared by prepared pods; nothing may
+// modify it.
+type sharedLabels struct{ labels map[string]string }
+
+type labelInterner struct {
+	mu     sync.Mutex
+	byHash map[uint64][]weak.Pointer[sharedLabels]
+}
+
+// intern returns the shared labels equal to m (whose labelsHash is h),
+// making m itself the shared map when none is held: m must never be
+// modified afterwards.
+func (in *labelInterner) intern(m map[string]string, h uint64) *sharedLabels {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for _, w := range in.byHash[h] {
+		if s := w.Value(); s != nil && maps.Equal(s.labels, m) {
+			return s
+		}
+	}
+	s := &sharedLabels{labels: m}
+	in.byHash[h] = append(in.byHash[h], weak.Make(s))
+	runtime.AddCleanup(s, in.forget, h)
+	return s
+}
+
+// forget drops the collected entries of hash h.
+func (in *labelInterner) forget(h uint64) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	live := slices.DeleteFunc(in.byHash[h], func(w weak.Pointer[sharedLabels]) bool { return w.Value() == nil })
+	if len(live) == 0 {
+		delete(in.byHash, h)
+	} else {
+		in.byHash[h] = live
 	}
 }

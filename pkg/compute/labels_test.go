@@ -1,7 +1,11 @@
 package compute
 
 import (
+	"maps"
+	"reflect"
+	"runtime"
 	"testing"
+	"time"
 )
 
 // TestPodLabelsShared: pods with equal labels share one label map, a
@@ -28,4 +32,44 @@ func TestPodLabelsShared(t *testing.T) {
 	if len(e.labelSets.byHash) != 0 {
 		t.Fatalf("label maps kept after their pods went: %d", len(e.labelSets.byHash))
 	}
+}
+
+// TestPreparedPodLabelsShared: prepared pods with equal labels share one
+// map (the first pod's), a pod with other labels gets its own, and the
+// table forgets a map once no prepared pod holds it.
+func TestPreparedPodLabelsShared(t *testing.T) {
+	a := PreparePod(mkPod("ns", "a", "n1", "10.0.0.1", []string{"bench=shared", "tier=1"}))
+	b := PreparePod(mkPod("ns", "b", "n1", "10.0.0.2", []string{"tier=1", "bench=shared"}))
+	c := PreparePod(mkPod("ns", "c", "n2", "10.0.0.3", []string{"bench=other"}))
+	same := func(x, y map[string]string) bool { return reflect.ValueOf(x).Pointer() == reflect.ValueOf(y).Pointer() }
+	if !same(a.Labels(), b.Labels()) || same(a.Labels(), c.Labels()) || b.Labels()["bench"] != "shared" {
+		t.Fatalf("prepared labels: a %v b %v c %v, want a and b one map, c its own", a.Labels(), b.Labels(), c.Labels())
+	}
+	// The engine keeps the shared map itself as the pod's labels (it is
+	// never modified), not a copy.
+	e := New()
+	e.UpsertPreparedPod(b)
+	if got := e.pods[podKey{"ns", "b"}].labels; !maps.Equal(got, map[string]string{"bench": "shared", "tier": "1"}) || !same(got, b.Labels()) {
+		t.Fatalf("engine's labels of b: %v, want b's shared map", got)
+	}
+	h := labelsHash(a.Labels())
+	preparedLabels.mu.Lock()
+	held := len(preparedLabels.byHash[h])
+	preparedLabels.mu.Unlock()
+	if held != 1 {
+		t.Fatalf("the table holds %d maps of a's labels, want 1", held)
+	}
+	runtime.KeepAlive(c)
+	a, b, c, e = PreparedPod{}, PreparedPod{}, PreparedPod{}, nil
+	for range 100 {
+		runtime.GC()
+		preparedLabels.mu.Lock()
+		n := len(preparedLabels.byHash[h])
+		preparedLabels.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond) // cleanups run on their own goroutine
+	}
+	t.Fatal("the shared labels are still in the table after their last prepared pod was collected")
 }

@@ -251,14 +251,36 @@ func (e *Engine) UpsertPod(pod *corev1.Pod) {
 type PreparedPod struct {
 	u  podUpdate
 	ok bool
+	// labels holds the shared label map u.labels is (see Labels).
+	labels *sharedLabels
 }
 
 // PreparePod reads what the engine needs of a pod (nil: the zero
-// PreparedPod). The pod's labels map is kept, not copied: it must not be
-// changed afterwards (an informer's cached objects never are).
+// PreparedPod). Its labels are shared with the other prepared pods whose
+// labels are equal: the first such pod's map is kept, not copied, so no
+// pod's labels map may be changed after it was prepared (an informer's
+// cached objects never are).
 func PreparePod(pod *corev1.Pod) PreparedPod {
 	u, ok := preparePod(pod)
-	return PreparedPod{u: u, ok: ok}
+	if !ok {
+		return PreparedPod{}
+	}
+	if u.delete {
+		return PreparedPod{u: u, ok: ok}
+	}
+	labels := preparedLabels.intern(u.labels, u.labelsHash)
+	u.labels, u.labelsImmutable = labels.labels, true
+	return PreparedPod{u: u, ok: ok, labels: labels}
+}
+
+// Labels are the labels of the pod p was prepared from (a map shared with
+// other prepared pods: never modify it), nil for a pod that cannot take
+// part in policy.
+func (p PreparedPod) Labels() map[string]string {
+	if p.labels == nil {
+		return nil
+	}
+	return p.labels.labels
 }
 
 // UpsertPreparedPod adds or updates the pod p was prepared from, as
@@ -276,13 +298,16 @@ type podUpdate struct {
 	key    podKey
 	delete bool
 	// labels is the object's own map, read (under the engine's lock)
-	// before the call returns and never kept; labelsHash its labelsHash.
-	labels     map[string]string
-	labelsHash uint64
-	node       string
-	uid        types.UID
-	ips        []netip.Addr // status
-	ports      []model.NamedPort
+	// before the call returns and never kept unless labelsImmutable (a
+	// prepared pod's shared map, which nothing modifies: the engine keeps
+	// it rather than a copy); labelsHash its labelsHash.
+	labels          map[string]string
+	labelsHash      uint64
+	labelsImmutable bool
+	node            string
+	uid             types.UID
+	ips             []netip.Addr // status
+	ports           []model.NamedPort
 }
 
 func preparePod(pod *corev1.Pod) (podUpdate, bool) {
@@ -309,7 +334,7 @@ func (e *Engine) applyPod(u podUpdate) {
 	p := e.pods[key]
 	if p == nil {
 		ns := e.nsFor(key.namespace)
-		ls := e.labelSets.intern(u.labels, u.labelsHash)
+		ls := e.labelSets.intern(u.labels, u.labelsHash, u.labelsImmutable)
 		p = &podState{key: key, ns: ns, labels: ls.labels, labelSet: ls, uid: u.uid, statusIPs: u.ips}
 		e.setPodInfo(p, node, ips, ports)
 		ns.pods.add(p)
@@ -331,7 +356,7 @@ func (e *Engine) applyPod(u podUpdate) {
 		return
 	}
 	if labelsChanged {
-		ls := e.labelSets.intern(u.labels, u.labelsHash)
+		ls := e.labelSets.intern(u.labels, u.labelsHash, u.labelsImmutable)
 		p.ns.podLabels.remove(p.labels, p)
 		p.ns.podLabels.add(ls.labels, p)
 		e.labelSets.release(p.labelSet)

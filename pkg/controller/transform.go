@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"maps"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -120,8 +121,13 @@ type cachedPod struct {
 }
 
 func newCachedPod(p *corev1.Pod) *cachedPod {
+	prepared := compute.PreparePod(p)
+	meta := slimMeta(&p.ObjectMeta)
+	if l := prepared.Labels(); l != nil {
+		meta.Labels = l // shared with the pods of equal labels
+	}
 	return &cachedPod{
-		ObjectMeta:   slimMeta(&p.ObjectMeta),
+		ObjectMeta:   meta,
 		nodeName:     p.Spec.NodeName,
 		hostNetwork:  p.Spec.HostNetwork,
 		phase:        p.Status.Phase,
@@ -129,7 +135,7 @@ func newCachedPod(p *corev1.Pod) *cachedPod {
 		podIPs:       p.Status.PodIPs,
 		ports:        namedPorts(p.Spec.Containers, false),
 		sidecarPorts: namedPorts(p.Spec.InitContainers, true),
-		prepared:     compute.PreparePod(p),
+		prepared:     prepared,
 	}
 }
 
@@ -140,6 +146,7 @@ func (p *cachedPod) Pod() *corev1.Pod {
 		Spec:       corev1.PodSpec{NodeName: p.nodeName, HostNetwork: p.hostNetwork},
 		Status:     corev1.PodStatus{Phase: p.phase, PodIP: p.podIP, PodIPs: p.podIPs},
 	}
+	pod.Labels = maps.Clone(p.Labels) // the cache's map is shared with other pods
 	if len(p.ports) > 0 {
 		pod.Spec.Containers = []corev1.Container{{Name: "ports", Ports: p.ports}}
 	}

@@ -21,8 +21,8 @@ func TestServedListsAreTheScenario(t *testing.T) {
 			c := newServed(s, true)
 			if c.namespaces != len(want.Namespaces) || c.nodes != len(want.Nodes) || c.pods != len(want.Pods) ||
 				c.nps != len(want.NPs) || c.policies != want.Policies() {
-				t.Fatalf("counted %+v, the scenario has %d namespaces, %d nodes, %d pods, %d NetworkPolicies, %d policies",
-					*c, len(want.Namespaces), len(want.Nodes), len(want.Pods), len(want.NPs), want.Policies())
+				t.Fatalf("counted %d namespaces, %d nodes, %d pods, %d NetworkPolicies, %d policies; the scenario has %d, %d, %d, %d, %d",
+					c.namespaces, c.nodes, c.pods, c.nps, c.policies, len(want.Namespaces), len(want.Nodes), len(want.Pods), len(want.NPs), want.Policies())
 			}
 			if got := c.objects(shapes.AdminNetworkPolicyKind).ANPs; !reflect.DeepEqual(got, want.ANPs) {
 				t.Errorf("AdminNetworkPolicies made again differ from the scenario's")
@@ -41,6 +41,16 @@ func TestServedListsAreTheScenario(t *testing.T) {
 				pods, err := kube.CoreV1().Pods(metav1.NamespaceAll).List(ctx, all)
 				if err != nil || !reflect.DeepEqual(pods.Items, deepCopies(want.Pods)) {
 					t.Errorf("pods served differ from the scenario's (err %v)", err)
+				}
+				// Decoded objects share no map: a controller that keeps a
+				// pod's labels keeps a map per pod.
+				labelMaps := map[uintptr]bool{}
+				for _, p := range pods.Items {
+					m := reflect.ValueOf(p.Labels).Pointer()
+					if labelMaps[m] {
+						t.Fatalf("pod %s/%s shares its label map with another served pod", p.Namespace, p.Name)
+					}
+					labelMaps[m] = true
 				}
 				nps, err := kube.NetworkingV1().NetworkPolicies(metav1.NamespaceAll).List(ctx, all)
 				if err != nil || !reflect.DeepEqual(nps.Items, deepCopies(want.NPs)) {

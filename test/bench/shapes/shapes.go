@@ -14,6 +14,7 @@ package shapes
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/netip"
 	"os"
@@ -96,11 +97,16 @@ type Shape struct {
 // structure).
 func (s Shape) Build(quick bool) *Cluster { return s.build(quick, AllKinds) }
 
-// BuildKinds makes only the scenario's objects of the kinds keep: exactly
-// the objects Build makes of those kinds (the random choices of the others
-// are still drawn, then dropped), so a harness can make a kind's objects
-// again whenever it serves them instead of holding them.
-func (s Shape) BuildKinds(quick bool, keep Kinds) *Cluster { return s.build(quick, keep).compact() }
+// BuildKinds makes only the scenario's objects of the kinds keep: objects
+// equal to those Build makes of those kinds (the random choices of the
+// others are still drawn, then dropped), so a harness can make a kind's
+// objects again whenever it serves them instead of holding them. Unlike
+// Build's, no two of its objects share a map or a pointer (Build's pods
+// may share one label map, a policy may share it), as objects decoded
+// from an apiserver's answer do not.
+func (s Shape) BuildKinds(quick bool, keep Kinds) *Cluster {
+	return s.build(quick, keep|unshared).compact()
+}
 
 // Kinds is a set of object kinds of a scenario.
 type Kinds uint8
@@ -113,6 +119,9 @@ const (
 	NetworkPolicyKind
 	AdminNetworkPolicyKind
 	AllKinds = NamespaceKind | NodeKind | PodKind | NetworkPolicyKind | AdminNetworkPolicyKind
+
+	// unshared makes every object with maps and pointers of its own.
+	unshared Kinds = 1 << 7
 )
 
 // compact drops the objects a build did not keep (nil) from c's lists.
@@ -161,9 +170,14 @@ func newBuilder(nodes int, keep Kinds) *builder {
 	return &builder{rng: rand.New(rand.NewPCG(1, 2)), used: map[netip.Addr]bool{}, nodes: nodes, keep: keep}
 }
 
-func (b *builder) nextUID() types.UID {
+// nextUID numbers the next pod or policy (its UID is uidOf the number).
+func (b *builder) nextUID() int {
 	b.uid++
-	return types.UID(fmt.Sprintf("00000000-0000-0000-0000-%012d", b.uid))
+	return b.uid
+}
+
+func uidOf(n int) types.UID {
+	return types.UID(fmt.Sprintf("00000000-0000-0000-0000-%012d", n))
 }
 
 func (b *builder) ip() string {
@@ -204,12 +218,16 @@ func (b *builder) ns(name string, lbls map[string]string) *corev1.Namespace {
 }
 
 func (b *builder) pod(namespace, name string, lbls map[string]string) *corev1.Pod {
-	ip, uid, node := b.ip(), b.nextUID(), b.rng.IntN(b.nodes)
+	uid := b.nextUID()
 	if b.keep&PodKind == 0 {
-		return nil
+		return nil // the random generator draws for pods only: nothing to draw
+	}
+	ip, node := b.ip(), b.rng.IntN(b.nodes)
+	if b.keep&unshared != 0 {
+		lbls = maps.Clone(lbls)
 	}
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: lbls, UID: uid},
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: lbls, UID: uidOf(uid)},
 		Spec: corev1.PodSpec{NodeName: NodeName(node),
 			Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10",
 				Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 80, Protocol: corev1.ProtocolTCP}}}}},
@@ -223,7 +241,7 @@ func (b *builder) np(namespace, name string, podSel map[string]string, from []ne
 		return nil
 	}
 	np := &networkingv1.NetworkPolicy{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, UID: uid},
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, UID: uidOf(uid)},
 		Spec:       networkingv1.NetworkPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: podSel}, PolicyTypes: types},
 	}
 	if from != nil {
@@ -233,6 +251,9 @@ func (b *builder) np(namespace, name string, podSel map[string]string, from []ne
 		if len(types) == 0 {
 			np.Spec.PolicyTypes = []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}
 		}
+	}
+	if b.keep&unshared != 0 {
+		return np.DeepCopy()
 	}
 	return np
 }
@@ -473,7 +494,7 @@ func adminPolicy(bd *builder, name string, prio int32, k, rules int, withPort bo
 	if bd.keep&AdminNetworkPolicyKind == 0 {
 		return nil
 	}
-	anp := &v1alpha1.AdminNetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: name, UID: uid}}
+	anp := &v1alpha1.AdminNetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: name, UID: uidOf(uid)}}
 	anp.Spec.Priority = prio
 	anp.Spec.Subject.Namespaces = &metav1.LabelSelector{MatchLabels: map[string]string{"team": fmt.Sprintf("t%d", k%10)}}
 	port := int32(80 + k%20)
