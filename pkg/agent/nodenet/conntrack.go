@@ -18,8 +18,8 @@ import (
 // such a connection starts a new entry, which MASQUERADE gives another
 // source port (kube-proxy masquerades with --random-fully): the peer
 // answers with a reset. The node's own connections through Services
-// (kube-proxy masquerades the host's traffic to ClusterIPs: the
-// controller's and the kubelet's to the API server) and its pods'
+// (kube-proxy masquerades the host's traffic to ClusterIPs: host-network
+// pods', such as the controller's to the API server) and its pods'
 // masqueraded ones would end whenever the underlay moves the node's
 // address (agent start and stop, userspace datapath in encap mode).
 //

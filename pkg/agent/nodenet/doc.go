@@ -151,7 +151,7 @@
 // is down. Taking an address off an interface makes the kernel drop the
 // conntrack entries MASQUERADE made with it there, which would reset the
 // node's connections through Services (kube-proxy masquerades the host's
-// traffic to ClusterIPs: the kubelet's and a host-network controller's to
+// traffic to ClusterIPs: host-network pods', such as the controller's to
 // the API server) and its pods' masqueraded ones: before each move the
 // agent re-creates the established TCP ones as plain NAT entries with the
 // same translation, which the kernel keeps (conntrack.go). A DHCP client or
