@@ -246,11 +246,74 @@ func (w *bridgeWatch) cancel(fw *flowWait) {
 	w.waits = slices.DeleteFunc(w.waits, func(x *flowWait) bool { return x == fw })
 }
 
-// do runs write and returns the time from the start of write until every
-// node's bridge has reported the flows that make all probes hold (the
-// last node's report), and the part of it the write itself took (until
-// the API server answered).
-func (e *e2eBed) do(nodes []string, probes []flowProbe, timeout time.Duration, write func() error) (took, wrote time.Duration, err error) {
+// changeSeen is when one change's write started, when the API server
+// answered it, and when each node's bridge reported the flows that make
+// the change's probes hold.
+type changeSeen struct {
+	start, wrote time.Time
+	seen         map[string]time.Time
+}
+
+// took is the change's latency: from the start of its write until the
+// last node's report.
+func (c changeSeen) took() time.Duration {
+	var last time.Time
+	for _, at := range c.seen {
+		if at.After(last) {
+			last = at
+		}
+	}
+	return last.Sub(c.start)
+}
+
+// lastNode is the node whose report came last (the one that set took).
+func (c changeSeen) lastNode() string {
+	var node string
+	var last time.Time
+	for n, at := range c.seen {
+		if node == "" || at.After(last) {
+			node, last = n, at
+		}
+	}
+	return node
+}
+
+// stagesOf splits c's latency into benchmeasure.E2EStages at the stamps of the node
+// whose report came last. The realization that made the flows hold is
+// the last one of that node's agent that changed flows, of an update
+// received after the write started, and started before the report.
+func (e *e2eBed) stagesOf(c changeSeen) ([]time.Duration, error) {
+	node := c.lastNode()
+	seen := c.seen[node]
+	u, err := agentquery.NewClient(e.tf.AgentSockets[node]).Updates(context.Background())
+	if err != nil {
+		return nil, fmt.Errorf("updates of %s: %w", node, err)
+	}
+	var ut *agentquery.UpdateTiming
+	for i := range u.Updates {
+		x := &u.Updates[i]
+		if x.FlowChanges > 0 && !x.Received.Before(c.start) && !x.Realizing.After(seen) {
+			ut = x
+		}
+	}
+	if ut == nil {
+		return nil, fmt.Errorf("no update of %s's agent changed flows between the write (%v) and the report (%v): %+v", node, c.start, seen, u.Updates)
+	}
+	stamps := []time.Time{c.start, ut.Changed, ut.Queued, ut.Sent, ut.Received, ut.Realizing, ut.BundleStart, ut.Committed, seen}
+	out := make([]time.Duration, len(benchmeasure.E2EStages))
+	for i := range out {
+		if stamps[i+1].IsZero() {
+			return nil, fmt.Errorf("update %d of %s's agent lacks the stamp of stage %s: %+v", ut.Version, node, benchmeasure.E2EStages[i].Key, *ut)
+		}
+		out[i] = stamps[i+1].Sub(stamps[i])
+	}
+	return out, nil
+}
+
+// do runs write and returns when it started, when the API server
+// answered, and when every node's bridge reported the flows that make all
+// probes hold.
+func (e *e2eBed) do(nodes []string, probes []flowProbe, timeout time.Duration, write func() error) (changeSeen, error) {
 	waits := map[string]*flowWait{}
 	defer func() {
 		for n, fw := range waits {
@@ -260,25 +323,22 @@ func (e *e2eBed) do(nodes []string, probes []flowProbe, timeout time.Duration, w
 	for _, n := range nodes {
 		fw, err := e.watches[n].expect(fmt.Sprint(probes), probesHold(probes))
 		if err != nil {
-			return 0, 0, err
+			return changeSeen{}, err
 		}
 		waits[n] = fw
 	}
-	t0 := time.Now()
+	c := changeSeen{start: time.Now(), seen: map[string]time.Time{}}
 	if err := write(); err != nil {
-		return 0, 0, err
+		return changeSeen{}, err
 	}
-	wrote = time.Since(t0)
+	c.wrote = time.Now()
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
-	var last time.Time
 	for len(waits) > 0 {
 		for n, fw := range waits {
 			select {
 			case at := <-fw.met:
-				if at.After(last) {
-					last = at
-				}
+				c.seen[n] = at
 				delete(waits, n)
 			case <-deadline.C:
 				var still []string
@@ -286,11 +346,11 @@ func (e *e2eBed) do(nodes []string, probes []flowProbe, timeout time.Duration, w
 					still = append(still, m)
 				}
 				sort.Strings(still)
-				return 0, 0, fmt.Errorf("after %v the bridges of %v do not report %v", timeout, still, probes)
+				return changeSeen{}, fmt.Errorf("after %v the bridges of %v do not report %v", timeout, still, probes)
 			}
 		}
 	}
-	return last.Sub(t0), wrote, nil
+	return c, nil
 }
 
 // calibrate measures how late a bridge's monitor reports a change: this
@@ -635,6 +695,8 @@ func BenchmarkE2ELatency(b *testing.B) {
 		progressf("agents hold every pod (%d flows on the bridges); timing %d rounds of 8 changes", flows, sc.Rounds)
 
 		samples := map[string][]time.Duration{}
+		// stages: per change kind, per benchmeasure.E2EStages, each change's time.
+		stages := map[string][][]time.Duration{}
 		// writes: how long each change's API write took (in the
 		// samples); afterWrite: the rest, from the API server's answer
 		// to the last bridge's report (controller, distribution, agents,
@@ -645,7 +707,7 @@ func BenchmarkE2ELatency(b *testing.B) {
 		const timeout = 2 * time.Minute
 		measure := func(kind string, nodes []string, probes []flowProbe, write func() error) {
 			b.Helper()
-			took, wrote, err := e.do(nodes, probes, timeout, write)
+			c, err := e.do(nodes, probes, timeout, write)
 			if err != nil {
 				// What the bridges hold tells a monitor fault from a
 				// realization fault.
@@ -671,8 +733,19 @@ func BenchmarkE2ELatency(b *testing.B) {
 					}
 				}
 			}
+			took, wrote := c.took(), c.wrote.Sub(c.start)
 			samples[kind] = append(samples[kind], took)
 			writes, afterWrite = append(writes, wrote), append(afterWrite, took-wrote)
+			st, err := e.stagesOf(c)
+			if err != nil {
+				b.Fatalf("%s: %v", kind, err)
+			}
+			if stages[kind] == nil {
+				stages[kind] = make([][]time.Duration, len(benchmeasure.E2EStages))
+			}
+			for i, d := range st {
+				stages[kind][i] = append(stages[kind][i], d)
+			}
 		}
 		for r := 0; r < sc.Rounds; r++ {
 			for _, n := range nodes {
@@ -747,12 +820,28 @@ func BenchmarkE2ELatency(b *testing.B) {
 		for kind, ds := range samples {
 			slices.Sort(ds)
 			all = append(all, ds...)
-			key := e2eMetricKey(kind)
-			b.ReportMetric(msOf(percentile(ds, 50)), key+"-p50-ms")
-			b.ReportMetric(msOf(percentile(ds, 90)), key+"-p90-ms")
-			b.ReportMetric(msOf(percentile(ds, 99)), key+"-p99-ms")
-			b.ReportMetric(msOf(ds[len(ds)-1]), key+"-max-ms")
+			reportPercentiles(b, e2eMetricKey(kind), ds)
 		}
+		allStages := make([][]time.Duration, len(benchmeasure.E2EStages))
+		for kind, per := range stages {
+			for i, ds := range per {
+				allStages[i] = append(allStages[i], ds...)
+				reportPercentiles(b, e2eMetricKey(kind)+"-"+benchmeasure.E2EStages[i].Key, ds)
+			}
+		}
+		for i, ds := range allStages {
+			reportPercentiles(b, "stage-"+benchmeasure.E2EStages[i].Key, ds)
+		}
+		// The two event stamps of each change's last commit — the agent's
+		// read loop reading the commit reply, this process reading the
+		// flow monitor's report — against each other: how well they agree
+		// (the monitor stage, either sign).
+		var agreement []time.Duration
+		for _, d := range allStages[len(allStages)-1] {
+			agreement = append(agreement, max(d, -d))
+		}
+		slices.Sort(agreement)
+		b.ReportMetric(msOf(percentile(agreement, 99)), "ack-monitor-agreement-p99-ms")
 		slices.Sort(all)
 		b.ReportMetric(msOf(percentile(all, 50)), "p50-ms")
 		b.ReportMetric(msOf(percentile(all, 90)), "p90-ms")
@@ -776,6 +865,16 @@ func BenchmarkE2ELatency(b *testing.B) {
 		b.ReportMetric(float64(len(nodes)), "nodes")
 		b.ReportMetric(deployTime.Seconds(), "pods-s")
 	}
+}
+
+// reportPercentiles reports p50, p90, p99 and max of ds (sorted in place)
+// in ms, as metrics KEY-p50-ms etc.
+func reportPercentiles(b *testing.B, key string, ds []time.Duration) {
+	slices.Sort(ds)
+	b.ReportMetric(msOf(percentile(ds, 50)), key+"-p50-ms")
+	b.ReportMetric(msOf(percentile(ds, 90)), key+"-p90-ms")
+	b.ReportMetric(msOf(percentile(ds, 99)), key+"-p99-ms")
+	b.ReportMetric(msOf(ds[len(ds)-1]), key+"-max-ms")
 }
 
 // e2eMetricKey turns a change kind into a metric unit prefix.

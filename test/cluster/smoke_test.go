@@ -421,12 +421,7 @@ var errorLine = regexp.MustCompile(`level=ERROR|^E\d{4} |\|(ERR|EMER)\|`)
 // and has no error line in steady state: from when its pod became Ready,
 // and not before settled (when the whole installation was seen Running:
 // every tierflow pod, every node and CoreDNS Ready). Errors before that are
-// start-up and are shown without failing. One is expected on the
-// userspace datapath in encap mode: the agent moves its node's address
-// onto the underlay bridge as it starts, the kernel drops the masqueraded
-// conntrack entries of an address that leaves an interface, and so the
-// host-network controller's connections through the kubernetes Service
-// (which kube-proxy masquerades) are reset once; client-go reconnects.
+// start-up and are shown without failing.
 func checkLogs(ctx context.Context, t *testing.T, c *cluster.Cluster, cs kubernetes.Interface, settled time.Time) {
 	pods, err := cs.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=tierflow"})
 	if err != nil {

@@ -148,7 +148,13 @@
 // OVS is away (a rolling update, or for good: an uninstall); the next
 // agent moves it again. The node's traffic is dropped for a few
 // milliseconds each time the addresses move, and pods' traffic while OVS
-// is down. A DHCP client or
+// is down. Taking an address off an interface makes the kernel drop the
+// conntrack entries MASQUERADE made with it there, which would reset the
+// node's connections through Services (kube-proxy masquerades the host's
+// traffic to ClusterIPs: host-network pods', such as the controller's to
+// the API server) and its pods' masqueraded ones: before each move the
+// agent re-creates the established TCP ones as plain NAT entries with the
+// same translation, which the kernel keeps (conntrack.go). A DHCP client or
 // network manager that owns the interface must be told to manage the
 // bridge's interface instead. Frames reaching the interface must carry
 // full checksums and be no larger than its MTU: the userspace datapath

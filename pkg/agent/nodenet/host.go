@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
@@ -27,6 +28,9 @@ const RouteProtocol netlink.RouteProtocol = 0x54
 type host struct {
 	nsPath string
 	h      *netlink.Handle
+	// log reports what a step does on its own (the underlay's kept
+	// connections); it discards unless the caller has a logger.
+	log *slog.Logger
 }
 
 func openHost(nsPath string) (*host, error) {
@@ -35,7 +39,7 @@ func openHost(nsPath string) (*host, error) {
 		if err != nil {
 			return nil, fmt.Errorf("netlink: %w", err)
 		}
-		return &host{h: h}, nil
+		return &host{h: h, log: slog.New(slog.DiscardHandler)}, nil
 	}
 	ns, err := netns.GetFromPath(nsPath)
 	if err != nil {
@@ -46,7 +50,7 @@ func openHost(nsPath string) (*host, error) {
 	if err != nil {
 		return nil, fmt.Errorf("netlink in %s: %w", nsPath, err)
 	}
-	return &host{nsPath: nsPath, h: h}, nil
+	return &host{nsPath: nsPath, h: h, log: slog.New(slog.DiscardHandler)}, nil
 }
 
 func (h *host) close() { h.h.Close() }

@@ -143,7 +143,9 @@ func New(o Options) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Manager{o: o, log: o.Logger.With("component", "nodenet"), host: h, kick: make(chan struct{}, 1),
+	log := o.Logger.With("component", "nodenet")
+	h.log = log
+	return &Manager{o: o, log: log, host: h, kick: make(chan struct{}, 1),
 		status: Status{Gateway: o.Adopted}}, nil
 }
 

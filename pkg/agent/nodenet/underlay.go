@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -90,6 +91,7 @@ func withRecord(db *ovsdb.Client, bridge, netns string, log *slog.Logger, f func
 		return err
 	}
 	defer h.close()
+	h.log = log
 	return f(&underlay{db: db, host: h, log: log, bridge: bridge}, rec)
 }
 
@@ -263,8 +265,27 @@ func (h *host) takeOver(bridge string, rec *underlayRecord) error {
 
 // moveAddresses gives interface to rec's addresses and routes (bringing
 // it up), then removes them from interface from, with the routes that
-// outlived its addresses there.
+// outlived its addresses there. The node's established connections
+// masqueraded to those addresses are kept first (keepMasqueraded: the
+// removal would end them).
 func (h *host) moveAddresses(to, from string, rec *underlayRecord) error {
+	var prefixes []netip.Prefix
+	var addrs []netip.Addr
+	for _, s := range rec.Addresses {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return fmt.Errorf("underlay record: address %q: %w", s, err)
+		}
+		prefixes = append(prefixes, p)
+		addrs = append(addrs, p.Addr())
+	}
+	if leaving := h.heldBy(from, addrs); len(leaving) > 0 {
+		kept, err := h.keepMasqueraded(leaving)
+		if err != nil {
+			h.log.Warn("some masqueraded connections of the node's address will be reset as it moves", "err", err)
+		}
+		h.log.Info("kept the node's masqueraded connections across the address move", "connections", kept, "from", from, "to", to)
+	}
 	dst, err := h.h.LinkByName(to)
 	if err != nil {
 		return fmt.Errorf("underlay: interface %s: %w", to, err)
@@ -274,13 +295,7 @@ func (h *host) moveAddresses(to, from string, rec *underlayRecord) error {
 			return fmt.Errorf("underlay: %s: link up: %w", to, err)
 		}
 	}
-	var prefixes []netip.Prefix
-	for _, s := range rec.Addresses {
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			return fmt.Errorf("underlay record: address %q: %w", s, err)
-		}
-		prefixes = append(prefixes, p)
+	for _, p := range prefixes {
 		addr := &netlink.Addr{IPNet: ipNet(p)}
 		if p.Addr().Is6() {
 			addr.Flags = unix.IFA_F_NODAD
@@ -391,6 +406,26 @@ func RevertUnderlayHost(bridge, netns string, externalIDs map[string]string) (st
 		return "", err
 	}
 	return rec.Interface, h.revert(bridge, rec)
+}
+
+// heldBy returns the addresses of addrs that the interface named iface
+// holds (none when it is gone).
+func (h *host) heldBy(iface string, addrs []netip.Addr) []netip.Addr {
+	link, err := h.h.LinkByName(iface)
+	if err != nil {
+		return nil
+	}
+	list, err := h.h.AddrList(link, netlink.FAMILY_ALL)
+	if err != nil {
+		return nil
+	}
+	var held []netip.Addr
+	for _, ad := range list {
+		if p, ok := prefixOf(ad.IPNet); ok && slices.Contains(addrs, p.Addr()) {
+			held = append(held, p.Addr())
+		}
+	}
+	return held
 }
 
 // holdsAll reports whether the interface named iface holds every address

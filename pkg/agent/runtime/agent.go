@@ -100,6 +100,8 @@ type Agent struct {
 	// realized is, per policy ID, the generation the datapath enforces.
 	realized map[string]int64
 	errs     map[string]string
+	// timings: the last updates' stages (/v1/updates).
+	timings updateTimings
 }
 
 // New checks opts; Run starts the agent.
@@ -450,7 +452,10 @@ func (r receiver) Apply(d *wire.Delta, st *wire.NodeState) error {
 	// controller would resync this agent anyway); the loop retries.
 	ctx, cancel := context.WithTimeout(context.Background(), realizeTimeout)
 	defer cancel()
-	return a.realize(ctx, "update")
+	ut := a.timings.start(d)
+	err := a.realize(ctx, "update", ut)
+	a.timings.finish(ut, err)
+	return err
 }
 
 // realizeTimeout bounds one realization: compiling and one bundle, even
@@ -505,7 +510,7 @@ func (a *Agent) loop(ctx context.Context) {
 func (a *Agent) realizeBounded(ctx context.Context, trigger string) {
 	ctx, cancel := context.WithTimeout(ctx, realizeTimeout)
 	defer cancel()
-	_ = a.realize(ctx, trigger)
+	_ = a.realize(ctx, trigger, nil)
 }
 
 // current is the state to realize: the client hands a new one at every
@@ -518,7 +523,8 @@ func (a *Agent) current() *wire.NodeState {
 
 // realize makes the datapath enforce the current state. Before a complete
 // state is known nothing is realized: the pipeline passes no pod traffic.
-func (a *Agent) realize(ctx context.Context, trigger string) error {
+// ut, when not nil, gets the realization's and its bundles' times.
+func (a *Agent) realize(ctx context.Context, trigger string, ut *agentquery.UpdateTiming) error {
 	d := a.datapath()
 	if d == nil {
 		return nil
@@ -544,7 +550,10 @@ func (a *Agent) realize(ctx context.Context, trigger string) error {
 	}
 	st := a.current()
 	start := time.Now()
-	warnings, leftOut, err := d.realize(ctx, st)
+	warnings, leftOut, bt, err := d.realize(ctx, st)
+	if ut != nil {
+		ut.Realizing, ut.BundleStart, ut.Committed, ut.FlowChanges = start, bt.start, bt.committed, bt.changes
+	}
 	a.m.realizeTime.WithLabelValues(trigger).Observe(time.Since(start).Seconds())
 	if err != nil {
 		a.m.realizeErrs.WithLabelValues(trigger).Inc()

@@ -178,6 +178,7 @@ func TestTwoNodes(t *testing.T) {
 		}
 		return fmt.Errorf("no flow of %s matches 10.0.0.4", anpRef)
 	})
+	checkUpdateTimings(t, ag1)
 	before, err := ag1.Q.Status(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -310,6 +311,43 @@ func TestTwoNodes(t *testing.T) {
 // checkQueryAndMetrics reads the agent's query socket and metrics after
 // traffic went through: the ANP's deny rule has flows, a cookie, and
 // counted the dropped packets.
+// checkUpdateTimings: the agent's /v1/updates times its updates stage by
+// stage, in order, and one delta from the controller that changed flows
+// (the last one) has every stage stamped.
+func checkUpdateTimings(t *testing.T, ag *livecluster.Agent) {
+	t.Helper()
+	u, err := ag.Q.Updates(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last *agentquery.UpdateTiming
+	for i, ut := range u.Updates {
+		stages := []time.Time{ut.Changed, ut.Queued, ut.Sent, ut.Received, ut.Realizing, ut.BundleStart, ut.Committed, ut.Done}
+		var prev time.Time
+		for j, at := range stages {
+			if at.IsZero() {
+				continue
+			}
+			if at.Before(prev) {
+				t.Errorf("update %d: stage %d at %v before the one before it (%v): %+v", ut.Version, j, at, prev, ut)
+			}
+			prev = at
+		}
+		if !ut.Full && ut.FlowChanges > 0 {
+			last = &u.Updates[i]
+		}
+	}
+	if last == nil {
+		t.Fatalf("no delta that changed flows among %+v", u.Updates)
+	}
+	for name, at := range map[string]time.Time{"changed": last.Changed, "queued": last.Queued, "sent": last.Sent, "received": last.Received,
+		"realizing": last.Realizing, "bundleStart": last.BundleStart, "committed": last.Committed, "done": last.Done} {
+		if at.IsZero() {
+			t.Errorf("update %d has no %s time: %+v", last.Version, name, last)
+		}
+	}
+}
+
 func checkQueryAndMetrics(t *testing.T, ag *livecluster.Agent, policy string) {
 	t.Helper()
 	ctx := context.Background()

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -142,7 +143,7 @@ func openOVS(ctx context.Context, o *Options, log *slog.Logger, m *agentMetrics,
 		return nil, fmt.Errorf("openflow %s: %w", target, err)
 	}
 	d.of = of
-	d.inst = &recordingInstaller{inner: flowsync.Client{C: of}, m: m, flows: map[string]openflow.Flow{}}
+	d.inst = &recordingInstaller{inner: flowsync.Client{C: of}, m: m, applied: of.LastApplied, flows: map[string]openflow.Flow{}}
 	_, uplink, err := d.ports()
 	if err != nil {
 		d.close()
@@ -250,9 +251,16 @@ func (d *ovsDatapath) check(ctx context.Context) {
 // realize makes the bridge enforce st with the current ports. It returns
 // the compiler's warnings and the policies left out of a full table
 // (their pods isolated instead) with why.
-func (d *ovsDatapath) realize(ctx context.Context, st *wire.NodeState) ([]string, map[string]string, error) {
+// The bundleTiming is of the bundles it sent.
+func (d *ovsDatapath) realize(ctx context.Context, st *wire.NodeState) ([]string, map[string]string, bundleTiming, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.inst.takeTiming() // bundles not of this realization (Service proxy)
+	warnings, leftOut, err := d.realizeLocked(ctx, st)
+	return warnings, leftOut, d.inst.takeTiming(), err
+}
+
+func (d *ovsDatapath) realizeLocked(ctx context.Context, st *wire.NodeState) ([]string, map[string]string, error) {
 	ports, uplink, err := d.ports()
 	if err != nil {
 		return nil, nil, err
@@ -538,12 +546,29 @@ func (d *ovsDatapath) podsInfo() agentquery.Pods {
 type recordingInstaller struct {
 	inner flowsync.Installer
 	m     *agentMetrics
+	// applied is when the switch confirmed the last change
+	// (openflow.Client.LastApplied; nil: the return of Apply).
+	applied func() time.Time
 
 	mu    sync.Mutex
 	flows map[string]openflow.Flow // by Flow.Key
+	// timing of the bundles since the last takeTiming.
+	timing bundleTiming
+}
+
+// takeTiming returns the timing of the bundles applied since the last
+// call, and starts anew. Bundles are applied under ovsDatapath.mu, as is
+// this called, so they are the caller's.
+func (r *recordingInstaller) takeTiming() bundleTiming {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t := r.timing
+	r.timing = bundleTiming{}
+	return t
 }
 
 func (r *recordingInstaller) Apply(ctx context.Context, b flowsync.Bundle) error {
+	start := time.Now()
 	if err := r.inner.Apply(ctx, b); err != nil {
 		var fe *openflow.FlowError
 		if errors.As(err, &fe) {
@@ -553,9 +578,21 @@ func (r *recordingInstaller) Apply(ctx context.Context, b flowsync.Bundle) error
 		}
 		return err
 	}
+	committed := time.Now()
+	if r.applied != nil {
+		committed = r.applied()
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	b.ApplyTo(r.flows)
+	if b.Empty() {
+		return nil
+	}
+	if r.timing.start.IsZero() {
+		r.timing.start = start
+	}
+	r.timing.committed = committed
+	r.timing.changes += len(b.Add) + len(b.Modify) + len(b.Delete) + len(b.DeleteCookies) + len(b.Groups)
 	return nil
 }
 

@@ -175,6 +175,9 @@ func (a *Agent) queryHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, a.status()) })
 	mux.HandleFunc("GET /v1/realization", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, a.realization()) })
+	mux.HandleFunc("GET /v1/updates", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, agentquery.Updates{Node: a.cfg.NodeName, Updates: a.timings.list()})
+	})
 	mux.HandleFunc("GET /v1/rules", func(w http.ResponseWriter, _ *http.Request) {
 		if d := a.needOVS(w); d != nil {
 			writeJSON(w, d.rulesInfo())

@@ -381,6 +381,7 @@ func (c *Client) session(ctx context.Context, conn *grpc.ClientConn) (progressed
 	// agent go out while no update arrives.
 	type received struct {
 		m   *wire.ServerMessage
+		at  time.Time // when Recv returned it (decoded)
 		err error
 	}
 	recv := make(chan received)
@@ -388,7 +389,7 @@ func (c *Client) session(ctx context.Context, conn *grpc.ClientConn) (progressed
 		for {
 			m, err := stream.Recv()
 			select {
-			case recv <- received{m, err}:
+			case recv <- received{m, time.Now(), err}:
 			case <-sctx.Done():
 				return
 			}
@@ -467,7 +468,7 @@ func (c *Client) session(ctx context.Context, conn *grpc.ClientConn) (progressed
 		if u == nil {
 			continue
 		}
-		rep, err := c.apply(u, first)
+		rep, err := c.apply(u, r.at, first)
 		if err != nil {
 			// The update does not fit what we hold: forget our position so
 			// the next stream starts with a full update.
@@ -487,8 +488,9 @@ func sortResults(rs []wire.PolicyResult) {
 	sort.Slice(rs, func(i, j int) bool { return rs[i].PolicyID < rs[j].PolicyID })
 }
 
-// apply applies one update and returns the report to send.
-func (c *Client) apply(u *wire.Update, firstOfStream bool) (*wire.Report, error) {
+// apply applies one update, received at received, and returns the
+// report to send.
+func (c *Client) apply(u *wire.Update, received time.Time, firstOfStream bool) (*wire.Report, error) {
 	c.mu.Lock()
 	if !u.Full && (u.Epoch != c.epoch || u.Version != c.version+1) {
 		c.mu.Unlock()
@@ -501,6 +503,7 @@ func (c *Client) apply(u *wire.Update, firstOfStream bool) (*wire.Report, error)
 	if err != nil {
 		return nil, err
 	}
+	d.Received = received
 	c.saver.offer(u.Epoch, u.Version, next)
 	start := time.Now()
 	applyErr := c.cfg.Receiver.Apply(d, next)

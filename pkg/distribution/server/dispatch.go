@@ -17,6 +17,9 @@ type round struct {
 	atgs     map[string]*model.AppliedToGroup
 	ags      map[string]*agChange
 	nodePods map[string]*model.NodePods // by node; nil: none
+	// changed is when the first change the round carries was reported
+	// (wire.Trace.Changed of its updates; zero when not known).
+	changed time.Time
 }
 
 // agChange is an address group's change, computed once per round and sent
@@ -31,19 +34,19 @@ type agChange struct {
 // takeDirty returns the objects changed since the last round, whether
 // everything must be compared, and the highest generation of the changes
 // seen so far.
-func (s *Server) takeDirty() (map[objKey]struct{}, bool, int64) {
+func (s *Server) takeDirty() (map[objKey]struct{}, bool, int64, time.Time) {
 	s.dirtyMu.Lock()
 	defer s.dirtyMu.Unlock()
-	d, all := s.dirty, s.dirtyAll
-	s.dirty, s.dirtyAll = map[objKey]struct{}{}, false
-	return d, all, s.dirtyClock
+	d, all, since := s.dirty, s.dirtyAll, s.dirtySince
+	s.dirty, s.dirtyAll, s.dirtySince = map[objKey]struct{}{}, false, time.Time{}
+	return d, all, s.dirtyClock, since
 }
 
 // dispatchRound reads the changed objects from the source and queues each
 // session's update.
 func (s *Server) dispatchRound() {
 	start := time.Now()
-	dirty, all, clock := s.takeDirty()
+	dirty, all, clock, changed := s.takeDirty()
 	if len(dirty) == 0 && !all {
 		return
 	}
@@ -52,6 +55,7 @@ func (s *Server) dispatchRound() {
 		atgs:     map[string]*model.AppliedToGroup{},
 		ags:      map[string]*agChange{},
 		nodePods: map[string]*model.NodePods{},
+		changed:  changed,
 	}
 	newAG := map[string]*model.AddressGroup{}
 	var snap *model.Snapshot
@@ -304,6 +308,9 @@ func (s *Server) queueDelta(ss *session, r *round, now time.Time) {
 	s.queueNodePods(ss, r, u)
 	if u.Empty() {
 		return
+	}
+	if !r.changed.IsZero() {
+		u.Trace = &wire.Trace{Changed: r.changed.UnixNano()}
 	}
 	s.enqueue(ss, u, now)
 }

@@ -114,6 +114,9 @@ type Server struct {
 	// dirtyClock is the highest generation of the changes in dirty: a
 	// round has seen every change up to it (see nodepods.go).
 	dirtyClock int64
+	// dirtySince is when the first change in dirty was reported (zero:
+	// none), the Changed time of the updates the next round queues.
+	dirtySince time.Time
 	wake       chan struct{}
 
 	mu sync.Mutex
@@ -214,6 +217,9 @@ func (s *Server) Epoch() string { return s.epoch }
 
 func (s *Server) onChanges(cs []compute.Change) {
 	s.dirtyMu.Lock()
+	if s.dirtySince.IsZero() {
+		s.dirtySince = time.Now()
+	}
 	for _, c := range cs {
 		s.dirty[objKey{c.Kind, c.ID}] = struct{}{}
 		s.dirtyClock = max(s.dirtyClock, c.Generation)

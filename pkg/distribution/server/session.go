@@ -91,6 +91,10 @@ func (ss *session) logBase() uint64 {
 func (s *Server) enqueue(ss *session, u *wire.Update, now time.Time) {
 	ss.version++
 	u.Epoch, u.Version = s.epoch, ss.version
+	if u.Trace == nil {
+		u.Trace = &wire.Trace{}
+	}
+	u.Trace.Queued = now.UnixNano()
 	ss.log = append(ss.log, logEntry{u: u, queued: now})
 	if ss.version-ss.sent > uint64(s.opts.MaxPending) {
 		s.markFull(ss, "overflow")
@@ -322,8 +326,16 @@ func (s *Server) sendUpdates(ctx context.Context, abort chan<- error, stream wir
 }
 
 // sendUpdate sends one update: in one message, or as Chunks when the
-// agent reassembles them and its encoding exceeds ChunkSize.
-func (s *Server) sendUpdate(stream wire.ServerStream, u *wire.Update, chunks bool) error {
+// agent reassembles them and its encoding exceeds ChunkSize. A copy
+// carries the send time (the queued update may be sent again, on a
+// resumed stream).
+func (s *Server) sendUpdate(stream wire.ServerStream, queued *wire.Update, chunks bool) error {
+	u := new(wire.Update)
+	*u = *queued
+	u.Trace = &wire.Trace{Sent: time.Now().UnixNano()}
+	if queued.Trace != nil {
+		u.Trace.Changed, u.Trace.Queued = queued.Trace.Changed, queued.Trace.Queued
+	}
 	if !chunks {
 		return stream.Send(&wire.ServerMessage{Update: u})
 	}

@@ -38,6 +38,11 @@
 // or, when the controller can still replay the versions the agent missed,
 // the next delta. Versions increase by one per Update within an epoch;
 // a new controller process starts a new epoch, so every agent resyncs.
+// Each Update carries a Trace: when the controller's engine reported its
+// first change, when the distribution round queued it and when the
+// stream started sending it; the agent keeps it with its own stages
+// (agentquery's /v1/updates), so realization latency can be taken apart
+// stage by stage.
 //
 // # What a node receives (ForNode)
 //

@@ -133,6 +133,24 @@ type Update struct {
 	// of the groups up to its entries' generations (see
 	// pkg/distribution/server).
 	NodePods *model.NodePods `json:"nodePods,omitempty"`
+
+	// Trace times the update's way through the controller, for measuring
+	// realization latency stage by stage (the agent keeps it with its own
+	// times, see agentquery.UpdateTiming). Optional; it changes nothing.
+	Trace *Trace `json:"trace,omitempty"`
+}
+
+// Trace is when an update passed the controller's stages, in Unix
+// nanoseconds of the controller's clock (0: not known).
+type Trace struct {
+	// Changed: the engine reported the first change this update carries
+	// to the distribution server (the informer event was applied and
+	// computed).
+	Changed int64 `json:"changed,omitempty"`
+	// Queued: the distribution round queued the update for the node.
+	Queued int64 `json:"queued,omitempty"`
+	// Sent: the node's stream started sending it.
+	Sent int64 `json:"sent,omitempty"`
 }
 
 // Empty reports whether the update changes nothing.

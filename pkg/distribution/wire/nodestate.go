@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/tierflow/tierflow/pkg/model"
 )
@@ -193,6 +194,12 @@ type Delta struct {
 	DeletedAddressGroups   []string                `json:"deletedAddressGroups,omitempty"`
 	// NodePods replaces the node's pods (nil: unchanged).
 	NodePods *model.NodePods `json:"nodePods,omitempty"`
+
+	// Trace is the update's controller timing (Update.Trace) and Received
+	// when the agent's stream delivered it (zero when not from a stream):
+	// for measuring realization latency by stage.
+	Trace    *Trace    `json:"trace,omitempty"`
+	Received time.Time `json:"-"`
 }
 
 // FullDelta is the Delta that installs s from nothing.
@@ -261,7 +268,7 @@ func (s *NodeState) deltaOf(u *Update) (*Delta, error) {
 	if err := u.validate(); err != nil {
 		return nil, err
 	}
-	d := &Delta{Full: u.Full, Version: u.Version, NodePods: u.NodePods}
+	d := &Delta{Full: u.Full, Version: u.Version, NodePods: u.NodePods, Trace: u.Trace}
 	if u.Full {
 		if len(u.DeletedPolicies)+len(u.DeletedAppliedToGroups)+len(u.DeletedAddressGroups)+len(u.AddressGroupPatches) > 0 {
 			return nil, fmt.Errorf("full update %d carries deletes or patches", u.Version)

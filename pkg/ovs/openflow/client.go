@@ -90,6 +90,26 @@ type Client struct {
 	connects  int
 
 	packetIns chan PacketIn // nil without OnPacketIn
+
+	// lastApplied is when the switch's confirmation of the last applied
+	// change arrived (Unix nanoseconds, stamped by the read loop), see
+	// LastApplied.
+	lastApplied atomic.Int64
+}
+
+// LastApplied is when the switch's confirmation of the last change this
+// client applied (Apply, ApplyChanges, AddFlows...) arrived: a bundle's
+// commit reply, or for a single flow-mod the reply to the barrier after
+// it. The connection's read loop stamps it as it reads the reply, so
+// waiting for a core after that is not in it. The zero time before any
+// change. A caller that serializes its changes reads its own change's
+// time right after the call returned.
+func (c *Client) LastApplied() time.Time {
+	ns := c.lastApplied.Load()
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
 }
 
 // Dial connects to target — "unix:PATH" (a bridge's management socket,
@@ -374,6 +394,9 @@ type conn struct {
 type waiter struct {
 	ch   chan []byte
 	done chan struct{}
+	// arrived is when the read loop read the last message handed to ch
+	// (Unix nanoseconds).
+	arrived atomic.Int64
 }
 
 func newConn(nc net.Conn, c *Client) *conn {
@@ -567,6 +590,7 @@ func (cn *conn) readLoop() {
 		if w == nil {
 			continue
 		}
+		w.arrived.Store(time.Now().UnixNano())
 		select {
 		case w.ch <- msg:
 		case <-w.done:
@@ -742,6 +766,13 @@ func pending(w *waiter) []byte {
 // barrier sends a barrier request and waits for its reply: every message
 // sent before it has then been processed and its error, if any, delivered.
 func (cn *conn) barrier(ctx context.Context) error {
+	_, err := cn.barrierAt(ctx)
+	return err
+}
+
+// barrierAt is barrier, also returning when its reply arrived (Unix
+// nanoseconds).
+func (cn *conn) barrierAt(ctx context.Context) (int64, error) {
 	xid := cn.client.nextXID()
 	w := cn.register(xid, 1)
 	defer cn.unregister(xid)
@@ -749,16 +780,16 @@ func (cn *conn) barrier(ctx context.Context) error {
 	h.Type = of13.Type_BarrierRequest
 	h.Xid = xid
 	if err := cn.write(&h); err != nil {
-		return err
+		return 0, err
 	}
 	msg, err := cn.wait(ctx, w)
 	if err != nil {
-		return fmt.Errorf("barrier: %w", err)
+		return 0, fmt.Errorf("barrier: %w", err)
 	}
 	if msg[1] == of13.Type_Error {
-		return decodeError(msg)
+		return 0, decodeError(msg)
 	}
-	return nil
+	return w.arrived.Load(), nil
 }
 
 // Barrier waits until the switch has processed every message sent before.

@@ -276,9 +276,14 @@ func TestBundleAtomicity(t *testing.T) {
 	c := dialBridge(t, br, openflow.Options{})
 	ctx := context.Background()
 	existing := openflow.Flow{Table: 1, Priority: 10, Cookie: 0x10, Match: openflow.Match{InPort: 7}, Actions: []openflow.Action{openflow.Normal{}}}
+	sent := time.Now()
 	if err := c.AddFlows(ctx, existing); err != nil {
 		t.Fatal(err)
 	}
+	if at := c.LastApplied(); at.Before(sent) || at.After(time.Now()) {
+		t.Fatalf("LastApplied %v is not between the call (%v) and its return", at, sent)
+	}
+	committed := c.LastApplied()
 	before := dump(t, br)
 	if len(before) != 1 {
 		t.Fatalf("setup: %q", before)
@@ -295,6 +300,9 @@ func TestBundleAtomicity(t *testing.T) {
 	err := c.Apply(ctx, changes)
 	if err == nil {
 		t.Fatal("bundle with a bad flow succeeded")
+	}
+	if !c.LastApplied().Equal(committed) {
+		t.Fatalf("a bundle that was not committed moved LastApplied from %v to %v", committed, c.LastApplied())
 	}
 	var fe *openflow.FlowError
 	if !errors.As(err, &fe) {
@@ -313,8 +321,12 @@ func TestBundleAtomicity(t *testing.T) {
 	}
 	// The same bundle without the bad flow applies completely.
 	good := append(append([]openflow.FlowChange{}, changes[:2]...), changes[3])
+	sent = time.Now()
 	if err := c.Apply(ctx, good); err != nil {
 		t.Fatal(err)
+	}
+	if at := c.LastApplied(); at.Before(sent) || at.After(time.Now()) {
+		t.Fatalf("LastApplied %v is not between the bundle's call (%v) and its return", at, sent)
 	}
 	after := dump(t, br)
 	if len(after) != 2 || !strings.Contains(after[0], "cookie=0x20, table=2") || !strings.Contains(after[1], "cookie=0x30, table=3") {

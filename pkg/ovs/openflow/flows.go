@@ -175,12 +175,14 @@ func (cn *conn) single(ctx context.Context, ch FlowChange, fm *of13.FlowMod) err
 	if err := cn.write(fm); err != nil {
 		return err
 	}
-	if err := cn.barrier(ctx); err != nil {
+	at, err := cn.barrierAt(ctx)
+	if err != nil {
 		return err
 	}
 	if msg := pending(w); msg != nil && msg[1] == of13.Type_Error {
 		return &FlowError{Index: 0, Command: ch.Command, Flow: ch.Flow, Err: decodeError(msg)}
 	}
+	cn.client.lastApplied.Store(at)
 	return nil
 }
 
@@ -269,7 +271,7 @@ func (cn *conn) bundle(ctx context.Context, n int, encode func(i int, xid uint32
 		}
 		return fmt.Errorf("bundle not applied: %w", errors.Join(flowErrs...))
 	}
-	commitErr := cn.bundleCtrl(ctx, id, of13.OFPBCT_COMMIT_REQUEST)
+	commitErr := cn.commitBundle(ctx, id)
 	if commitErr == nil {
 		return nil
 	}
@@ -336,6 +338,21 @@ func (cn *conn) bundleCtrl(ctx context.Context, id uint32, typ uint16) error {
 	}
 	defer cn.unregister(xid)
 	return cn.waitBundleCtrl(ctx, w, typ)
+}
+
+// commitBundle commits bundle id and, when it was committed, records its
+// reply's arrival (Client.LastApplied).
+func (cn *conn) commitBundle(ctx context.Context, id uint32) error {
+	xid, w, err := cn.sendBundleCtrl(id, of13.OFPBCT_COMMIT_REQUEST)
+	if err != nil {
+		return err
+	}
+	defer cn.unregister(xid)
+	if err := cn.waitBundleCtrl(ctx, w, of13.OFPBCT_COMMIT_REQUEST); err != nil {
+		return err
+	}
+	cn.client.lastApplied.Store(w.arrived.Load())
+	return nil
 }
 
 // sendBundleCtrl sends a bundle control request; its reply goes to the

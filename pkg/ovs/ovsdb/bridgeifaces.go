@@ -2,6 +2,7 @@ package ovsdb
 
 import (
 	"context"
+	"fmt"
 )
 
 // BridgeInterfaces returns the names of the interfaces of the bridge's
@@ -9,32 +10,54 @@ import (
 // database; an agent uses this to keep only its own bridge's (several
 // bridges with tierflow external_ids can share one ovsdb-server, e.g. two
 // simulated nodes in tests).
+//
+// The agent asks at every realization, so the rows are read where they
+// lie: a cache predicate sees each row read-only, without a copy, and
+// the predicates here collect what they need and select nothing, so no
+// row is cloned (libovsdb clones each selected row through JSON: with a
+// few hundred pods, milliseconds of every realization).
 func (c *Client) BridgeInterfaces(bridge string) (map[string]bool, error) {
-	br, err := c.Bridge(bridge)
-	if err != nil {
+	var ports map[string]bool
+	if err := c.scan(func(b *Bridge) bool {
+		if b.Name == bridge {
+			ports = make(map[string]bool, len(b.Ports))
+			for _, u := range b.Ports {
+				ports[u] = true
+			}
+		}
+		return false
+	}, &[]Bridge{}); err != nil {
 		return nil, err
 	}
-	ports := make(map[string]bool, len(br.Ports))
-	for _, u := range br.Ports {
-		ports[u] = true
-	}
-	var rows []Port
-	if err := c.ovs.WhereCache(func(p *Port) bool { return ports[p.UUID] }).List(context.Background(), &rows); err != nil {
-		return nil, err
+	if ports == nil {
+		return nil, fmt.Errorf("bridge %s: %w", bridge, ErrNotFound)
 	}
 	ifaces := map[string]bool{}
-	for _, p := range rows {
-		for _, u := range p.Interfaces {
-			ifaces[u] = true
+	if err := c.scan(func(p *Port) bool {
+		if ports[p.UUID] {
+			for _, u := range p.Interfaces {
+				ifaces[u] = true
+			}
 		}
-	}
-	var irows []Interface
-	if err := c.ovs.WhereCache(func(i *Interface) bool { return ifaces[i.UUID] }).List(context.Background(), &irows); err != nil {
+		return false
+	}, &[]Port{}); err != nil {
 		return nil, err
 	}
-	out := make(map[string]bool, len(irows))
-	for _, i := range irows {
-		out[i.Name] = true
+	out := make(map[string]bool, len(ifaces))
+	if err := c.scan(func(i *Interface) bool {
+		if ifaces[i.UUID] {
+			out[i.Name] = true
+		}
+		return false
+	}, &[]Interface{}); err != nil {
+		return nil, err
 	}
 	return out, nil
+}
+
+// scan runs visit on every cached row of the table of rows' element type
+// (read-only: visit must not keep or change the row). visit returns
+// false, so nothing is selected or cloned; rows only names the table.
+func (c *Client) scan(visit any, rows any) error {
+	return c.ovs.WhereCache(visit).List(context.Background(), rows)
 }

@@ -2,6 +2,9 @@ package ovsdb_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"maps"
 	"net/netip"
 	"os/exec"
 	"strconv"
@@ -347,5 +350,79 @@ func TestWatcherMapsPodsToOFPorts(t *testing.T) {
 	next("pod a removed", func(ev ovsdb.Event) bool { return ev.Type == ovsdb.PortRemoved && ev.Port.PodName == "a" })
 	if len(w.Pods()) != 0 {
 		t.Fatalf("Pods after removals: %+v", w.Pods())
+	}
+}
+
+// TestBridgeInterfaces: each bridge's own interfaces, read from the cache
+// (which follows the database as ovs-vsctl changes it); an unknown bridge
+// is ErrNotFound.
+func TestBridgeInterfaces(t *testing.T) {
+	env := ovsenv.Start(t)
+	c := connect(t, env)
+	b1, b2 := env.AddBridge("i1"), env.AddBridge("i2")
+	p1, p2, p3 := "tf"+env.ID+"p1", "tf"+env.ID+"p2", "tf"+env.ID+"p3"
+	vsctl(t, env, "add-port", b1.Name, p1, "--", "set", "Interface", p1, "type=patch", "options:peer="+p3,
+		"--", "add-port", b1.Name, p2, "--", "set", "Interface", p2, "type=patch", "options:peer="+p3,
+		"--", "add-port", b2.Name, p3, "--", "set", "Interface", p3, "type=patch", "options:peer="+p1)
+	want := map[string]map[string]bool{
+		// Every bridge has its own internal interface, named after it.
+		b1.Name: {b1.Name: true, p1: true, p2: true},
+		b2.Name: {b2.Name: true, p3: true},
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for br, w := range want {
+		for {
+			got, err := c.BridgeInterfaces(br)
+			if err == nil && maps.Equal(got, w) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("BridgeInterfaces(%s) = %v, %v; want %v", br, got, err, w)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if _, err := c.BridgeInterfaces("tf" + env.ID + "none"); !errors.Is(err, ovsdb.ErrNotFound) {
+		t.Fatalf("unknown bridge: %v, want ErrNotFound", err)
+	}
+}
+
+// BenchmarkBridgeInterfaces: what an agent with 333 pods (the end-to-end
+// bench's nodes) pays at every realization to know its bridge's ports.
+func BenchmarkBridgeInterfaces(b *testing.B) {
+	env := ovsenv.Start(b)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := ovsdb.Connect(ctx, env.DBEndpoint(), ovsdb.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	br := env.AddBridge("bi")
+	const ports = 333
+	var args []string
+	for i := 0; i < ports; i++ {
+		p := fmt.Sprintf("tf%sb%d", env.ID, i)
+		args = append(args, "--", "add-port", br.Name, p, "--", "set", "Interface", p, "type=patch", "options:peer=none",
+			`external_ids:"tierflow.io/pod"=ns/pod`+strconv.Itoa(i))
+	}
+	if out, err := env.Vsctl(args[1:]...); err != nil {
+		b.Fatalf("%v: %s", err, out)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, err := c.BridgeInterfaces(br.Name)
+		if err == nil && len(got) == ports+1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%d interfaces, %v", len(got), err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for b.Loop() {
+		if _, err := c.BridgeInterfaces(br.Name); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -60,6 +60,12 @@ func (c *Client) Realization(ctx context.Context) (*Realization, error) {
 	return &out, c.get(ctx, "/v1/realization", nil, &out)
 }
 
+// Updates asks /v1/updates.
+func (c *Client) Updates(ctx context.Context) (*Updates, error) {
+	var out Updates
+	return &out, c.get(ctx, "/v1/updates", nil, &out)
+}
+
 // Rules asks /v1/rules.
 func (c *Client) Rules(ctx context.Context) (*Rules, error) {
 	var out Rules

@@ -7,6 +7,8 @@
 //
 //	/v1/status       node, datapath, controller stream position, readiness
 //	/v1/realization  per policy: the generation the bridge enforces, or the error
+//	/v1/updates      the last updates from the controller, each with when it
+//	                 passed every stage from the controller to the bridge
 //	/v1/rules        the cookie → rule map (rule IDs of this run's cookie round)
 //	/v1/flows        installed flows with counters, filtered by
 //	                 ?policy=KIND/[NS/]NAME or policy ID, &direction=In|Out,

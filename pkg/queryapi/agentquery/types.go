@@ -98,6 +98,45 @@ type Realization struct {
 	Policies []PolicyRealization `json:"policies"`
 }
 
+// Updates is /v1/updates: the agent's last updates from the controller
+// (up to MaxUpdateTimings, oldest first).
+type Updates struct {
+	Node    string         `json:"node"`
+	Updates []UpdateTiming `json:"updates"`
+}
+
+// MaxUpdateTimings is how many updates /v1/updates keeps.
+const MaxUpdateTimings = 256
+
+// UpdateTiming is when one update from the controller passed each stage
+// on its way to the bridge, each stamped as it happened (the controller's
+// times by the controller, on the same clock only when both run on one
+// machine). Zero: not known (an update realized together with the next
+// one, or one that changed no flow, has no bundle times).
+type UpdateTiming struct {
+	Version uint64 `json:"version"`
+	Full    bool   `json:"full,omitempty"`
+	// The controller's (wire.Trace): the engine reported the first change
+	// it carries to the distribution server; the distribution round
+	// queued it; the node's stream started sending it.
+	Changed time.Time `json:"changed,omitzero"`
+	Queued  time.Time `json:"queued,omitzero"`
+	Sent    time.Time `json:"sent,omitzero"`
+	// The agent's: its stream delivered the update (decoded); the
+	// realization started (the rule cache updated, the previous
+	// realization done); the bundle started (rules compiled and diffed);
+	// the switch's reply confirming the bundle arrived (stamped by the
+	// OpenFlow read loop); the realization ended.
+	Received    time.Time `json:"received,omitzero"`
+	Realizing   time.Time `json:"realizing,omitzero"`
+	BundleStart time.Time `json:"bundleStart,omitzero"`
+	Committed   time.Time `json:"committed,omitzero"`
+	Done        time.Time `json:"done,omitzero"`
+	// FlowChanges is how many flow changes the bundle carried.
+	FlowChanges int    `json:"flowChanges"`
+	Error       string `json:"error,omitempty"`
+}
+
 // RuleInfo describes the rule behind a rule ID: what a cookie's or a
 // ct_label's rule ID reads back to. The agent's flow compiler
 // (pkg/agent/policyflows) fills it as it allocates the IDs.

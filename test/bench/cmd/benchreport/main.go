@@ -138,7 +138,7 @@ func run(out string, quick bool, only, goBin string, merge bool) error {
 			r.Status, r.Reason = StatusNotMeasured, r.NotMeasured
 			logf("%s: not measured: %s", prefix, r.NotMeasured)
 		default:
-			r.Date = time.Now().UTC().Format(time.RFC3339)
+			r.Date, r.Commit = time.Now().UTC().Format(time.RFC3339), rep.Commit
 			logf("%s (%s scale) ...", prefix, r.Scale)
 			execute(ctx, r, binaries[r.Package], filepath.Join(out, "logs"), prefix)
 			if r.Status == StatusOK {
@@ -393,6 +393,11 @@ func loadPrevious(path, mode string) (map[string]*Run, error) {
 	for _, r := range prev.Runs {
 		if r.Date == "" {
 			r.Date = prev.Date
+		}
+		if r.Commit == "" && r.Date >= prev.Date {
+			// Measured by that invocation (RFC 3339 UTC dates sort as
+			// text); an older run's commit was not recorded.
+			r.Commit = prev.Commit
 		}
 		out[r.ID] = r
 	}

@@ -35,8 +35,10 @@ type Run struct {
 	NeedsOVS    bool   `json:"-"`
 	NotMeasured string `json:"-"`
 
-	// Date is when the run started (RFC 3339, UTC).
+	// Date is when the run started (RFC 3339, UTC), Commit the commit
+	// measured (its invocation's: with BENCH_MERGE=1 runs can differ).
 	Date   string `json:"date,omitempty"`
+	Commit string `json:"commit,omitempty"`
 	Status string `json:"status"`
 	// Reason says why a run failed or was not measured.
 	Reason string `json:"reason,omitempty"`
@@ -204,6 +206,9 @@ func (rep *Report) Markdown() string {
 	if rep.Commit != "" {
 		fmt.Fprintf(&b, "- Commit: %s\n", rep.Commit)
 	}
+	if cs := runCommits(rep); len(cs) > 1 {
+		fmt.Fprintf(&b, "- Commits measured, by run (BENCH_MERGE=1 kept runs of earlier invocations): %s\n", strings.Join(cs, "; "))
+	}
 	if l := rep.LoadAvg; l != nil {
 		fmt.Fprintf(&b, "- Load average (1 min) while the runs ran: min %.2f, mean %.2f, max %.2f (%d samples: each run's start and end, and every 30 s; per run in report.json)\n", l.Min, l.Mean, l.Max, l.Samples)
 	}
@@ -322,7 +327,7 @@ func (rep *Report) Markdown() string {
 			}},
 		{SectionE2E,
 			"The simulated cluster (test/testbed: real kube-apiserver, kwok nodes, pods as network namespaces on one bridge per node of a private ovs-vswitchd) with the real tierflow-controller and one tierflow-agent per node (test/e2e/framework). Each change is timed from the start of its API write until the bridge of every node that needs it (the nodes of the pods the rule applies to) has reported the flows that realize it: an OpenFlow flow monitor on each bridge (pkg/ovs/openflow Monitor: the ONF flow monitor extension Open vSwitch implements for OpenFlow 1.3) reports every committed change as the switch commits it, and the change counts as seen when the bridge's flows make the rule's port or peer address present (created, updated, joining) and the replaced ones absent (updated, deleted, leaving); the bridges are then cross-checked with `ovs-ofctl dump-flows` (a disagreement fails the run). Resolution: before each round this process adds one flow to a scratch table of each bridge and deletes it (one flow-mod each), timing from the write until the monitor's report; p99 of those bounds how late the monitor reports a change. Percentiles are nearest rank; per change kind p50 / p90 / p99 / max.",
-			[]string{"scale", "nodes", "pods", "pods running after", "changes", "p50", "p90", "p99", "max", "resolution (p99 of calibration; median)", "API write (p50 / p99)", "after the write (p50 / p99)", "load during the rounds", "NP create", "NP update", "NP delete", "pod joins peers", "pod leaves peers", "ANP create", "ANP update", "ANP delete"},
+			[]string{"scale", "nodes", "pods", "pods running after", "changes", "p50", "p90", "p99", "max", "resolution (p99 of calibration; median)", "agent's commit reply vs monitor (p99 of the difference)", "API write (p50 / p99)", "after the write (p50 / p99)", "load during the rounds", "NP create", "NP update", "NP delete", "pod joins peers", "pod leaves peers", "ANP create", "ANP update", "ANP delete"},
 			func(r *Run) []string {
 				kind := func(k string) string {
 					p50, ok1 := val(r, k+"-p50-ms")
@@ -335,7 +340,7 @@ func (rep *Report) Markdown() string {
 					return fmt.Sprintf("%.0f / %.0f / %.0f / %.0f ms", p50, p90, p99, max)
 				}
 				return []string{r.Scale, num(r, "nodes"), num(r, "pods"), secs(r, "pods-s"), num(r, "changes"), "**" + ms(r, "p50-ms") + "**", ms(r, "p90-ms"), "**" + ms(r, "p99-ms") + "**", ms(r, "max-ms"),
-					ms(r, "resolution-ms") + " (" + ms(r, "calib-p50-ms") + ")",
+					ms(r, "resolution-ms") + " (" + ms(r, "calib-p50-ms") + ")", ms(r, "ack-monitor-agreement-p99-ms"),
 					ms(r, "write-p50-ms") + " / " + ms(r, "write-p99-ms"), ms(r, "after-write-p50-ms") + " / " + ms(r, "after-write-p99-ms"),
 					num(r, "rounds-load-min") + " – " + num(r, "rounds-load-max"),
 					kind("np-create"), kind("np-update"), kind("np-delete"), kind("relabel-join"), kind("relabel-leave"), kind("anp-create"), kind("anp-update"), kind("anp-delete")}
@@ -416,6 +421,13 @@ func (rep *Report) Markdown() string {
 			}
 		}
 		b.WriteString("\n")
+		if s.name == SectionE2E {
+			for _, r := range runs {
+				if r.Status == StatusOK {
+					b.WriteString(stagesTable(r))
+				}
+			}
+		}
 		var descs []string
 		for _, r := range runs {
 			if r.Description != "" && s.name != SectionEngineBench {
@@ -436,6 +448,73 @@ func (rep *Report) Markdown() string {
 		b.WriteString("\n")
 	}
 	return b.String()
+}
+
+// e2eKinds are the end-to-end run's change kinds: metric prefix, name.
+var e2eKinds = [][2]string{{"np-create", "NP create"}, {"np-update", "NP update"}, {"np-delete", "NP delete"},
+	{"relabel-join", "pod joins peers"}, {"relabel-leave", "pod leaves peers"},
+	{"anp-create", "ANP create"}, {"anp-update", "ANP update"}, {"anp-delete", "ANP delete"}, {"stage", "all changes"}}
+
+// stagesTable is the end-to-end run's latency by stage (measure.E2EStages)
+// and change kind, p50 / p90 / p99 / max; empty when the run has none.
+func stagesTable(r *Run) string {
+	if _, ok := val(r, "stage-"+measure.E2EStages[0].Key+"-p50-ms"); !ok {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("By stage, on the node whose bridge reported last, each from the previous stage's stamp to its own (they add up to the latency); every stamp is made where the stage happens, on this machine's clock: p50 / p90 / p99 / max in ms.\n\n")
+	cols := []string{"change"}
+	for _, st := range measure.E2EStages {
+		cols = append(cols, st.Key)
+	}
+	fmt.Fprintf(&b, "| %s |\n|%s\n", strings.Join(cols, " | "), strings.Repeat("---|", len(cols)))
+	for _, k := range e2eKinds {
+		row := []string{k[1]}
+		for _, st := range measure.E2EStages {
+			key := k[0] + "-" + st.Key
+			p50, ok := val(r, key+"-p50-ms")
+			if !ok {
+				row = append(row, "–")
+				continue
+			}
+			p90, _ := val(r, key+"-p90-ms")
+			p99, _ := val(r, key+"-p99-ms")
+			mx, _ := val(r, key+"-max-ms")
+			row = append(row, fmt.Sprintf("%.1f / %.1f / %.1f / %.1f", p50, p90, p99, mx))
+		}
+		if k[0] == "stage" {
+			row[0] = "**" + row[0] + "**"
+		}
+		fmt.Fprintf(&b, "| %s |\n", strings.Join(row, " | "))
+	}
+	b.WriteString("\n")
+	for _, st := range measure.E2EStages {
+		fmt.Fprintf(&b, "- %s: %s\n", st.Key, st.What)
+	}
+	b.WriteString("\n")
+	return b.String()
+}
+
+// runCommits lists each commit the runs measured with the runs that
+// measured it ("COMMIT: id, id"), in run order.
+func runCommits(rep *Report) []string {
+	var commits []string
+	byCommit := map[string][]string{}
+	for _, r := range rep.Runs {
+		c := r.Commit
+		if c == "" {
+			c = "not recorded"
+		}
+		if byCommit[c] == nil {
+			commits = append(commits, c)
+		}
+		byCommit[c] = append(byCommit[c], r.ID)
+	}
+	out := make([]string, len(commits))
+	for i, c := range commits {
+		out[i] = c + ": " + strings.Join(byCommit[c], ", ")
+	}
+	return out
 }
 
 func val(r *Run, unit string) (float64, bool) {
