@@ -12,7 +12,10 @@ import (
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
@@ -108,9 +111,11 @@ func threadCPU() time.Duration {
 // each list of every namespace, node, pod or NetworkPolicy (of all
 // namespaces) makes c's objects of that kind again and answers them
 // (objects of the list's own, as decoding an apiserver's answer gives,
-// none sharing a map or pointer with another).
-// Watches, writes and every other request go to a fake clientset (its
-// object tracker starts empty). The reference test puts its objects into
+// none sharing a map or pointer with another), and so does each watch
+// that asks for the initial events (sendInitialEvents, the streamed
+// initial list client-go's reflectors ask for, see servedWatch).
+// Other watches, writes and every other request go to a fake clientset
+// (its object tracker starts empty). The reference test puts its objects into
 // the fake's tracker instead, which keeps a second copy of every object
 // for the whole run, and the fake's lists copy them twice more; here the
 // process holds only what each list hands out.
@@ -122,6 +127,11 @@ type servingClientset struct {
 	*fake.Clientset
 	c *served
 }
+
+// IsWatchListSemanticsUnSupported tells client-go's reflectors that this
+// clientset serves the initial list as a stream (the fake clientset it
+// embeds says it does not): see servedWatch.
+func (servingClientset) IsWatchListSemanticsUnSupported() bool { return false }
 
 func (k servingClientset) CoreV1() corev1client.CoreV1Interface {
 	return servingCoreV1{k.Clientset.CoreV1(), k.c}
@@ -172,6 +182,10 @@ func (s servedNamespaces) List(_ context.Context, opts metav1.ListOptions) (*cor
 	return &corev1.NamespaceList{Items: list(s.c, func() []corev1.Namespace { return listItems(s.c.objects(shapes.NamespaceKind).Namespaces) })}, unselected(opts)
 }
 
+func (s servedNamespaces) Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	return servedWatch(ctx, s.c, opts, s.NamespaceInterface.Watch, func() []*corev1.Namespace { return s.c.objects(shapes.NamespaceKind).Namespaces })
+}
+
 type servedNodes struct {
 	corev1client.NodeInterface
 	c *served
@@ -179,6 +193,10 @@ type servedNodes struct {
 
 func (s servedNodes) List(_ context.Context, opts metav1.ListOptions) (*corev1.NodeList, error) {
 	return &corev1.NodeList{Items: list(s.c, func() []corev1.Node { return listItems(s.c.objects(shapes.NodeKind).Nodes) })}, unselected(opts)
+}
+
+func (s servedNodes) Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	return servedWatch(ctx, s.c, opts, s.NodeInterface.Watch, func() []*corev1.Node { return s.c.objects(shapes.NodeKind).Nodes })
 }
 
 type servedPods struct {
@@ -190,6 +208,10 @@ func (s servedPods) List(_ context.Context, opts metav1.ListOptions) (*corev1.Po
 	return &corev1.PodList{Items: list(s.c, func() []corev1.Pod { return listItems(s.c.objects(shapes.PodKind).Pods) })}, unselected(opts)
 }
 
+func (s servedPods) Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	return servedWatch(ctx, s.c, opts, s.PodInterface.Watch, func() []*corev1.Pod { return s.c.objects(shapes.PodKind).Pods })
+}
+
 type servedNetworkPolicies struct {
 	networkingv1client.NetworkPolicyInterface
 	c *served
@@ -198,6 +220,78 @@ type servedNetworkPolicies struct {
 func (s servedNetworkPolicies) List(_ context.Context, opts metav1.ListOptions) (*networkingv1.NetworkPolicyList, error) {
 	return &networkingv1.NetworkPolicyList{Items: list(s.c, func() []networkingv1.NetworkPolicy { return listItems(s.c.objects(shapes.NetworkPolicyKind).NPs) })}, unselected(opts)
 }
+
+func (s servedNetworkPolicies) Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	return servedWatch(ctx, s.c, opts, s.NetworkPolicyInterface.Watch, func() []*networkingv1.NetworkPolicy { return s.c.objects(shapes.NetworkPolicyKind).NPs })
+}
+
+// servedWatch answers a watch of all objects of a kind. One that asks
+// for the initial events is served as kube-apiserver serves it (its
+// WatchList feature, which client-go 0.35's reflectors use by default,
+// WatchListClient): the kind's objects made by mk, each an Added event
+// of its own, the bookmark annotated k8s.io/initial-events-end, then the
+// watch goes on as rest (the fake clientset's watch, on which nothing of
+// these kinds is ever written). Any other watch is rest's. Each object
+// is the harness's no longer once it is sent (mk's slice drops it), as
+// an apiserver's encoded event is another process's memory; the slice
+// of those not yet sent is, like a list being made, counted in the
+// process's RSS.
+func servedWatch[T any, P interface {
+	*T
+	runtime.Object
+}](ctx context.Context, c *served, opts metav1.ListOptions, rest func(context.Context, metav1.ListOptions) (watch.Interface, error), mk func() []P) (watch.Interface, error) {
+	if opts.SendInitialEvents == nil || !*opts.SendInitialEvents {
+		return rest(ctx, opts)
+	}
+	if err := unselected(opts); err != nil {
+		return nil, err
+	}
+	after, err := rest(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	events := make(chan watch.Event)
+	w := watch.NewProxyWatcher(events)
+	go func() {
+		defer close(events)
+		defer after.Stop()
+		send := func(e watch.Event) bool {
+			select {
+			case events <- e:
+				return true
+			case <-w.StopChan():
+				return false
+			}
+		}
+		objs := list(c, mk)
+		for i, o := range objs {
+			objs[i] = nil
+			if !send(watch.Event{Type: watch.Added, Object: o}) {
+				return
+			}
+		}
+		end := P(new(T))
+		m, err := meta.Accessor(end)
+		if err != nil {
+			panic(err) // every served kind has object metadata
+		}
+		m.SetResourceVersion(servedResourceVersion)
+		m.SetAnnotations(map[string]string{metav1.InitialEventsAnnotationKey: "true"})
+		if !send(watch.Event{Type: watch.Bookmark, Object: end}) {
+			return
+		}
+		for e := range after.ResultChan() {
+			if !send(e) {
+				return
+			}
+		}
+	}()
+	return w, nil
+}
+
+// servedResourceVersion is the resource version of the served state
+// (the bookmark that ends the initial events carries it).
+const servedResourceVersion = "1"
 
 // unselected refuses a list with a selector: the served lists hold every
 // object (the controller's informers select nothing).
