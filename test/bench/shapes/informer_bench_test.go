@@ -86,16 +86,22 @@ func (c *served) objects(keep shapes.Kinds) *shapes.Cluster {
 	return c.shape.BuildKinds(c.quick, keep)
 }
 
-// list makes the items of a list by mk, counting its CPU time in
-// listCPU: the calling goroutine keeps its thread meanwhile, and the
-// thread's CPU time is read before and after.
+// list makes the items of a list by mk, counting its CPU time in listCPU.
 func list[T any](c *served, mk func() []T) []T {
+	var items []T
+	counted(c, func() { items = mk() })
+	return items
+}
+
+// counted runs fn, counting its CPU time in listCPU: the calling
+// goroutine keeps its thread meanwhile, and the thread's CPU time is read
+// before and after.
+func counted(c *served, fn func()) {
 	goruntime.LockOSThread()
 	defer goruntime.UnlockOSThread()
 	t0 := threadCPU()
-	items := mk()
+	fn()
 	c.listCPU.Add(int64(threadCPU() - t0))
-	return items
 }
 
 // threadCPU is the calling thread's CPU time (user and system).
@@ -183,7 +189,7 @@ func (s servedNamespaces) List(_ context.Context, opts metav1.ListOptions) (*cor
 }
 
 func (s servedNamespaces) Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-	return servedWatch(ctx, s.c, opts, s.NamespaceInterface.Watch, func() []*corev1.Namespace { return s.c.objects(shapes.NamespaceKind).Namespaces })
+	return servedWatch[corev1.Namespace](ctx, s.c, shapes.NamespaceKind, opts, s.NamespaceInterface.Watch)
 }
 
 type servedNodes struct {
@@ -196,7 +202,7 @@ func (s servedNodes) List(_ context.Context, opts metav1.ListOptions) (*corev1.N
 }
 
 func (s servedNodes) Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-	return servedWatch(ctx, s.c, opts, s.NodeInterface.Watch, func() []*corev1.Node { return s.c.objects(shapes.NodeKind).Nodes })
+	return servedWatch[corev1.Node](ctx, s.c, shapes.NodeKind, opts, s.NodeInterface.Watch)
 }
 
 type servedPods struct {
@@ -209,7 +215,7 @@ func (s servedPods) List(_ context.Context, opts metav1.ListOptions) (*corev1.Po
 }
 
 func (s servedPods) Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-	return servedWatch(ctx, s.c, opts, s.PodInterface.Watch, func() []*corev1.Pod { return s.c.objects(shapes.PodKind).Pods })
+	return servedWatch[corev1.Pod](ctx, s.c, shapes.PodKind, opts, s.PodInterface.Watch)
 }
 
 type servedNetworkPolicies struct {
@@ -222,24 +228,22 @@ func (s servedNetworkPolicies) List(_ context.Context, opts metav1.ListOptions) 
 }
 
 func (s servedNetworkPolicies) Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-	return servedWatch(ctx, s.c, opts, s.NetworkPolicyInterface.Watch, func() []*networkingv1.NetworkPolicy { return s.c.objects(shapes.NetworkPolicyKind).NPs })
+	return servedWatch[networkingv1.NetworkPolicy](ctx, s.c, shapes.NetworkPolicyKind, opts, s.NetworkPolicyInterface.Watch)
 }
 
 // servedWatch answers a watch of all objects of a kind. One that asks
 // for the initial events is served as kube-apiserver serves it (its
 // WatchList feature, which client-go 0.35's reflectors use by default,
-// WatchListClient): the kind's objects made by mk, each an Added event
-// of its own, the bookmark annotated k8s.io/initial-events-end, then the
-// watch goes on as rest (the fake clientset's watch, on which nothing of
-// these kinds is ever written). Any other watch is rest's. Each object
-// is the harness's no longer once it is sent (mk's slice drops it), as
-// an apiserver's encoded event is another process's memory; the slice
-// of those not yet sent is, like a list being made, counted in the
-// process's RSS.
+// WatchListClient): the kind's objects, each an Added event of its own as
+// soon as the shape's builder made it (the harness holds none but those
+// in flight, as an apiserver's objects are another process's memory),
+// the bookmark annotated k8s.io/initial-events-end, then the watch goes
+// on as rest (the fake clientset's watch, on which nothing of these kinds
+// is ever written). Any other watch is rest's.
 func servedWatch[T any, P interface {
 	*T
 	runtime.Object
-}](ctx context.Context, c *served, opts metav1.ListOptions, rest func(context.Context, metav1.ListOptions) (watch.Interface, error), mk func() []P) (watch.Interface, error) {
+}](ctx context.Context, c *served, kind shapes.Kinds, opts metav1.ListOptions, rest func(context.Context, metav1.ListOptions) (watch.Interface, error)) (watch.Interface, error) {
 	if opts.SendInitialEvents == nil || !*opts.SendInitialEvents {
 		return rest(ctx, opts)
 	}
@@ -250,26 +254,28 @@ func servedWatch[T any, P interface {
 	if err != nil {
 		return nil, err
 	}
-	events := make(chan watch.Event)
+	// A buffer of events, as a watch's connection has: the builder's
+	// goroutine (locked to its thread to count its CPU time) parks only
+	// when it is full.
+	events := make(chan watch.Event, 256)
 	w := watch.NewProxyWatcher(events)
 	go func() {
 		defer close(events)
 		defer after.Stop()
+		stopped := false
 		send := func(e watch.Event) bool {
-			select {
-			case events <- e:
-				return true
-			case <-w.StopChan():
-				return false
+			if !stopped {
+				select {
+				case events <- e:
+				case <-w.StopChan():
+					stopped = true
+				}
 			}
+			return !stopped
 		}
-		objs := list(c, mk)
-		for i, o := range objs {
-			objs[i] = nil
-			if !send(watch.Event{Type: watch.Added, Object: o}) {
-				return
-			}
-		}
+		counted(c, func() {
+			c.shape.StreamKinds(c.quick, kind, func(o any) { send(watch.Event{Type: watch.Added, Object: o.(P)}) })
+		})
 		end := P(new(T))
 		m, err := meta.Accessor(end)
 		if err != nil {
