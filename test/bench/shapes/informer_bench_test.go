@@ -34,10 +34,11 @@ import (
 // The from-informer-start benchmarks live here, out of package compute's
 // tests, so that its fuzz builds need not instrument client-go. Their
 // harness stands in for an apiserver in the benchmark's own process: each
-// list of a kind makes that kind's objects of the scenario again (package
-// shapes builds them deterministically) and answers a deep copy of them,
-// as decoding an apiserver's answer hands a controller objects of its
-// own. The harness holds no object between lists, as an apiserver (another
+// initial list of a kind (streamed, as client-go's reflectors ask for it,
+// or listed) makes that kind's objects of the scenario again (package
+// shapes builds them deterministically) and hands them over, as decoding
+// an apiserver's answer hands a controller objects of its own. The
+// harness holds no object but those in flight, as an apiserver (another
 // process) holds none in the controller's, so the process's peak RSS is
 // the controller's with what the lists hand it.
 
