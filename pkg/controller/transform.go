@@ -43,6 +43,10 @@ import (
 // or node is trimmed in place (client-go
 // hands the transform the object it decoded, which nothing else holds: a
 // copy would double the memory of an initial list while it is stored).
+// From an apiserver that streams initial lists (kube-apiserver's WatchList,
+// on by default from 1.34; client-go's reflectors ask for it), each object
+// is transformed as it arrives and the decoded list is never held whole;
+// from one that only lists, the whole list is decoded first.
 func CoreTransform(obj interface{}) (interface{}, error) {
 	switch o := obj.(type) {
 	case *corev1.Pod:
