@@ -9,7 +9,7 @@ import (
 )
 
 func hasNamedPort(p *podState, name string) bool {
-	for _, np := range p.ports {
+	for _, np := range p.ports() {
 		if np.Name == name {
 			return true
 		}
@@ -200,8 +200,8 @@ func (e *Engine) addPod(g *group, p *podState) {
 	g.notePod(p)
 	g.pods.add(p)
 	p.groups.add(g)
-	if g.podsPerNode.add(p.node, 1) == 1 {
-		e.atgSpanChanged(g, p.node, 1)
+	if g.podsPerNode.add(p.node(), 1) == 1 {
+		e.atgSpanChanged(g, p.node(), 1)
 	}
 	e.touchGroup(g)
 }
@@ -213,8 +213,8 @@ func (e *Engine) removePod(g *group, p *podState) {
 	g.notePod(p)
 	g.pods.remove(p)
 	p.groups.remove(g)
-	if g.podsPerNode.add(p.node, -1) == 0 {
-		e.atgSpanChanged(g, p.node, -1)
+	if g.podsPerNode.add(p.node(), -1) == 0 {
+		e.atgSpanChanged(g, p.node(), -1)
 	}
 	e.touchGroup(g)
 }
