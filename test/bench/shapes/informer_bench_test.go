@@ -12,7 +12,10 @@ import (
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
@@ -31,10 +34,11 @@ import (
 // The from-informer-start benchmarks live here, out of package compute's
 // tests, so that its fuzz builds need not instrument client-go. Their
 // harness stands in for an apiserver in the benchmark's own process: each
-// list of a kind makes that kind's objects of the scenario again (package
-// shapes builds them deterministically) and answers a deep copy of them,
-// as decoding an apiserver's answer hands a controller objects of its
-// own. The harness holds no object between lists, as an apiserver (another
+// initial list of a kind (streamed, as client-go's reflectors ask for it,
+// or listed) makes that kind's objects of the scenario again (package
+// shapes builds them deterministically) and hands them over, as decoding
+// an apiserver's answer hands a controller objects of its own. The
+// harness holds no object but those in flight, as an apiserver (another
 // process) holds none in the controller's, so the process's peak RSS is
 // the controller's with what the lists hand it.
 
@@ -83,16 +87,22 @@ func (c *served) objects(keep shapes.Kinds) *shapes.Cluster {
 	return c.shape.BuildKinds(c.quick, keep)
 }
 
-// list makes the items of a list by mk, counting its CPU time in
-// listCPU: the calling goroutine keeps its thread meanwhile, and the
-// thread's CPU time is read before and after.
+// list makes the items of a list by mk, counting its CPU time in listCPU.
 func list[T any](c *served, mk func() []T) []T {
+	var items []T
+	counted(c, func() { items = mk() })
+	return items
+}
+
+// counted runs fn, counting its CPU time in listCPU: the calling
+// goroutine keeps its thread meanwhile, and the thread's CPU time is read
+// before and after.
+func counted(c *served, fn func()) {
 	goruntime.LockOSThread()
 	defer goruntime.UnlockOSThread()
 	t0 := threadCPU()
-	items := mk()
+	fn()
 	c.listCPU.Add(int64(threadCPU() - t0))
-	return items
 }
 
 // threadCPU is the calling thread's CPU time (user and system).
@@ -108,9 +118,11 @@ func threadCPU() time.Duration {
 // each list of every namespace, node, pod or NetworkPolicy (of all
 // namespaces) makes c's objects of that kind again and answers them
 // (objects of the list's own, as decoding an apiserver's answer gives,
-// none sharing a map or pointer with another).
-// Watches, writes and every other request go to a fake clientset (its
-// object tracker starts empty). The reference test puts its objects into
+// none sharing a map or pointer with another), and so does each watch
+// that asks for the initial events (sendInitialEvents, the streamed
+// initial list client-go's reflectors ask for, see servedWatch).
+// Other watches, writes and every other request go to a fake clientset
+// (its object tracker starts empty). The reference test puts its objects into
 // the fake's tracker instead, which keeps a second copy of every object
 // for the whole run, and the fake's lists copy them twice more; here the
 // process holds only what each list hands out.
@@ -122,6 +134,11 @@ type servingClientset struct {
 	*fake.Clientset
 	c *served
 }
+
+// IsWatchListSemanticsUnSupported tells client-go's reflectors that this
+// clientset serves the initial list as a stream (the fake clientset it
+// embeds says it does not): see servedWatch.
+func (servingClientset) IsWatchListSemanticsUnSupported() bool { return false }
 
 func (k servingClientset) CoreV1() corev1client.CoreV1Interface {
 	return servingCoreV1{k.Clientset.CoreV1(), k.c}
@@ -172,6 +189,10 @@ func (s servedNamespaces) List(_ context.Context, opts metav1.ListOptions) (*cor
 	return &corev1.NamespaceList{Items: list(s.c, func() []corev1.Namespace { return listItems(s.c.objects(shapes.NamespaceKind).Namespaces) })}, unselected(opts)
 }
 
+func (s servedNamespaces) Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	return servedWatch[corev1.Namespace](ctx, s.c, shapes.NamespaceKind, opts, s.NamespaceInterface.Watch)
+}
+
 type servedNodes struct {
 	corev1client.NodeInterface
 	c *served
@@ -179,6 +200,10 @@ type servedNodes struct {
 
 func (s servedNodes) List(_ context.Context, opts metav1.ListOptions) (*corev1.NodeList, error) {
 	return &corev1.NodeList{Items: list(s.c, func() []corev1.Node { return listItems(s.c.objects(shapes.NodeKind).Nodes) })}, unselected(opts)
+}
+
+func (s servedNodes) Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	return servedWatch[corev1.Node](ctx, s.c, shapes.NodeKind, opts, s.NodeInterface.Watch)
 }
 
 type servedPods struct {
@@ -190,6 +215,10 @@ func (s servedPods) List(_ context.Context, opts metav1.ListOptions) (*corev1.Po
 	return &corev1.PodList{Items: list(s.c, func() []corev1.Pod { return listItems(s.c.objects(shapes.PodKind).Pods) })}, unselected(opts)
 }
 
+func (s servedPods) Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	return servedWatch[corev1.Pod](ctx, s.c, shapes.PodKind, opts, s.PodInterface.Watch)
+}
+
 type servedNetworkPolicies struct {
 	networkingv1client.NetworkPolicyInterface
 	c *served
@@ -198,6 +227,78 @@ type servedNetworkPolicies struct {
 func (s servedNetworkPolicies) List(_ context.Context, opts metav1.ListOptions) (*networkingv1.NetworkPolicyList, error) {
 	return &networkingv1.NetworkPolicyList{Items: list(s.c, func() []networkingv1.NetworkPolicy { return listItems(s.c.objects(shapes.NetworkPolicyKind).NPs) })}, unselected(opts)
 }
+
+func (s servedNetworkPolicies) Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	return servedWatch[networkingv1.NetworkPolicy](ctx, s.c, shapes.NetworkPolicyKind, opts, s.NetworkPolicyInterface.Watch)
+}
+
+// servedWatch answers a watch of all objects of a kind. One that asks
+// for the initial events is served as kube-apiserver serves it (its
+// WatchList feature, which client-go 0.35's reflectors use by default,
+// WatchListClient): the kind's objects, each an Added event of its own as
+// soon as the shape's builder made it (the harness holds none but those
+// in flight, as an apiserver's objects are another process's memory),
+// the bookmark annotated k8s.io/initial-events-end, then the watch goes
+// on as rest (the fake clientset's watch, on which nothing of these kinds
+// is ever written). Any other watch is rest's.
+func servedWatch[T any, P interface {
+	*T
+	runtime.Object
+}](ctx context.Context, c *served, kind shapes.Kinds, opts metav1.ListOptions, rest func(context.Context, metav1.ListOptions) (watch.Interface, error)) (watch.Interface, error) {
+	if opts.SendInitialEvents == nil || !*opts.SendInitialEvents {
+		return rest(ctx, opts)
+	}
+	if err := unselected(opts); err != nil {
+		return nil, err
+	}
+	after, err := rest(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	// A buffer of events, as a watch's connection has: the builder's
+	// goroutine (locked to its thread to count its CPU time) parks only
+	// when it is full.
+	events := make(chan watch.Event, 256)
+	w := watch.NewProxyWatcher(events)
+	go func() {
+		defer close(events)
+		defer after.Stop()
+		stopped := false
+		send := func(e watch.Event) bool {
+			if !stopped {
+				select {
+				case events <- e:
+				case <-w.StopChan():
+					stopped = true
+				}
+			}
+			return !stopped
+		}
+		counted(c, func() {
+			c.shape.StreamKinds(c.quick, kind, func(o any) { send(watch.Event{Type: watch.Added, Object: o.(P)}) })
+		})
+		end := P(new(T))
+		m, err := meta.Accessor(end)
+		if err != nil {
+			panic(err) // every served kind has object metadata
+		}
+		m.SetResourceVersion(servedResourceVersion)
+		m.SetAnnotations(map[string]string{metav1.InitialEventsAnnotationKey: "true"})
+		if !send(watch.Event{Type: watch.Bookmark, Object: end}) {
+			return
+		}
+		for e := range after.ResultChan() {
+			if !send(e) {
+				return
+			}
+		}
+	}()
+	return w, nil
+}
+
+// servedResourceVersion is the resource version of the served state
+// (the bookmark that ends the initial events carries it).
+const servedResourceVersion = "1"
 
 // unselected refuses a list with a selector: the served lists hold every
 // object (the controller's informers select nothing).

@@ -5,7 +5,10 @@ import (
 	"reflect"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/ptr"
 
 	"github.com/tierflow/tierflow/test/bench/shapes"
 )
@@ -56,7 +59,52 @@ func TestServedListsAreTheScenario(t *testing.T) {
 				if err != nil || !reflect.DeepEqual(nps.Items, deepCopies(want.NPs)) {
 					t.Errorf("NetworkPolicies served differ from the scenario's (err %v)", err)
 				}
+				// The streamed initial lists (watches with initial
+				// events) answer the same objects, then the bookmark.
+				checkStreamed(t, "namespaces", want.Namespaces, kube.CoreV1().Namespaces().Watch)
+				checkStreamed(t, "nodes", want.Nodes, kube.CoreV1().Nodes().Watch)
+				checkStreamed(t, "pods", want.Pods, kube.CoreV1().Pods(metav1.NamespaceAll).Watch)
+				checkStreamed(t, "NetworkPolicies", want.NPs, kube.NetworkingV1().NetworkPolicies(metav1.NamespaceAll).Watch)
 			}
 		})
 	}
+}
+
+// checkStreamed checks that a watch asking for the initial events answers
+// want, one Added event each, then a bookmark that ends the initial
+// events, and stays open.
+func checkStreamed[T any, P interface {
+	*T
+	DeepCopyInto(*T)
+}](t *testing.T, kind string, want []P, watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) {
+	t.Helper()
+	w, err := watchFn(context.Background(), metav1.ListOptions{SendInitialEvents: ptr.To(true), AllowWatchBookmarks: true,
+		ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan})
+	if err != nil {
+		t.Fatalf("watch %s: %v", kind, err)
+	}
+	defer w.Stop()
+	var got []T
+	for e := range w.ResultChan() {
+		if e.Type == watch.Bookmark {
+			m, err := meta.Accessor(e.Object)
+			if err != nil || m.GetAnnotations()[metav1.InitialEventsAnnotationKey] != "true" || m.GetResourceVersion() == "" {
+				t.Fatalf("%s: bookmark %v does not end the initial events with a resource version", kind, e.Object)
+			}
+			if len(got)+len(want) > 0 && !reflect.DeepEqual(got, deepCopies(want)) {
+				t.Errorf("%s streamed differ from the scenario's", kind)
+			}
+			select {
+			case e, open := <-w.ResultChan():
+				t.Errorf("%s: after the bookmark the watch sent %v (open %v), want it open and quiet", kind, e, open)
+			default:
+			}
+			return
+		}
+		if e.Type != watch.Added {
+			t.Fatalf("%s: initial event %s, want Added", kind, e.Type)
+		}
+		got = append(got, *any(e.Object).(P))
+	}
+	t.Fatalf("%s: the watch closed before the bookmark that ends the initial events", kind)
 }

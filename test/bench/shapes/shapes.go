@@ -90,12 +90,12 @@ type Shape struct {
 	Name string
 	// Description says what the full-scale shape is.
 	Description string
-	build       func(quick bool, keep Kinds) *Cluster
+	build       func(quick bool, o buildOptions) *Cluster
 }
 
 // Build makes the scenario's objects; quick reduces the scale (same
 // structure).
-func (s Shape) Build(quick bool) *Cluster { return s.build(quick, AllKinds) }
+func (s Shape) Build(quick bool) *Cluster { return s.build(quick, buildOptions{keep: AllKinds}) }
 
 // BuildKinds makes only the scenario's objects of the kinds keep: objects
 // equal to those Build makes of those kinds (the random choices of the
@@ -105,7 +105,23 @@ func (s Shape) Build(quick bool) *Cluster { return s.build(quick, AllKinds) }
 // may share one label map, a policy may share it), as objects decoded
 // from an apiserver's answer do not.
 func (s Shape) BuildKinds(quick bool, keep Kinds) *Cluster {
-	return s.build(quick, keep|unshared).compact()
+	return s.build(quick, buildOptions{keep: keep | unshared}).compact()
+}
+
+// StreamKinds hands emit the objects BuildKinds makes, each as soon as it
+// is made (of each kind in BuildKinds' order), holding none of them: a
+// harness serving a stream of them holds one object at a time, not the
+// scenario's.
+func (s Shape) StreamKinds(quick bool, keep Kinds, emit func(any)) {
+	s.build(quick, buildOptions{keep: keep | unshared, emit: emit})
+}
+
+// buildOptions say which objects a build makes and where they go.
+type buildOptions struct {
+	keep Kinds
+	// emit, if set, takes each kept object of the scenario instead of the
+	// built Cluster (its lists get nil).
+	emit func(any)
 }
 
 // Kinds is a set of object kinds of a scenario.
@@ -164,11 +180,26 @@ type builder struct {
 	nodes int
 	uid   int
 	keep  Kinds
+	emit  func(any)
 }
 
-func newBuilder(nodes int, keep Kinds) *builder {
-	return &builder{rng: rand.New(rand.NewPCG(1, 2)), used: map[netip.Addr]bool{}, nodes: nodes, keep: keep}
+func newBuilder(nodes int, o buildOptions) *builder {
+	return &builder{rng: rand.New(rand.NewPCG(1, 2)), used: map[netip.Addr]bool{}, nodes: nodes, keep: o.keep, emit: o.emit}
 }
+
+// emitted hands o to the build's emit, if it has one, and says whether it
+// did (the object is then not the Cluster's).
+func (b *builder) emitted(o any) bool {
+	if b.emit == nil {
+		return false
+	}
+	b.emit(o)
+	return true
+}
+
+// done ends the scenario's objects: the changes built after it (a pod
+// relabelled, a policy added) are not emitted.
+func (b *builder) done() { b.emit = nil }
 
 // nextUID numbers the next pod or policy (its UID is uidOf the number).
 func (b *builder) nextUID() int {
@@ -206,6 +237,9 @@ func (b *builder) nodeObjs() []*corev1.Node {
 				{Type: corev1.NodeHostName, Address: NodeName(i)},
 			}},
 		}
+		if b.emitted(out[i]) {
+			out[i] = nil
+		}
 	}
 	return out
 }
@@ -214,7 +248,11 @@ func (b *builder) ns(name string, lbls map[string]string) *corev1.Namespace {
 	if b.keep&NamespaceKind == 0 {
 		return nil
 	}
-	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: lbls}}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: lbls}}
+	if b.emitted(ns) {
+		return nil
+	}
+	return ns
 }
 
 func (b *builder) pod(namespace, name string, lbls map[string]string) *corev1.Pod {
@@ -226,13 +264,17 @@ func (b *builder) pod(namespace, name string, lbls map[string]string) *corev1.Po
 	if b.keep&unshared != 0 {
 		lbls = maps.Clone(lbls)
 	}
-	return &corev1.Pod{
+	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: lbls, UID: uidOf(uid)},
 		Spec: corev1.PodSpec{NodeName: NodeName(node),
 			Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10",
 				Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 80, Protocol: corev1.ProtocolTCP}}}}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}},
 	}
+	if b.emitted(p) {
+		return nil
+	}
+	return p
 }
 
 func (b *builder) np(namespace, name string, podSel map[string]string, from []networkingv1.NetworkPolicyPeer, types ...networkingv1.PolicyType) *networkingv1.NetworkPolicy {
@@ -253,7 +295,10 @@ func (b *builder) np(namespace, name string, podSel map[string]string, from []ne
 		}
 	}
 	if b.keep&unshared != 0 {
-		return np.DeepCopy()
+		np = np.DeepCopy()
+	}
+	if b.emitted(np) {
+		return nil
 	}
 	return np
 }
@@ -303,10 +348,12 @@ func pick(quick bool, full, small int) int {
 
 // SmallNamespaces: 25,000 namespaces (quick: 1,000) × (4 pods,
 // default-deny-all, np-1, np-2).
-func SmallNamespaces(quick bool) *Cluster { return smallNamespaces(quick, AllKinds) }
+func SmallNamespaces(quick bool) *Cluster {
+	return smallNamespaces(quick, buildOptions{keep: AllKinds})
+}
 
-func smallNamespaces(quick bool, keep Kinds) *Cluster {
-	bd := newBuilder(pick(quick, 1000, 100), keep)
+func smallNamespaces(quick bool, o buildOptions) *Cluster {
+	bd := newBuilder(pick(quick, 1000, 100), o)
 	c := &Cluster{Nodes: bd.nodeObjs()}
 	n := pick(quick, 25000, 1000)
 	for i := 0; i < n; i++ {
@@ -320,6 +367,7 @@ func smallNamespaces(quick bool, keep Kinds) *Cluster {
 			bd.np(name, "np-1", map[string]string{"app-1": "scale-1"}, podPeer(map[string]string{"app-1": "scale-1"})),
 			bd.np(name, "np-2", map[string]string{"app-2": "scale-2"}, podPeer(map[string]string{"app-2": "scale-2"})))
 	}
+	bd.done()
 	c.PodRelabel = relabelled(c.Pods[0], map[string]string{"app-2": "scale-2"})
 	c.NamespaceRelabel = nsRelabelled(c.Namespaces[0], map[string]string{"ns": "ns-0", "bench": "relabelled"})
 	c.AddedNP = bd.np("ns-0", "np-added", map[string]string{"app-1": "scale-1"}, podPeer(map[string]string{"app-2": "scale-2"}))
@@ -329,10 +377,12 @@ func smallNamespaces(quick bool, keep Kinds) *Cluster {
 // LargeNamespaces: 100 namespaces (quick: 10) × (default-deny-all + 100
 // policies (quick: 20) np-i selecting app-i=scale-i and allowing the same
 // label, 10 pods per label).
-func LargeNamespaces(quick bool) *Cluster { return largeNamespaces(quick, AllKinds) }
+func LargeNamespaces(quick bool) *Cluster {
+	return largeNamespaces(quick, buildOptions{keep: AllKinds})
+}
 
-func largeNamespaces(quick bool, keep Kinds) *Cluster {
-	bd := newBuilder(pick(quick, 1000, 100), keep)
+func largeNamespaces(quick bool, o buildOptions) *Cluster {
+	bd := newBuilder(pick(quick, 1000, 100), o)
 	c := &Cluster{Nodes: bd.nodeObjs()}
 	n, labels := pick(quick, 100, 10), pick(quick, 100, 20)
 	for i := 0; i < n; i++ {
@@ -347,6 +397,7 @@ func largeNamespaces(quick bool, keep Kinds) *Cluster {
 			c.NPs = append(c.NPs, bd.np(name, fmt.Sprintf("np-%d", l), lbl, podPeer(lbl)))
 		}
 	}
+	bd.done()
 	c.PodRelabel = relabelled(c.Pods[0], map[string]string{"app-1": "scale-1"})
 	c.NamespaceRelabel = nsRelabelled(c.Namespaces[0], map[string]string{"ns": "ns-0", "bench": "relabelled"})
 	c.AddedNP = bd.np("ns-0", "np-added", map[string]string{"app-0": "scale-0"}, podPeer(map[string]string{"app-1": "scale-1"}))
@@ -355,10 +406,10 @@ func largeNamespaces(quick bool, keep Kinds) *Cluster {
 
 // OneNamespace: 10,000 pods (quick: 1,000) labelled app-1=scale-1 and as
 // many identical policies.
-func OneNamespace(quick bool) *Cluster { return oneNamespace(quick, AllKinds) }
+func OneNamespace(quick bool) *Cluster { return oneNamespace(quick, buildOptions{keep: AllKinds}) }
 
-func oneNamespace(quick bool, keep Kinds) *Cluster {
-	bd := newBuilder(pick(quick, 1000, 100), keep)
+func oneNamespace(quick bool, o buildOptions) *Cluster {
+	bd := newBuilder(pick(quick, 1000, 100), o)
 	c := &Cluster{Nodes: bd.nodeObjs(), Namespaces: []*corev1.Namespace{bd.ns("ns", map[string]string{"ns": "ns"})}}
 	lbl := map[string]string{"app-1": "scale-1"}
 	n := pick(quick, 10000, 1000)
@@ -366,6 +417,7 @@ func oneNamespace(quick bool, keep Kinds) *Cluster {
 		c.Pods = append(c.Pods, bd.pod("ns", fmt.Sprintf("pod-%d", i), lbl))
 		c.NPs = append(c.NPs, bd.np("ns", fmt.Sprintf("np-%d", i), lbl, podPeer(lbl)))
 	}
+	bd.done()
 	c.PodRelabel = relabelled(c.Pods[0], map[string]string{"app-1": "scale-2"})
 	c.NamespaceRelabel = nsRelabelled(c.Namespaces[0], map[string]string{"ns": "ns", "bench": "relabelled"})
 	c.AddedNP = bd.np("ns", "np-added", lbl, podPeer(map[string]string{"app-1": "scale-2"}))
@@ -374,10 +426,10 @@ func oneNamespace(quick bool, keep Kinds) *Cluster {
 
 // PolicyPerPod: 10,000 pods (quick: 1,000) in uniquely labelled pairs, one
 // policy per pod allowing ingress only from its partner.
-func PolicyPerPod(quick bool) *Cluster { return policyPerPod(quick, AllKinds) }
+func PolicyPerPod(quick bool) *Cluster { return policyPerPod(quick, buildOptions{keep: AllKinds}) }
 
-func policyPerPod(quick bool, keep Kinds) *Cluster {
-	bd := newBuilder(pick(quick, 1000, 100), keep)
+func policyPerPod(quick bool, o buildOptions) *Cluster {
+	bd := newBuilder(pick(quick, 1000, 100), o)
 	c := &Cluster{Nodes: bd.nodeObjs(), Namespaces: []*corev1.Namespace{bd.ns("ns", map[string]string{"ns": "ns"})}}
 	pairs := pick(quick, 5000, 500)
 	for i := 0; i < pairs; i++ {
@@ -390,6 +442,7 @@ func policyPerPod(quick bool, keep Kinds) *Cluster {
 		}
 	}
 	// Pod 0 joins pair 1's side 0: it leaves two groups and joins two.
+	bd.done()
 	c.PodRelabel = relabelled(c.Pods[0], map[string]string{"pair": "1", "side": "0"})
 	c.NamespaceRelabel = nsRelabelled(c.Namespaces[0], map[string]string{"ns": "ns", "bench": "relabelled"})
 	c.AddedNP = bd.np("ns", "np-added", map[string]string{"pair": "0", "side": "0"}, podPeer(map[string]string{"pair": "2", "side": "1"}))
@@ -399,10 +452,10 @@ func policyPerPod(quick bool, keep Kinds) *Cluster {
 // ClusterScoped: 1,000 namespaces (quick: 30) × 100 pods, 10 policies per
 // namespace, each policy's peers 100 pods in 10 namespaces
 // (namespaceSelector AND podSelector).
-func ClusterScoped(quick bool) *Cluster { return clusterScoped(quick, AllKinds) }
+func ClusterScoped(quick bool) *Cluster { return clusterScoped(quick, buildOptions{keep: AllKinds}) }
 
-func clusterScoped(quick bool, keep Kinds) *Cluster {
-	bd := newBuilder(pick(quick, 1000, 100), keep)
+func clusterScoped(quick bool, o buildOptions) *Cluster {
+	bd := newBuilder(pick(quick, 1000, 100), o)
 	c := &Cluster{Nodes: bd.nodeObjs()}
 	n := pick(quick, 1000, 30)
 	groups := n / 10
@@ -423,6 +476,7 @@ func clusterScoped(quick bool, keep Kinds) *Cluster {
 			c.NPs = append(c.NPs, bd.np(name, fmt.Sprintf("np-%d", j), map[string]string{"app": fmt.Sprintf("app-%d", j)}, peer(i, j)))
 		}
 	}
+	bd.done()
 	c.PodRelabel = relabelled(c.Pods[0], map[string]string{"app": "app-1"})
 	// ns-0 moves from group g0 to g1: it leaves and joins peer groups.
 	c.NamespaceRelabel = nsRelabelled(c.Namespaces[0], map[string]string{"group": "g1"})
@@ -435,15 +489,16 @@ func clusterScoped(quick bool, keep Kinds) *Cluster {
 // priority from 0, each with 25 ingress rules (Allow, Deny, Pass in turn)
 // whose peers are one app's pods in one team's namespaces. Every policy's
 // subject is one team's namespaces, so every pod is a subject.
-func AdminHeavy(quick bool) *Cluster { return adminHeavy(quick, AllKinds) }
+func AdminHeavy(quick bool) *Cluster { return adminHeavy(quick, buildOptions{keep: AllKinds}) }
 
-func adminHeavy(quick bool, keep Kinds) *Cluster {
-	bd := newBuilder(pick(quick, 1000, 100), keep)
+func adminHeavy(quick bool, o buildOptions) *Cluster {
+	bd := newBuilder(pick(quick, 1000, 100), o)
 	c := teams(bd, pick(quick, 1000, 100))
 	n := pick(quick, 1001, 101)
 	for k := 0; k < n; k++ {
 		c.ANPs = append(c.ANPs, adminPolicy(bd, fmt.Sprintf("anp-%d", k), int32(k), k, 25, true))
 	}
+	bd.done()
 	c.PodRelabel = relabelled(c.Pods[0], map[string]string{"app": "app-5"})
 	c.NamespaceRelabel = nsRelabelled(c.Namespaces[0], map[string]string{"team": "t1"})
 	// Priorities are all taken: the added policy shares priority 500.
@@ -470,7 +525,7 @@ func teams(bd *builder, nss int) *Cluster {
 // NetworkPolicies spread over the namespaces, and 100
 // AdminNetworkPolicies × 20 ingress rules (Allow, Deny, Pass in turn).
 func Mixed(nps int) *Cluster {
-	bd := newBuilder(1000, AllKinds)
+	bd := newBuilder(1000, buildOptions{keep: AllKinds})
 	c := teams(bd, 1000)
 	for j := 0; j < nps; j++ {
 		k := j / 1000
@@ -511,6 +566,9 @@ func adminPolicy(bd *builder, name string, prio int32, k, rules int, withPort bo
 			rule.Ports = &[]v1alpha1.AdminNetworkPolicyPort{{PortNumber: &v1alpha1.Port{Protocol: corev1.ProtocolTCP, Port: port}}}
 		}
 		anp.Spec.Ingress = append(anp.Spec.Ingress, rule)
+	}
+	if bd.emitted(anp) {
+		return nil
 	}
 	return anp
 }
