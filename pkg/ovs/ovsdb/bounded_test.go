@@ -59,7 +59,7 @@ func libovsdbStacks(dump string) string {
 // with the agent's pod) while the client is connected; the client keeps
 // trying to reconnect, and every change given a deadline returns at that
 // deadline with the context's error instead of waiting for a server that
-// is not coming back.
+// is not coming back; every read answers at once from the cache.
 func TestCallsEndWithContextWhenOVSDBGone(t *testing.T) {
 	env, c, br, port := bridgeWithPort(t)
 	if err := env.StopOVSDB(); err != nil {
@@ -86,6 +86,7 @@ func TestCallsEndWithContextWhenOVSDBGone(t *testing.T) {
 // (each reconnection attempt holds libovsdb's connection lock until its
 // 10 s timeout), return at their deadline; a call without a deadline
 // returns when the client is closed; and the calls abandoned finish.
+// Reads while the client reconnects answer at once from the cache.
 func TestCallsEndWithContextWhenOVSDBHangs(t *testing.T) {
 	env, c, br, port := bridgeWithPort(t)
 	thaw, err := env.FreezeOVSDB()
