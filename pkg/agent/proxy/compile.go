@@ -511,6 +511,9 @@ func (c *Compiler) compileService(ports []services.Port, nodeAddrs []netip.Addr,
 				switch decision {
 				case services.Balance:
 					acts = []openflow.Action{openflow.GroupAction{ID: gid}}
+					if p.Affinity > 0 {
+						acts = append([]openflow.Action{sourcePortInDatapath(p.Protocol)}, acts...)
+					}
 				case services.Reject:
 					acts = []openflow.Action{openflow.Controller{MaxLen: rejectMaxLen}}
 				case services.Drop:
@@ -788,6 +791,27 @@ func frontendMatch(f services.Frontend, v6 bool) (openflow.Match, uint16) {
 	}
 	m.IPDst = host(f.IP)
 	return m, pipeline.PriorityNormal
+}
+
+// sourcePortInDatapath is a no-op (the L4 source port moved onto itself)
+// that makes the datapath flow of a new connection to a frontend with
+// session affinity match the connection's source port, so each new
+// connection is translated afresh and finds the affinity the client's
+// earlier connections learned. Without it one datapath flow serves every
+// new connection to the frontend and keeps balancing by the group until
+// the switch's revalidators replace it, which under load can take longer
+// than a client takes to open its next connection; that connection then
+// learns another endpoint. The cost is one upcall per new connection, for
+// frontends with affinity only.
+func sourcePortInDatapath(proto uint8) openflow.Move {
+	f := openflow.FieldTCPSrc
+	switch proto {
+	case services.ProtoUDP:
+		f = openflow.FieldUDPSrc
+	case services.ProtoSCTP:
+		f = openflow.FieldSCTPSrc
+	}
+	return openflow.Move{Src: f, Dst: f}
 }
 
 // affinityFlow learns, when the frontend's group chose endpoint epid, that

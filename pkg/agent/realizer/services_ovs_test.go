@@ -95,12 +95,12 @@ func TestServicesBalanceBeforeEgressPolicy(t *testing.T) {
 	a := n.addPod(t, "a", 1)
 	b := n.addPod(t, "b", 2)
 	c := n.addPod(t, "c", 3)
-	srv := map[*testPod]*ovsenv.Server{}
+	srv, usrv := map[*testPod]*ovsenv.Server{}, map[*testPod]*ovsenv.Server{}
 	for _, p := range []*testPod{b, c} {
 		srv[p] = p.ListenTCP(8080)
 		t.Cleanup(srv[p].Close)
-		u := p.ListenUDP(8053)
-		t.Cleanup(u.Close)
+		usrv[p] = p.ListenUDP(8053)
+		t.Cleanup(usrv[p].Close)
 	}
 	n.start(t)
 	st := newState()
@@ -119,9 +119,11 @@ func TestServicesBalanceBeforeEgressPolicy(t *testing.T) {
 	self := clusterIP("self", "10.96.0.12", services.ProtoTCP, 80, ep(b, false, 8080))
 	sticky := clusterIP("sticky", "10.96.0.13", services.ProtoTCP, 80, ep(b, false, 8080), ep(c, false, 8080))
 	sticky.Affinity = 30 * time.Second
+	stickyUDP := clusterIP("sticky-udp", "10.96.0.15", services.ProtoUDP, 53, ep(b, false, 8053), ep(c, false, 8053))
+	stickyUDP.Affinity = 30 * time.Second
 	stream := clusterIP("stream", "10.96.0.14", services.ProtoSCTP, 80, ep(b, false, 8080))
 	nodeAddr := netip.MustParseAddr("172.31.9.9")
-	in := proxy.Input{Ports: []services.Port{web, dns, empty, emptyUDP, self, sticky, stream}, NodeAddrs: []netip.Addr{nodeAddr}}
+	in := proxy.Input{Ports: []services.Port{web, dns, empty, emptyUDP, self, sticky, stickyUDP, stream}, NodeAddrs: []netip.Addr{nodeAddr}}
 	n.services(t, in)
 
 	// The node address is the host's: a pod resolves it through the
@@ -181,7 +183,26 @@ func TestServicesBalanceBeforeEgressPolicy(t *testing.T) {
 		t.Fatalf("hairpin connection came from %v, want %v", peers[len(peers)-1], pipeline.HairpinIPv4)
 	}
 
-	// ClientIP affinity: every connection of a goes where the first went.
+	// ClientIP affinity: every connection of a goes where the first went,
+	// also while the datapath still holds flows made before the first
+	// connection's affinity was learned (the switch's revalidators, which
+	// would replace them, are paused: under load they can lag by many
+	// milliseconds, and a client's next connection arrives sooner).
+	if out, err := n.env.Appctl("revalidator/pause"); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	paused := true
+	resume := func() {
+		paused = false
+		if out, err := n.env.Appctl("revalidator/resume"); err != nil {
+			t.Errorf("%v: %s", err, out)
+		}
+	}
+	t.Cleanup(func() {
+		if paused {
+			resume()
+		}
+	})
 	b0, c0 = counts()
 	for i := 0; i < 12; i++ {
 		if err := a.ProbeTCP(netip.MustParseAddrPort("10.96.0.13:80"), 3*time.Second); err != nil {
@@ -189,8 +210,18 @@ func TestServicesBalanceBeforeEgressPolicy(t *testing.T) {
 		}
 	}
 	if b1, c1 := counts(); b1-b0 != 12 && c1-c0 != 12 {
-		t.Fatalf("affinity: b got %d and c %d of 12 connections", b1-b0, c1-c0)
+		t.Fatalf("affinity: b got %d and c %d of 12 connections\n%s", b1-b0, c1-c0, n.datapathState())
 	}
+	ub0, uc0 := len(usrv[b].Peers()), len(usrv[c].Peers())
+	for i := 0; i < 8; i++ {
+		if err := a.ProbeUDP(netip.MustParseAddrPort("10.96.0.15:53"), 3*time.Second); err != nil {
+			t.Fatalf("UDP affinity, exchange %d: %v\n%s", i, err, n.datapathState())
+		}
+	}
+	if ub, uc := len(usrv[b].Peers())-ub0, len(usrv[c].Peers())-uc0; (ub > 0) == (uc > 0) {
+		t.Fatalf("UDP affinity: b got %d and c %d datagrams of 8 exchanges; want one endpoint only", ub, uc)
+	}
+	resume()
 
 	// SCTP (no SCTP in this kernel), by ofproto/trace: a new connection to
 	// the frontend goes to the Service's group (whose bucket is chosen by

@@ -38,6 +38,12 @@ const (
 	// of a packet output to a tunnel port with options:remote_ip=flow.
 	FieldTunDst
 	FieldTunIPv6Dst
+	// FieldTCPSrc, FieldUDPSrc and FieldSCTPSrc are a packet's L4 source
+	// port: moving one onto itself changes nothing but makes the
+	// datapath flow match it (see package proxy's affinity frontends).
+	FieldTCPSrc
+	FieldUDPSrc
+	FieldSCTPSrc
 )
 
 // fieldKind says how a field's value is given.
@@ -92,6 +98,9 @@ var fields = map[Field]fieldInfo{
 	FieldNDOptionsType: {name: "nd_options_type", kind: kindUint, bytes: 1, oxmClass: ericOXMClass, oxmID: 2, eth: ethTypeIPv6, proto: protoICMPv6, nd: true},
 	FieldTunDst:        {name: "tun_dst", kind: kindIPv4, bytes: 4, oxmClass: of13.OXM_CLASS_NXM_1, oxmID: of13.NXM_NX_TUN_IPV4_DST, host: true},
 	FieldTunIPv6Dst:    {name: "tun_ipv6_dst", kind: kindIPv6, bytes: 16, oxmClass: of13.OXM_CLASS_NXM_1, oxmID: of13.NXM_NX_TUN_IPV6_DST, host: true},
+	FieldTCPSrc:        {name: "tcp_src", kind: kindUint, bytes: 2, oxmClass: of13.OXM_CLASS_OPENFLOW_BASIC, oxmID: of13.OXM_FIELD_TCP_SRC, nxm: "NXM_OF_TCP_SRC", nxmClass: of13.OXM_CLASS_NXM_0, nxmID: of13.NXM_OF_TCP_SRC, proto: protoTCP},
+	FieldUDPSrc:        {name: "udp_src", kind: kindUint, bytes: 2, oxmClass: of13.OXM_CLASS_OPENFLOW_BASIC, oxmID: of13.OXM_FIELD_UDP_SRC, nxm: "NXM_OF_UDP_SRC", nxmClass: of13.OXM_CLASS_NXM_0, nxmID: of13.NXM_OF_UDP_SRC, proto: protoUDP},
+	FieldSCTPSrc:       {name: "sctp_src", kind: kindUint, bytes: 2, oxmClass: of13.OXM_CLASS_OPENFLOW_BASIC, oxmID: of13.OXM_FIELD_SCTP_SRC, nxm: "OXM_OF_SCTP_SRC", nxmClass: of13.OXM_CLASS_OPENFLOW_BASIC, nxmID: of13.OXM_FIELD_SCTP_SRC, proto: protoSCTP},
 }
 
 func (f Field) String() string {
