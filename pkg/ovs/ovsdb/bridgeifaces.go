@@ -16,9 +16,16 @@ import (
 // the predicates here collect what they need and select nothing, so no
 // row is cloned (libovsdb clones each selected row through JSON: with a
 // few hundred pods, milliseconds of every realization).
-func (c *Client) BridgeInterfaces(bridge string) (map[string]bool, error) {
+func (c *Client) BridgeInterfaces(ctx context.Context, bridge string) (map[string]bool, error) {
+	return boundedValue(c, ctx, func(ctx context.Context) (map[string]bool, error) { return c.bridgeInterfaces(ctx, bridge) })
+}
+
+// bridgeInterfaces scans the Bridge, Port and Interface rows: each
+// predicate returns false (selects nothing), the slice only names the
+// table.
+func (c *Client) bridgeInterfaces(ctx context.Context, bridge string) (map[string]bool, error) {
 	var ports map[string]bool
-	if err := c.scan(func(b *Bridge) bool {
+	if err := c.list(ctx, func(b *Bridge) bool {
 		if b.Name == bridge {
 			ports = make(map[string]bool, len(b.Ports))
 			for _, u := range b.Ports {
@@ -33,7 +40,7 @@ func (c *Client) BridgeInterfaces(bridge string) (map[string]bool, error) {
 		return nil, fmt.Errorf("bridge %s: %w", bridge, ErrNotFound)
 	}
 	ifaces := map[string]bool{}
-	if err := c.scan(func(p *Port) bool {
+	if err := c.list(ctx, func(p *Port) bool {
 		if ports[p.UUID] {
 			for _, u := range p.Interfaces {
 				ifaces[u] = true
@@ -44,7 +51,7 @@ func (c *Client) BridgeInterfaces(bridge string) (map[string]bool, error) {
 		return nil, err
 	}
 	out := make(map[string]bool, len(ifaces))
-	if err := c.scan(func(i *Interface) bool {
+	if err := c.list(ctx, func(i *Interface) bool {
 		if ifaces[i.UUID] {
 			out[i.Name] = true
 		}
@@ -53,11 +60,4 @@ func (c *Client) BridgeInterfaces(bridge string) (map[string]bool, error) {
 		return nil, err
 	}
 	return out, nil
-}
-
-// scan runs visit on every cached row of the table of rows' element type
-// (read-only: visit must not keep or change the row). visit returns
-// false, so nothing is selected or cloned; rows only names the table.
-func (c *Client) scan(visit any, rows any) error {
-	return c.ovs.WhereCache(visit).List(context.Background(), rows)
 }
