@@ -10,10 +10,15 @@ import (
 	"github.com/tierflow/tierflow/pkg/ovs/ovsdb"
 )
 
-// ovsdbTimeout bounds connecting to OVSDB and every change, so that a dead
+// ovsdbTimeout bounds connecting to OVSDB and every call, so that a dead
 // ovsdb-server or ovs-vswitchd turns into an error instead of a hung
-// runtime.
+// runtime (a CNI command has no context of its own).
 const ovsdbTimeout = 20 * time.Second
+
+// bounded is the context of one OVSDB call: it ends after ovsdbTimeout.
+func bounded() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), ovsdbTimeout)
+}
 
 // ovsDB is the plugin's view of the node's Open_vSwitch database. It talks
 // OVSDB over the socket itself: a CNI plugin runs in the node's own
@@ -24,7 +29,7 @@ type ovsDB struct {
 }
 
 func openOVSDB(endpoint string) (*ovsDB, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), ovsdbTimeout)
+	ctx, cancel := bounded()
 	defer cancel()
 	c, err := ovsdb.Connect(ctx, endpoint, ovsdb.Options{WaitTimeout: ovsdbTimeout})
 	if err != nil {
@@ -37,7 +42,9 @@ func (o *ovsDB) close() { o.client.Close() }
 
 // bridgeExists reports whether bridge exists.
 func (o *ovsDB) bridgeExists(bridge string) (bool, error) {
-	_, err := o.client.Bridge(bridge)
+	ctx, cancel := bounded()
+	defer cancel()
+	_, err := o.client.Bridge(ctx, bridge)
 	if errors.Is(err, ovsdb.ErrNotFound) {
 		return false, nil
 	}
@@ -47,7 +54,9 @@ func (o *ovsDB) bridgeExists(bridge string) (bool, error) {
 // datapathType returns the bridge's datapath_type ("" or "system" for the
 // kernel datapath; "netdev" for the userspace one).
 func (o *ovsDB) datapathType(bridge string) (string, error) {
-	br, err := o.client.Bridge(bridge)
+	ctx, cancel := bounded()
+	defer cancel()
+	br, err := o.client.Bridge(ctx, bridge)
 	if err != nil {
 		return "", err
 	}
@@ -58,7 +67,7 @@ func (o *ovsDB) datapathType(bridge string) (string, error) {
 // transaction, so the agent never sees the port without its pod identity,
 // and waits until ovs-vswitchd has applied it.
 func (o *ovsDB) addPort(bridge, port string, externalIDs map[string]string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), ovsdbTimeout)
+	ctx, cancel := bounded()
 	defer cancel()
 	return o.client.AddPort(ctx, bridge, ovsdb.PortConfig{Name: port, Type: ovsdb.PortSystem, ExternalIDs: externalIDs})
 }
@@ -66,22 +75,28 @@ func (o *ovsDB) addPort(bridge, port string, externalIDs map[string]string) erro
 // delPort removes port from whatever bridge holds it; a missing port is not
 // an error.
 func (o *ovsDB) delPort(port string) error {
-	br, err := o.client.PortBridge(port)
+	ctx, cancel := bounded()
+	defer cancel()
+	br, err := o.client.PortBridge(ctx, port)
 	if err != nil || br == "" {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), ovsdbTimeout)
-	defer cancel()
 	return o.client.DeletePort(ctx, br, port)
 }
 
 // portBridge returns the bridge holding port, or "" if there is no such
 // port.
-func (o *ovsDB) portBridge(port string) (string, error) { return o.client.PortBridge(port) }
+func (o *ovsDB) portBridge(port string) (string, error) {
+	ctx, cancel := bounded()
+	defer cancel()
+	return o.client.PortBridge(ctx, port)
+}
 
 // interfaceExternalIDs reads the external_ids of the Interface named name.
 func (o *ovsDB) interfaceExternalIDs(name string) (map[string]string, error) {
-	iface, err := o.client.Interface(name)
+	ctx, cancel := bounded()
+	defer cancel()
+	iface, err := o.client.Interface(ctx, name)
 	if errors.Is(err, ovsdb.ErrNotFound) {
 		return nil, nil
 	}
@@ -105,9 +120,11 @@ func sortedKeys(m map[string]string) []string {
 // timeout, what the agent last wrote ("" when it wrote nothing).
 func (o *ovsDB) waitAdmitted(port string, timeout time.Duration) (string, bool) {
 	deadline := time.Now().Add(timeout)
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
 	var last string
 	for {
-		if iface, err := o.client.Interface(port); err == nil {
+		if iface, err := o.client.Interface(ctx, port); err == nil {
 			last = iface.ExternalIDs[ovsdb.KeyAdmission]
 			if last == ovsdb.AdmissionAdmitted {
 				return "", true

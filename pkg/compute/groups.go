@@ -9,7 +9,7 @@ import (
 )
 
 func hasNamedPort(p *podState, name string) bool {
-	for _, np := range p.ports {
+	for _, np := range p.ports() {
 		if np.Name == name {
 			return true
 		}
@@ -22,9 +22,10 @@ func hasNamedPort(p *podState, name string) bool {
 // AddressGroup (when some rule's peer does); each role has its own ID,
 // generation and cached model object.
 type group struct {
-	spec   groupSpec
-	hint   indexHint // of the pod or node selector
-	nsHint indexHint // of the namespace selector
+	// spec's selectors carry the index hints (hint, nsHint): copies here
+	// took 80 bytes of every group, and a group's size class from 576 to
+	// 704 bytes (9 MiB with the 75,000 groups of small namespaces).
+	spec groupSpec
 
 	pods        set[*podState]
 	nodes       set[*nodeState]
@@ -63,6 +64,25 @@ type group struct {
 	// span has that node.
 	spanCount counts[string]
 	agSpan    spanList // of spanCount
+}
+
+// hint is the index hint of the group's pod or node selector.
+func (g *group) hint() indexHint {
+	switch g.spec.kind {
+	case groupNodes:
+		return g.spec.nodeSel.hint
+	case groupPods:
+		return g.spec.podSel.hint
+	}
+	return indexHint{}
+}
+
+// nsHint is the index hint of the group's namespace selector.
+func (g *group) nsHint() indexHint {
+	if g.spec.nsSel == nil {
+		return indexHint{}
+	}
+	return g.spec.nsSel.hint
 }
 
 func (g *group) atgSpan() []string { return g.span.get(&g.podsPerNode) }
@@ -113,36 +133,33 @@ func (e *Engine) getGroup(spec groupSpec) *group {
 			}
 		}
 	case groupNodes:
-		g.hint = spec.nodeSel.hint
-		e.nodeGroups.add(g.hint, g)
+		e.nodeGroups.add(g.hint(), g)
 		visit := func(n *nodeState) {
 			if spec.nodeSel.Matches(labels.Set(n.labels)) {
 				e.addNode(g, n)
 			}
 		}
-		if !e.nodeLabels.candidates(g.hint, visit) {
+		if !e.nodeLabels.candidates(g.hint(), visit) {
 			for _, n := range e.nodes {
 				visit(n)
 			}
 		}
 	case groupPods:
-		g.hint = spec.podSel.hint
 		if spec.nsSel == nil {
 			ns := e.nsFor(spec.namespace)
-			ns.groups.add(g.hint, g)
+			ns.groups.add(g.hint(), g)
 			ns.nGroups++
 			e.addMatchingPodsOf(g, ns)
 			break
 		}
-		g.nsHint = spec.nsSel.hint
-		e.nsGroups.add(g.nsHint, g)
-		e.clusterPodGroups.add(g.hint, g)
+		e.nsGroups.add(g.nsHint(), g)
+		e.clusterPodGroups.add(g.hint(), g)
 		visit := func(ns *nsState) {
 			if spec.nsSel.Matches(labels.Set(ns.labels)) {
 				e.addMatchingPodsOf(g, ns)
 			}
 		}
-		if !e.nsLabels.candidates(g.nsHint, visit) {
+		if !e.nsLabels.candidates(g.nsHint(), visit) {
 			for _, ns := range e.namespaces {
 				visit(ns)
 			}
@@ -158,7 +175,7 @@ func (e *Engine) addMatchingPodsOf(g *group, ns *nsState) {
 			e.addPod(g, p)
 		}
 	}
-	if !ns.podLabels.candidates(g.hint, visit) {
+	if !ns.podLabels.candidates(g.hint(), visit) {
 		for p := range ns.pods.all() {
 			visit(p)
 		}
@@ -180,16 +197,16 @@ func (e *Engine) maybeDropGroup(g *group) {
 	case g.spec.kind == groupNamedPort:
 		delete(e.namedPortGroups, g.spec.portName)
 	case g.spec.kind == groupNodes:
-		e.nodeGroups.remove(g.hint, g)
+		e.nodeGroups.remove(g.hint(), g)
 	case g.spec.nsSel == nil:
 		if ns := e.namespaces[g.spec.namespace]; ns != nil {
-			ns.groups.remove(g.hint, g)
+			ns.groups.remove(g.hint(), g)
 			ns.nGroups--
 			e.maybeDropNamespace(ns)
 		}
 	default:
-		e.nsGroups.remove(g.nsHint, g)
-		e.clusterPodGroups.remove(g.hint, g)
+		e.nsGroups.remove(g.nsHint(), g)
+		e.clusterPodGroups.remove(g.hint(), g)
 	}
 	delete(e.groups, g.spec.key)
 	delete(e.atgByID, g.atgID)
@@ -200,8 +217,8 @@ func (e *Engine) addPod(g *group, p *podState) {
 	g.notePod(p)
 	g.pods.add(p)
 	p.groups.add(g)
-	if g.podsPerNode.add(p.node, 1) == 1 {
-		e.atgSpanChanged(g, p.node, 1)
+	if g.podsPerNode.add(p.node(), 1) == 1 {
+		e.atgSpanChanged(g, p.node(), 1)
 	}
 	e.touchGroup(g)
 }
@@ -213,8 +230,8 @@ func (e *Engine) removePod(g *group, p *podState) {
 	g.notePod(p)
 	g.pods.remove(p)
 	p.groups.remove(g)
-	if g.podsPerNode.add(p.node, -1) == 0 {
-		e.atgSpanChanged(g, p.node, -1)
+	if g.podsPerNode.add(p.node(), -1) == 0 {
+		e.atgSpanChanged(g, p.node(), -1)
 	}
 	e.touchGroup(g)
 }

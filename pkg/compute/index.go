@@ -170,50 +170,71 @@ func (c *counts[K]) count(k K) int {
 // labelKV is one label, the key of both indexes below.
 type labelKV struct{ k, v string }
 
-// labelIndex finds objects by one of their labels. It lets a new group find
-// its candidate members without scanning every pod.
-type labelIndex[T comparable] struct {
-	byKV map[labelKV]set[T]
+// byLabel maps labels to sets of objects: the table of both indexes
+// below. A smallMap, not a Go map: each namespace has an index of its pods
+// and one of its groups, and most namespaces hold a few labels (the 25,000
+// namespaces of small namespaces two each): a Go map per index took about
+// 600 bytes, 14 MiB of pod indexes alone.
+type byLabel[T comparable] struct {
+	m smallMap[labelKV, set[T]]
 }
 
-func newLabelIndex[T comparable]() labelIndex[T] {
-	return labelIndex[T]{byKV: map[labelKV]set[T]{}}
+// add puts t in kv's set.
+func (b *byLabel[T]) add(kv labelKV, t T) {
+	s, _ := b.m.get(kv)
+	s.add(t)
+	b.m.put(kv, s)
 }
 
-func (ix labelIndex[T]) add(lbls map[string]string, t T) {
-	for k, v := range lbls {
-		kv := labelKV{k, v}
-		s := ix.byKV[kv]
-		s.add(t)
-		ix.byKV[kv] = s
+// remove takes t out of kv's set, and the set out when it is empty.
+func (b *byLabel[T]) remove(kv labelKV, t T) {
+	s, ok := b.m.get(kv)
+	if !ok {
+		return
+	}
+	s.remove(t)
+	if s.len() == 0 {
+		b.m.delete(kv)
+	} else {
+		b.m.put(kv, s)
 	}
 }
 
-func (ix labelIndex[T]) remove(lbls map[string]string, t T) {
+// set is kv's set (empty when absent).
+func (b *byLabel[T]) set(kv labelKV) set[T] {
+	s, _ := b.m.get(kv)
+	return s
+}
+
+// labelIndex finds objects by one of their labels. It lets a new group find
+// its candidate members without scanning every pod.
+type labelIndex[T comparable] struct {
+	byKV byLabel[T]
+}
+
+func newLabelIndex[T comparable]() labelIndex[T] { return labelIndex[T]{} }
+
+func (ix *labelIndex[T]) add(lbls map[string]string, t T) {
 	for k, v := range lbls {
-		kv := labelKV{k, v}
-		s, ok := ix.byKV[kv]
-		if !ok {
-			continue
-		}
-		s.remove(t)
-		if s.len() == 0 {
-			delete(ix.byKV, kv)
-		} else {
-			ix.byKV[kv] = s
-		}
+		ix.byKV.add(labelKV{k, v}, t)
+	}
+}
+
+func (ix *labelIndex[T]) remove(lbls map[string]string, t T) {
+	for k, v := range lbls {
+		ix.byKV.remove(labelKV{k, v}, t)
 	}
 }
 
 // candidates visits, for a hinted selector, the objects carrying the hinted
 // label; for an unhinted one, it returns false and the caller scans all.
 // visit must not change the index.
-func (ix labelIndex[T]) candidates(h indexHint, visit func(T)) bool {
+func (ix *labelIndex[T]) candidates(h indexHint, visit func(T)) bool {
 	if h.Key == "" {
 		return false
 	}
 	for _, v := range h.Values {
-		s := ix.byKV[labelKV{h.Key, v}]
+		s := ix.byKV.set(labelKV{h.Key, v})
 		for t := range s.all() {
 			visit(t)
 		}
@@ -223,10 +244,9 @@ func (ix labelIndex[T]) candidates(h indexHint, visit func(T)) bool {
 
 // selectorIndex is the reverse: it finds the selectors (groups) that may
 // match a label set, so one pod's label change looks only at groups whose
-// selectors mention one of its labels, plus the unhinted ones. Its map is
-// made on first use: most namespaces hold few groups.
+// selectors mention one of its labels, plus the unhinted ones.
 type selectorIndex[T comparable] struct {
-	byKV map[labelKV]set[T]
+	byKV byLabel[T]
 	rest set[T]
 }
 
@@ -237,14 +257,8 @@ func (ix *selectorIndex[T]) add(h indexHint, t T) {
 		ix.rest.add(t)
 		return
 	}
-	if ix.byKV == nil {
-		ix.byKV = map[labelKV]set[T]{}
-	}
 	for _, v := range h.Values {
-		kv := labelKV{h.Key, v}
-		s := ix.byKV[kv]
-		s.add(t)
-		ix.byKV[kv] = s
+		ix.byKV.add(labelKV{h.Key, v}, t)
 	}
 }
 
@@ -254,17 +268,7 @@ func (ix *selectorIndex[T]) remove(h indexHint, t T) {
 		return
 	}
 	for _, v := range h.Values {
-		kv := labelKV{h.Key, v}
-		s, ok := ix.byKV[kv]
-		if !ok {
-			continue
-		}
-		s.remove(t)
-		if s.len() == 0 {
-			delete(ix.byKV, kv)
-		} else {
-			ix.byKV[kv] = s
-		}
+		ix.byKV.remove(labelKV{h.Key, v}, t)
 	}
 }
 
@@ -275,11 +279,11 @@ func (ix *selectorIndex[T]) candidates(lbls map[string]string, visit func(T)) {
 	for t := range ix.rest.all() {
 		visit(t)
 	}
-	if len(ix.byKV) == 0 {
+	if ix.byKV.m.len() == 0 {
 		return
 	}
 	for k, v := range lbls {
-		s := ix.byKV[labelKV{k, v}]
+		s := ix.byKV.set(labelKV{k, v})
 		for t := range s.all() {
 			visit(t)
 		}
@@ -289,11 +293,11 @@ func (ix *selectorIndex[T]) candidates(lbls map[string]string, visit func(T)) {
 // count is how many selectors candidates would visit for lbls.
 func (ix *selectorIndex[T]) count(lbls map[string]string) int {
 	n := ix.rest.len()
-	if len(ix.byKV) == 0 {
+	if ix.byKV.m.len() == 0 {
 		return n
 	}
 	for k, v := range lbls {
-		s := ix.byKV[labelKV{k, v}]
+		s := ix.byKV.set(labelKV{k, v})
 		n += s.len()
 	}
 	return n

@@ -53,7 +53,7 @@ func (g *group) noteIn(d map[*podState]podDelta, p *podState) map[*podState]podD
 		d = map[*podState]podDelta{}
 	}
 	if _, ok := d[p]; !ok {
-		d[p] = podDelta{member: g.pods.has(p), node: p.node}
+		d[p] = podDelta{member: g.pods.has(p), node: p.node()}
 	}
 	return d
 }
@@ -199,7 +199,7 @@ func (g *group) podMembersByNode() map[string][]model.GroupMember {
 		off += c
 	}
 	for p := range g.pods.all() {
-		byNode[p.node] = append(byNode[p.node], p.member)
+		byNode[p.node()] = append(byNode[p.node()], p.member)
 	}
 	for _, ms := range byNode {
 		slices.SortFunc(ms, comparePodMembers)
@@ -217,7 +217,7 @@ func (g *group) patchedMembersByNode(base map[string][]model.GroupMember, delta 
 			drops[was.node] = append(drops[was.node], p.key)
 		}
 		if g.pods.has(p) {
-			adds[p.node] = append(adds[p.node], p.member)
+			adds[p.node()] = append(adds[p.node()], p.member)
 		}
 	}
 	byNode := maps.Clone(base)

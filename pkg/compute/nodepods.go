@@ -56,13 +56,13 @@ func (e *Engine) effectiveIPs(u podUpdate) []netip.Addr {
 // address owners and the NodePods entries (its own and those of pods
 // sharing an address it takes or leaves) up to date.
 func (e *Engine) setPodInfo(p *podState, node string, ips []netip.Addr, ports []model.NamedPort) {
-	moved := p.node != node
-	changedIPs := !slices.Equal(p.ips, ips)
-	if moved && p.node != "" {
+	moved := p.node() != node
+	changedIPs := !slices.Equal(p.ips(), ips)
+	if moved && p.node() != "" {
 		e.leaveNodePods(p)
 	}
 	if changedIPs {
-		for _, ip := range p.ips {
+		for _, ip := range p.ips() {
 			e.releaseAddress(ip, p)
 		}
 	}
@@ -117,7 +117,7 @@ func (e *Engine) releaseAddress(ip netip.Addr, p *podState) {
 // touchPodEntry notes that p's NodePods entry changed: its node's object
 // takes a new generation, which becomes the entry's.
 func (e *Engine) touchPodEntry(p *podState) {
-	n := e.nodePods[p.node]
+	n := e.nodePods[p.node()]
 	if n == nil {
 		return
 	}
@@ -128,7 +128,7 @@ func (e *Engine) touchPodEntry(p *podState) {
 
 // leaveNodePods takes p out of its node's object (deleted when empty).
 func (e *Engine) leaveNodePods(p *podState) {
-	n := e.nodePods[p.node]
+	n := e.nodePods[p.node()]
 	if n == nil {
 		return
 	}
@@ -146,7 +146,7 @@ func (e *Engine) leaveNodePods(p *podState) {
 // owners of its addresses.
 func (e *Engine) dropPodEntry(p *podState) {
 	e.leaveNodePods(p)
-	for _, ip := range p.ips {
+	for _, ip := range p.ips() {
 		e.releaseAddress(ip, p)
 	}
 }
@@ -155,12 +155,12 @@ func (e *Engine) dropPodEntry(p *podState) {
 // claims one of them (a reused address whose previous pod is still in
 // the engine: neither may be admitted with it).
 func (e *Engine) entryIPs(p *podState) []netip.Addr {
-	for _, ip := range p.ips {
+	for _, ip := range p.ips() {
 		if owners := e.ipOwners[ip]; owners != nil && owners.len() > 1 {
 			return nil
 		}
 	}
-	return p.ips
+	return p.ips()
 }
 
 // NodePods returns one node's pods (false: the node has none).
@@ -222,8 +222,8 @@ func (e *Engine) SetReportedPods(node string, pods []model.NodePod) {
 		}
 		for _, keys := range []map[podKey]reportedPod{prev, next} {
 			for key := range keys {
-				if p := e.pods[key]; p != nil && p.node == node {
-					e.applyPod(podUpdate{key: key, labels: p.labels, labelsHash: p.labelSet.hash, node: p.node, uid: p.uid, ips: p.statusIPs, ports: p.ports})
+				if p := e.pods[key]; p != nil && p.node() == node {
+					e.applyPod(podUpdate{key: key, labels: p.labels, labelsHash: p.labelSet.hash, node: p.node(), uid: p.uid, ips: p.statusIPs, ports: p.ports()})
 				}
 			}
 		}

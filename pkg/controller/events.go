@@ -101,10 +101,16 @@ func (q *eventQueue) take() []*queuedEvent {
 	clear(q.pending[:n])
 	q.pending = q.pending[n:]
 	if len(q.pending) == 0 {
-		q.pending = nil // let a large backing array go
-	}
-	for _, ev := range batch {
-		delete(q.byKey, ev.key)
+		// Let a large backing array go, and byKey's table with it (it
+		// names exactly the pending events, so it is empty now): a Go map
+		// never shrinks, and after an initial list of 100,000 pods and
+		// 75,000 NetworkPolicies it held 14 MiB of empty slots for good.
+		q.pending = nil
+		q.byKey = map[eventKey]*queuedEvent{}
+	} else {
+		for _, ev := range batch {
+			delete(q.byKey, ev.key)
+		}
 	}
 	q.inflight = batch[0].seq
 	return batch

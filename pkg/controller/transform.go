@@ -33,7 +33,8 @@ import (
 // the resource version. Everything else is dropped when an object enters
 // the cache (client-go's transform runs before the object is stored or
 // handed to a handler); pods are cached as cachedPod, NetworkPolicies as
-// cachedNetworkPolicy (metadata and the engine's compilation). A new field the engine reads must be kept here
+// cachedNetworkPolicy (metadata and the engine's compilation), their
+// metadata as cachedMeta (meta.go). A new field the engine reads must be kept here
 // too: TestSlimObjectsComputeAlike compares the engine's results on full
 // and on slimmed objects.
 
@@ -57,7 +58,7 @@ func CoreTransform(obj interface{}) (interface{}, error) {
 		*o = corev1.Node{ObjectMeta: slimMeta(&o.ObjectMeta), Spec: corev1.NodeSpec{PodCIDR: o.Spec.PodCIDR, PodCIDRs: o.Spec.PodCIDRs},
 			Status: corev1.NodeStatus{Addresses: o.Status.Addresses}}
 	case *networkingv1.NetworkPolicy:
-		return &cachedNetworkPolicy{ObjectMeta: slimMeta(&o.ObjectMeta), compiled: compute.CompileNetworkPolicy(o)}, nil
+		return &cachedNetworkPolicy{cachedMeta: newCachedMeta(&o.ObjectMeta), compiled: compute.CompileNetworkPolicy(o)}, nil
 	default:
 		return stripManagedFields(obj)
 	}
@@ -69,13 +70,13 @@ func CoreTransform(obj interface{}) (interface{}, error) {
 // it (compiled as it arrives, on the informer's goroutine; the engine
 // keeps the same compilation, so the cache costs little beyond it).
 type cachedNetworkPolicy struct {
-	metav1.ObjectMeta
+	cachedMeta
 	compiled compute.Compiled
 }
 
 // object is the policy as Events refer to it (metadata only).
 func (np *cachedNetworkPolicy) object() *networkingv1.NetworkPolicy {
-	return &networkingv1.NetworkPolicy{ObjectMeta: np.ObjectMeta}
+	return &networkingv1.NetworkPolicy{ObjectMeta: np.objectMeta()}
 }
 
 // GetObjectKind implements runtime.Object.
@@ -84,20 +85,15 @@ func (np *cachedNetworkPolicy) GetObjectKind() schema.ObjectKind { return schema
 // DeepCopyObject implements runtime.Object (the compilation is immutable).
 func (np *cachedNetworkPolicy) DeepCopyObject() runtime.Object {
 	c := *np
-	np.ObjectMeta.DeepCopyInto(&c.ObjectMeta)
+	c.Labels = maps.Clone(np.Labels)
 	return &c
 }
 
-// slimMeta keeps the metadata fields the controller or the informers read.
+// slimMeta keeps the metadata fields the controller or the informers read
+// (a namespace's or node's: those caches hold API objects).
 func slimMeta(m *metav1.ObjectMeta) metav1.ObjectMeta {
-	return metav1.ObjectMeta{
-		Name:            m.Name,
-		Namespace:       m.Namespace,
-		UID:             m.UID,
-		ResourceVersion: m.ResourceVersion,
-		Generation:      m.Generation,
-		Labels:          m.Labels,
-	}
+	c := newCachedMeta(m)
+	return c.objectMeta()
 }
 
 // cachedPod is what the pod informer's cache holds of a pod: the fields
@@ -106,7 +102,7 @@ func slimMeta(m *metav1.ObjectMeta) metav1.ObjectMeta {
 // controller's). The engine is fed its preparation; Pod rebuilds the
 // corev1.Pod tierctl's queries read.
 type cachedPod struct {
-	metav1.ObjectMeta
+	cachedMeta
 	nodeName    string
 	hostNetwork bool
 	phase       corev1.PodPhase
@@ -126,12 +122,12 @@ type cachedPod struct {
 
 func newCachedPod(p *corev1.Pod) *cachedPod {
 	prepared := compute.PreparePod(p)
-	meta := slimMeta(&p.ObjectMeta)
+	meta := newCachedMeta(&p.ObjectMeta)
 	if l := prepared.Labels(); l != nil {
 		meta.Labels = l // shared with the pods of equal labels
 	}
 	return &cachedPod{
-		ObjectMeta:   meta,
+		cachedMeta:   meta,
 		nodeName:     p.Spec.NodeName,
 		hostNetwork:  p.Spec.HostNetwork,
 		phase:        p.Status.Phase,
@@ -146,7 +142,7 @@ func newCachedPod(p *corev1.Pod) *cachedPod {
 // Pod is the pod as its readers see it (a new object).
 func (p *cachedPod) Pod() *corev1.Pod {
 	pod := &corev1.Pod{
-		ObjectMeta: p.ObjectMeta,
+		ObjectMeta: p.objectMeta(),
 		Spec:       corev1.PodSpec{NodeName: p.nodeName, HostNetwork: p.hostNetwork},
 		Status:     corev1.PodStatus{Phase: p.phase, PodIP: p.podIP, PodIPs: p.podIPs},
 	}
@@ -168,7 +164,7 @@ func (p *cachedPod) GetObjectKind() schema.ObjectKind { return schema.EmptyObjec
 // immutable).
 func (p *cachedPod) DeepCopyObject() runtime.Object {
 	c := *p
-	p.ObjectMeta.DeepCopyInto(&c.ObjectMeta)
+	c.Labels = maps.Clone(p.Labels)
 	c.podIPs = slices.Clone(p.podIPs)
 	c.ports, c.sidecarPorts = slices.Clone(p.ports), slices.Clone(p.sidecarPorts)
 	return &c

@@ -144,7 +144,7 @@ func TestSlimObjectsComputeAlike(t *testing.T) {
 				t.Fatal("cached NetworkPolicy changes in a deep copy")
 			}
 			if cached.UID != np.UID || cached.Generation != np.Generation || cached.object().Name != np.Name {
-				t.Fatalf("cached NetworkPolicy lost its identity: %+v", cached.ObjectMeta)
+				t.Fatalf("cached NetworkPolicy lost its identity: %+v", cached.cachedMeta)
 			}
 			e.UpsertCompiled(cached.compiled)
 		} else {

@@ -1,6 +1,7 @@
 package nodenet
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/netip"
@@ -27,19 +28,19 @@ import (
 // are not what ensureGateway configures (the first address of a pod CIDR,
 // at most one per family). The pipeline then has no gateway until the
 // first sync creates one (nothing leaves the node before that).
-func AdoptGateway(o Options) (gw pipeline.Gateway, ok bool, err error) {
+func AdoptGateway(ctx context.Context, o Options) (gw pipeline.Gateway, ok bool, err error) {
 	name := o.GatewayName
 	if o.OVSDB == nil {
 		return gw, false, fmt.Errorf("nodenet: no OVSDB client")
 	}
-	br, err := o.OVSDB.PortBridge(name)
+	br, err := o.OVSDB.PortBridge(ctx, name)
 	if err != nil {
 		return gw, false, fmt.Errorf("gateway %s: %w", name, err)
 	}
 	if br == "" || br != o.Bridge {
 		return gw, false, nil
 	}
-	iface, err := o.OVSDB.Interface(name)
+	iface, err := o.OVSDB.Interface(ctx, name)
 	if err != nil {
 		return gw, false, fmt.Errorf("gateway %s: %w", name, err)
 	}

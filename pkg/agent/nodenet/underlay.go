@@ -74,15 +74,15 @@ type underlay struct {
 // address is back: the agent runs it when it starts, before anything that
 // needs the API. Without a record (nothing was moved) it does nothing.
 func RestoreUnderlay(ctx context.Context, db *ovsdb.Client, bridge, netns string, log *slog.Logger) error {
-	return withRecord(db, bridge, netns, log, func(u *underlay, rec *underlayRecord) error {
+	return withRecord(ctx, db, bridge, netns, log, func(u *underlay, rec *underlayRecord) error {
 		return u.complete(ctx, rec)
 	})
 }
 
 // withRecord runs f with the underlay bridge's record and the node's
 // host, only when there is a record (the host is opened only then).
-func withRecord(db *ovsdb.Client, bridge, netns string, log *slog.Logger, f func(*underlay, *underlayRecord) error) error {
-	rec, err := (&underlay{db: db, bridge: bridge}).record()
+func withRecord(ctx context.Context, db *ovsdb.Client, bridge, netns string, log *slog.Logger, f func(*underlay, *underlayRecord) error) error {
+	rec, err := (&underlay{db: db, bridge: bridge}).record(ctx)
 	if err != nil || rec == nil {
 		return err
 	}
@@ -109,7 +109,7 @@ func (u *underlay) ensure(ctx context.Context, endpoint netip.Addr) error {
 	if link == nil {
 		// Nowhere: our bridge's interface lost it (ovs-vswitchd
 		// restarted), or the node has no such address.
-		rec, err := u.record()
+		rec, err := u.record(ctx)
 		if err != nil {
 			return err
 		}
@@ -120,15 +120,15 @@ func (u *underlay) ensure(ctx context.Context, endpoint netip.Addr) error {
 	}
 	dev := link.Attrs().Name
 	if dev != name {
-		if br, err := u.db.Bridge(dev); err == nil && br.DatapathType == "netdev" {
+		if br, err := u.db.Bridge(ctx, dev); err == nil && br.DatapathType == "netdev" {
 			return nil // the operator's underlay bridge
 		}
-		if _, err := u.db.Interface(dev); err == nil {
+		if _, err := u.db.Interface(ctx, dev); err == nil {
 			return fmt.Errorf("underlay: the node's InternalIP %s is on %s, an OVS interface that is no netdev bridge's own", endpoint, dev)
 		}
 		return u.move(ctx, link)
 	}
-	rec, err := u.record()
+	rec, err := u.record(ctx)
 	if err != nil || rec == nil {
 		return err // a netdev bridge of that name the operator made: used as it is
 	}
@@ -136,9 +136,9 @@ func (u *underlay) ensure(ctx context.Context, endpoint netip.Addr) error {
 }
 
 // record reads the bridge's record (nil: no bridge, or not ours).
-func (u *underlay) record() (*underlayRecord, error) {
+func (u *underlay) record(ctx context.Context) (*underlayRecord, error) {
 	bridge := u.bridge
-	br, err := u.db.Bridge(bridge)
+	br, err := u.db.Bridge(ctx, bridge)
 	if errors.Is(err, ovsdb.ErrNotFound) {
 		return nil, nil
 	}
@@ -380,7 +380,7 @@ func (r underlayRoute) netlink(link int) (*netlink.Route, error) {
 // an operator's bridge) it does nothing. The node's traffic is dropped
 // for a few milliseconds while the addresses move.
 func RevertUnderlay(ctx context.Context, db *ovsdb.Client, bridge, netns string, log *slog.Logger) error {
-	return withRecord(db, bridge, netns, log, func(u *underlay, rec *underlayRecord) error {
+	return withRecord(ctx, db, bridge, netns, log, func(u *underlay, rec *underlayRecord) error {
 		return u.revert(ctx, rec)
 	})
 }

@@ -464,9 +464,9 @@ const realizeTimeout = 2 * time.Minute
 
 // reportPods tells the controller which pods are attached to the bridge
 // (their addresses admit them before the kubelet reports them).
-func (a *Agent) reportPods() {
+func (a *Agent) reportPods(ctx context.Context) {
 	if d := a.datapath(); d != nil && a.client != nil {
-		a.client.ReportPods(d.attachedPods())
+		a.client.ReportPods(d.attachedPods(ctx))
 	}
 }
 
@@ -490,7 +490,7 @@ func (a *Agent) loop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-a.kick:
-			a.reportPods()
+			a.reportPods(ctx)
 			a.realizeBounded(ctx, "ports")
 		case <-retry.C:
 			a.mu.Lock()

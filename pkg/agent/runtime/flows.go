@@ -36,7 +36,7 @@ func (d *ovsDatapath) flowsInfo(ctx context.Context, f agentquery.FlowFilter) (a
 	if err != nil {
 		return agentquery.Flows{}, fmt.Errorf("reading flow statistics: %w", err)
 	}
-	keep, err := d.flowSelector(f, rules, flows)
+	keep, err := d.flowSelector(ctx, f, rules, flows)
 	if err != nil {
 		return agentquery.Flows{}, err
 	}
@@ -95,7 +95,7 @@ func (d *ovsDatapath) flowsInfo(ctx context.Context, f agentquery.FlowFilter) (a
 // flows whose cookie names it plus the conjunction clause flows feeding
 // its conjunctions (a clause flow shared by several rules names only one
 // of them in its cookie).
-func (d *ovsDatapath) flowSelector(f agentquery.FlowFilter, rules map[uint32]agentquery.RuleInfo, flows []openflow.Flow) (func(openflow.Flow) bool, error) {
+func (d *ovsDatapath) flowSelector(ctx context.Context, f agentquery.FlowFilter, rules map[uint32]agentquery.RuleInfo, flows []openflow.Flow) (func(openflow.Flow) bool, error) {
 	var preds []func(openflow.Flow) bool
 	if f.Table != "" {
 		t, ok := pipeline.TableByName(f.Table)
@@ -148,7 +148,7 @@ func (d *ovsDatapath) flowSelector(f agentquery.FlowFilter, rules map[uint32]age
 		if !ok || ns == "" || name == "" {
 			return nil, fmt.Errorf("pod %q: want NAMESPACE/NAME", f.Pod)
 		}
-		p, ok := d.pod(ns, name)
+		p, ok := d.pod(ctx, ns, name)
 		if !ok {
 			return nil, fmt.Errorf("pod %s has no port on this node", f.Pod)
 		}

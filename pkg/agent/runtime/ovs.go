@@ -114,10 +114,14 @@ func openOVS(ctx context.Context, o *Options, log *slog.Logger, m *agentMetrics,
 		return nil, fmt.Errorf("bridge %s: %w", cfg.BridgeName, err)
 	}
 	log.Info("bridge ready", "bridge", cfg.BridgeName, "created", created, "datapathType", cfg.DatapathType)
-	d.watcher = db.WatchPorts(func(ev ovsdb.Event) {
+	d.watcher, err = db.WatchPorts(ctx, func(ev ovsdb.Event) {
 		log.Debug("port event", "type", ev.Type.String(), "interface", ev.Port.Interface, "pod", ev.Port.PodKey(), "ofport", ev.Port.OFPort)
 		onPorts()
 	})
+	if err != nil {
+		d.close()
+		return nil, err
+	}
 
 	target := "unix:" + cfg.OpenFlowSocketPath()
 	ofOpts.OnConnect = func(_ context.Context, _ *openflow.Client, ev openflow.ConnectEvent) error {
@@ -144,13 +148,13 @@ func openOVS(ctx context.Context, o *Options, log *slog.Logger, m *agentMetrics,
 	}
 	d.of = of
 	d.inst = &recordingInstaller{inner: flowsync.Client{C: of}, m: m, applied: of.LastApplied, flows: map[string]openflow.Flow{}}
-	_, uplink, err := d.ports()
+	_, uplink, err := d.ports(ctx)
 	if err != nil {
 		d.close()
 		return nil, err
 	}
 	if d.routed {
-		d.wantGateway = adoptGateway(o, db, log)
+		d.wantGateway = adoptGateway(ctx, o, db, log)
 	}
 	// The tunnel comes from the node network, once it knows the peers.
 	if err := d.startRealizer(ctx, uplink, d.wantGateway, pipeline.Tunnel{}); err != nil {
@@ -161,8 +165,8 @@ func openOVS(ctx context.Context, o *Options, log *slog.Logger, m *agentMetrics,
 }
 
 // adoptGateway is the gateway a previous run left (zero: none usable).
-func adoptGateway(o *Options, db *ovsdb.Client, log *slog.Logger) pipeline.Gateway {
-	gw, ok, err := nodenet.AdoptGateway(nodenet.Options{OVSDB: db, Bridge: o.Config.BridgeName,
+func adoptGateway(ctx context.Context, o *Options, db *ovsdb.Client, log *slog.Logger) pipeline.Gateway {
+	gw, ok, err := nodenet.AdoptGateway(ctx, nodenet.Options{OVSDB: db, Bridge: o.Config.BridgeName,
 		GatewayName: o.Config.NodeNetwork.GatewayName, NetNS: o.NodeNetNS})
 	switch {
 	case err != nil:
@@ -261,7 +265,7 @@ func (d *ovsDatapath) realize(ctx context.Context, st *wire.NodeState) ([]string
 }
 
 func (d *ovsDatapath) realizeLocked(ctx context.Context, st *wire.NodeState) ([]string, map[string]string, error) {
-	ports, uplink, err := d.ports()
+	ports, uplink, err := d.ports(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -303,7 +307,7 @@ func (d *ovsDatapath) realizeLocked(ctx context.Context, st *wire.NodeState) ([]
 // pendAll records every pod port as not admitted, for why: before the
 // agent holds a complete state, nothing is.
 func (d *ovsDatapath) pendAll(ctx context.Context, why string) {
-	ports, _, err := d.ports()
+	ports, _, err := d.ports(ctx)
 	if err != nil {
 		return
 	}
@@ -355,8 +359,8 @@ func (d *ovsDatapath) writeAdmission(ctx context.Context, pods []agentquery.Pod,
 
 // ports returns the watched ports of this bridge (the watcher sees every
 // bridge of the database) and the uplink's OpenFlow port (0: none).
-func (d *ovsDatapath) ports() ([]ovsdb.PortInfo, uint32, error) {
-	mine, err := d.db.BridgeInterfaces(d.bridge)
+func (d *ovsDatapath) ports(ctx context.Context) ([]ovsdb.PortInfo, uint32, error) {
+	mine, err := d.db.BridgeInterfaces(ctx, d.bridge)
 	if err != nil {
 		return nil, 0, fmt.Errorf("ports of bridge %s: %w", d.bridge, err)
 	}
@@ -382,8 +386,8 @@ func samePeer(a, b pipeline.TunnelPeer) bool {
 }
 
 // pod returns the port of a local pod.
-func (d *ovsDatapath) pod(namespace, name string) (ovsdb.PortInfo, bool) {
-	ports, _, err := d.ports()
+func (d *ovsDatapath) pod(ctx context.Context, namespace, name string) (ovsdb.PortInfo, bool) {
+	ports, _, err := d.ports(ctx)
 	if err != nil {
 		return ovsdb.PortInfo{}, false
 	}
@@ -505,8 +509,8 @@ func admission(p ovsdb.PortInfo, byRef map[model.PodRef]model.NodePod) string {
 // attachedPods are the pod ports of the bridge with the identity and
 // addresses their CNI plugin recorded (wire.PodsReport): what the
 // controller takes a new pod's addresses from until its status has them.
-func (d *ovsDatapath) attachedPods() []model.NodePod {
-	ports, _, err := d.ports()
+func (d *ovsDatapath) attachedPods(ctx context.Context) []model.NodePod {
+	ports, _, err := d.ports(ctx)
 	if err != nil {
 		return nil
 	}
@@ -521,17 +525,17 @@ func (d *ovsDatapath) attachedPods() []model.NodePod {
 }
 
 // podsInfo answers /v1/pods.
-func (d *ovsDatapath) podsInfo() agentquery.Pods {
+func (d *ovsDatapath) podsInfo(ctx context.Context) agentquery.Pods {
 	d.mu.Lock()
 	pods := append([]agentquery.Pod(nil), d.pods...)
 	d.mu.Unlock()
-	ports, uplink, err := d.ports()
+	ports, uplink, err := d.ports(ctx)
 	if pods == nil && err == nil {
 		// Before the first realization: classify now for the answer.
 		_, pods = classifyPorts(ports, nil, nil)
 	}
 	out := agentquery.Pods{Uplink: uplink, Pods: pods, Invalid: map[string]string{}}
-	mine, _ := d.db.BridgeInterfaces(d.bridge)
+	mine, _ := d.db.BridgeInterfaces(ctx, d.bridge)
 	for name, err := range d.watcher.Invalid() {
 		if mine[name] {
 			out.Invalid[name] = err.Error()

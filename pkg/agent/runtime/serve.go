@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -173,7 +174,7 @@ func listenUnix(path string) (net.Listener, error) {
 
 func (a *Agent) queryHandler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, a.status()) })
+	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, a.status(r.Context())) })
 	mux.HandleFunc("GET /v1/realization", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, a.realization()) })
 	mux.HandleFunc("GET /v1/updates", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, agentquery.Updates{Node: a.cfg.NodeName, Updates: a.timings.list()})
@@ -183,9 +184,9 @@ func (a *Agent) queryHandler() http.Handler {
 			writeJSON(w, d.rulesInfo())
 		}
 	})
-	mux.HandleFunc("GET /v1/pods", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET /v1/pods", func(w http.ResponseWriter, r *http.Request) {
 		if d := a.needOVS(w); d != nil {
-			writeJSON(w, d.podsInfo())
+			writeJSON(w, d.podsInfo(r.Context()))
 		}
 	})
 	mux.HandleFunc("GET /v1/flows", func(w http.ResponseWriter, r *http.Request) {
@@ -272,14 +273,14 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 	_ = json.NewEncoder(w).Encode(agentquery.Error{Error: msg})
 }
 
-func (a *Agent) status() agentquery.Status {
+func (a *Agent) status(ctx context.Context) agentquery.Status {
 	st := agentquery.Status{Node: a.cfg.NodeName, Datapath: a.opts.Datapath}
 	if a.opts.Datapath == agentquery.DatapathOVS {
 		st.Bridge = a.cfg.BridgeName
 	}
 	if d := a.datapath(); d != nil {
 		st.Round = d.current().Round()
-		if ports, _, err := d.ports(); err == nil {
+		if ports, _, err := d.ports(ctx); err == nil {
 			st.LocalPods = len(ports)
 		}
 	}

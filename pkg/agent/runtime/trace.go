@@ -44,7 +44,7 @@ func (d *ovsDatapath) trace(ctx context.Context, ctl, rundir string, local netip
 	if req.Port < 1 || req.Port > 65535 {
 		return agentquery.Trace{}, fmt.Errorf("port %d: want 1..65535", req.Port)
 	}
-	ports, uplink, err := d.ports()
+	ports, uplink, err := d.ports(ctx)
 	if err != nil {
 		return agentquery.Trace{}, err
 	}
@@ -61,7 +61,7 @@ func (d *ovsDatapath) trace(ctx context.Context, ctl, rundir string, local netip
 	var tunnel string // tunnel metadata of a packet from the tunnel
 	srcMAC := placeholderMAC
 	if ns, name, isPod := strings.Cut(req.Src, "/"); isPod {
-		p, ok := d.pod(ns, name)
+		p, ok := d.pod(ctx, ns, name)
 		if !ok {
 			return agentquery.Trace{}, fmt.Errorf("src pod %s has no port on this node", req.Src)
 		}

@@ -3,6 +3,7 @@ package ovsdb_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"strings"
 	"testing"
@@ -58,7 +59,7 @@ func libovsdbStacks(dump string) string {
 // with the agent's pod) while the client is connected; the client keeps
 // trying to reconnect, and every change given a deadline returns at that
 // deadline with the context's error instead of waiting for a server that
-// is not coming back.
+// is not coming back; every read answers at once from the cache.
 func TestCallsEndWithContextWhenOVSDBGone(t *testing.T) {
 	env, c, br, port := bridgeWithPort(t)
 	if err := env.StopOVSDB(); err != nil {
@@ -66,6 +67,7 @@ func TestCallsEndWithContextWhenOVSDBGone(t *testing.T) {
 	}
 	waitDisconnected(t, c)
 
+	readsFromCache(t, c, br, port)
 	boundedCall(t, "DeletePort", func(ctx context.Context) error { return c.DeletePort(ctx, br, port) })
 	boundedCall(t, "DeleteBridge", func(ctx context.Context) error { return c.DeleteBridge(ctx, br) })
 	boundedCall(t, "EnsureBridge", func(ctx context.Context) error {
@@ -84,6 +86,7 @@ func TestCallsEndWithContextWhenOVSDBGone(t *testing.T) {
 // (each reconnection attempt holds libovsdb's connection lock until its
 // 10 s timeout), return at their deadline; a call without a deadline
 // returns when the client is closed; and the calls abandoned finish.
+// Reads while the client reconnects answer at once from the cache.
 func TestCallsEndWithContextWhenOVSDBHangs(t *testing.T) {
 	env, c, br, port := bridgeWithPort(t)
 	thaw, err := env.FreezeOVSDB()
@@ -100,6 +103,7 @@ func TestCallsEndWithContextWhenOVSDBHangs(t *testing.T) {
 		return c.SetInterfaceExternalID(ctx, port, "tierflow.io/admission", "admitted")
 	})
 	boundedCall(t, "DeletePort, reconnecting", func(ctx context.Context) error { return c.DeletePort(ctx, br, port) })
+	readsFromCache(t, c, br, port)
 
 	// No deadline: Close ends it.
 	done := make(chan error, 1)
@@ -120,6 +124,72 @@ func TestCallsEndWithContextWhenOVSDBHangs(t *testing.T) {
 	waitCallsDone(t, c, 10*time.Second+slack)
 }
 
+// readsFromCache checks that the reads answer at once from the cache,
+// as it was before the client lost ovsdb-server (bridge br with the
+// uplink port), while the client reconnects: an agent's realization and
+// lookups go on with the ports ovs-vswitchd still has. libovsdb's own
+// List waits for the new cache and, given no deadline, waited for ever
+// (PortBridge and WatchPorts did).
+func readsFromCache(t *testing.T, c *ovsdb.Client, br, port string) {
+	t.Helper()
+	read := func(what string, call func(context.Context) error) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), bound)
+		defer cancel()
+		done := make(chan error, 1)
+		go func() { done <- call(ctx) }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("%s: %v, want the cached answer", what, err)
+			}
+		case <-time.After(bound + slack):
+			buf := make([]byte, 1<<20)
+			buf = buf[:runtime.Stack(buf, true)]
+			t.Fatalf("%s still blocked %v after its context's deadline; goroutines:\n%s", what, slack, libovsdbStacks(string(buf)))
+		}
+	}
+	read("Bridge", func(ctx context.Context) error {
+		b, err := c.Bridge(ctx, br)
+		if err == nil && b.Name != br {
+			err = fmt.Errorf("bridge %s", b.Name)
+		}
+		return err
+	})
+	read("Interface", func(ctx context.Context) error {
+		i, err := c.Interface(ctx, port)
+		if err == nil && i.Name != port {
+			err = fmt.Errorf("interface %s", i.Name)
+		}
+		return err
+	})
+	read("BridgeInterfaces", func(ctx context.Context) error {
+		ifaces, err := c.BridgeInterfaces(ctx, br)
+		if err == nil && !ifaces[port] {
+			err = fmt.Errorf("interfaces %v, without %s", ifaces, port)
+		}
+		return err
+	})
+	read("PortBridge", func(ctx context.Context) error {
+		b, err := c.PortBridge(ctx, port)
+		if err == nil && b != br {
+			err = fmt.Errorf("bridge %q", b)
+		}
+		return err
+	})
+	read("WatchPorts", func(ctx context.Context) error {
+		w, err := c.WatchPorts(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer w.Stop()
+		if p, ok := w.Uplink(); !ok || p.Interface != port {
+			return fmt.Errorf("ports %v, want the uplink %s", w.Ports(), port)
+		}
+		return nil
+	})
+}
+
 // waitCallsDone fails the test unless every call c started, abandoned
 // ones included, finished within d.
 func waitCallsDone(t *testing.T, c *ovsdb.Client, d time.Duration) {
@@ -134,7 +204,7 @@ func waitCallsDone(t *testing.T, c *ovsdb.Client, d time.Duration) {
 }
 
 // bridgeWithPort starts an OVS and a client, and creates a bridge with
-// an internal port.
+// an internal port marked as the uplink (so a Watcher reports it).
 func bridgeWithPort(t *testing.T) (env *ovsenv.Env, c *ovsdb.Client, br, port string) {
 	t.Helper()
 	env = ovsenv.Start(t)
@@ -144,7 +214,8 @@ func bridgeWithPort(t *testing.T) (env *ovsenv.Env, c *ovsdb.Client, br, port st
 	if _, err := c.EnsureBridge(ctx, ovsdb.BridgeConfig{Name: br, DatapathType: "netdev"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.AddPort(ctx, br, ovsdb.PortConfig{Name: port, Type: ovsdb.PortInternal}); err != nil {
+	if err := c.AddPort(ctx, br, ovsdb.PortConfig{Name: port, Type: ovsdb.PortInternal,
+		ExternalIDs: map[string]string{ovsdb.KeyRole: ovsdb.RoleUplink}}); err != nil {
 		t.Fatal(err)
 	}
 	return env, c, br, port

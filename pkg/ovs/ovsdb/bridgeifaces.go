@@ -24,24 +24,18 @@ import (
 // kept until the cache sees a change of the Bridge, Port or Interface
 // table (ifaceMemo): a policy change, most realizations, reads none of
 // the rows again. The map is shared with later calls: do not change it.
-func (c *Client) BridgeInterfaces(bridge string) (map[string]bool, error) {
-	m := &c.ifaces
-	m.mu.Lock()
-	defer m.mu.Unlock()
+func (c *Client) BridgeInterfaces(ctx context.Context, bridge string) (map[string]bool, error) {
 	// The generation is read before the rows: a change the scan misses
 	// bumps it afterwards (its event follows the change in the cache).
-	gen := m.gen.get()
-	if ifaces, ok := m.byBridge[bridge]; ok && m.at == gen {
+	gen := c.ifaces.gen.get()
+	if ifaces, ok := c.ifaces.get(bridge, gen); ok {
 		return ifaces, nil
 	}
-	ifaces, err := c.scanBridgeInterfaces(bridge)
+	ifaces, err := boundedValue(c, ctx, func(ctx context.Context) (map[string]bool, error) { return c.bridgeInterfaces(ctx, bridge) })
 	if err != nil {
 		return nil, err
 	}
-	if m.at != gen || m.byBridge == nil {
-		m.byBridge, m.at = map[string]map[string]bool{}, gen
-	}
-	m.byBridge[bridge] = ifaces
+	c.ifaces.put(bridge, gen, ifaces)
 	return ifaces, nil
 }
 
@@ -53,6 +47,28 @@ type ifaceMemo struct {
 	mu       sync.Mutex
 	at       uint64
 	byBridge map[string]map[string]bool
+}
+
+// get returns the answer kept for bridge if it is of generation gen.
+func (m *ifaceMemo) get(bridge string, gen uint64) (map[string]bool, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ifaces, ok := m.byBridge[bridge]
+	return ifaces, ok && m.at == gen
+}
+
+// put keeps ifaces, read at generation gen, unless answers of a later
+// generation are kept.
+func (m *ifaceMemo) put(bridge string, gen uint64, ifaces map[string]bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case m.byBridge == nil || gen > m.at:
+		m.byBridge, m.at = map[string]map[string]bool{}, gen
+	case gen < m.at:
+		return
+	}
+	m.byBridge[bridge] = ifaces
 }
 
 // tableGeneration counts the cache's changes of the Bridge, Port and
@@ -78,10 +94,12 @@ func (g *tableGeneration) handler() cache.EventHandler {
 	}
 }
 
-// scanBridgeInterfaces is BridgeInterfaces read from the cached rows.
-func (c *Client) scanBridgeInterfaces(bridge string) (map[string]bool, error) {
+// bridgeInterfaces scans the Bridge, Port and Interface rows: each
+// predicate returns false (selects nothing), the slice only names the
+// table.
+func (c *Client) bridgeInterfaces(ctx context.Context, bridge string) (map[string]bool, error) {
 	var ports map[string]bool
-	if err := c.scan(func(b *Bridge) bool {
+	if err := c.list(ctx, func(b *Bridge) bool {
 		if b.Name == bridge {
 			ports = make(map[string]bool, len(b.Ports))
 			for _, u := range b.Ports {
@@ -96,7 +114,7 @@ func (c *Client) scanBridgeInterfaces(bridge string) (map[string]bool, error) {
 		return nil, fmt.Errorf("bridge %s: %w", bridge, ErrNotFound)
 	}
 	ifaces := map[string]bool{}
-	if err := c.scan(func(p *Port) bool {
+	if err := c.list(ctx, func(p *Port) bool {
 		if ports[p.UUID] {
 			for _, u := range p.Interfaces {
 				ifaces[u] = true
@@ -107,7 +125,7 @@ func (c *Client) scanBridgeInterfaces(bridge string) (map[string]bool, error) {
 		return nil, err
 	}
 	out := make(map[string]bool, len(ifaces))
-	if err := c.scan(func(i *Interface) bool {
+	if err := c.list(ctx, func(i *Interface) bool {
 		if ifaces[i.UUID] {
 			out[i.Name] = true
 		}
@@ -116,11 +134,4 @@ func (c *Client) scanBridgeInterfaces(bridge string) (map[string]bool, error) {
 		return nil, err
 	}
 	return out, nil
-}
-
-// scan runs visit on every cached row of the table of rows' element type
-// (read-only: visit must not keep or change the row). visit returns
-// false, so nothing is selected or cloned; rows only names the table.
-func (c *Client) scan(visit any, rows any) error {
-	return c.ovs.WhereCache(visit).List(context.Background(), rows)
 }

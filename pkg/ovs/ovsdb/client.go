@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"sync/atomic"
 	"syscall"
@@ -214,6 +215,21 @@ func (c *Client) bounded(ctx context.Context, call func(context.Context) error) 
 	}
 }
 
+// boundedValue is bounded for a call with a result, read only once the
+// call returned (an abandoned call may still write it).
+func boundedValue[T any](c *Client, ctx context.Context, call func(context.Context) (T, error)) (T, error) {
+	var out T
+	err := c.bounded(ctx, func(ctx context.Context) (err error) {
+		out, err = call(ctx)
+		return err
+	})
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return out, nil
+}
+
 // heedGrace is how long bounded waits, once the caller's context ended,
 // for a call that heeds it to return its own error.
 const heedGrace = 100 * time.Millisecond
@@ -327,10 +343,28 @@ func (c *Client) poll(ctx context.Context, cond func() (bool, error), what strin
 // ErrNotFound is returned for a missing bridge, port or interface.
 var ErrNotFound = errors.New("not found")
 
+// list reads the cached rows that pred (a func(*Model) bool) selects into
+// rows (a pointer to a slice of Model): how this package reads the cache
+// (root aside). Unlike libovsdb's List, which waits while the client
+// reconnects for the cache to be rebuilt, it reads the cache as it is:
+// the rows of before the connection dropped (or none, in the moment
+// between a reconnection's purge and refill). The Watcher's state is
+// that cache too, and an agent's realization goes on while only
+// ovsdb-server restarts (ovs-vswitchd keeps its ports and takes flows).
+// Exported reads run it through bounded with their caller's context; the
+// others run inside a call already bounded.
+func (c *Client) list(ctx context.Context, pred any, rows any) error {
+	return c.ovs.WhereCache(pred).List(ctx, rows)
+}
+
 // Bridge returns the bridge named name from the cache.
-func (c *Client) Bridge(name string) (*Bridge, error) {
+func (c *Client) Bridge(ctx context.Context, name string) (*Bridge, error) {
+	return boundedValue(c, ctx, func(ctx context.Context) (*Bridge, error) { return c.bridge(ctx, name) })
+}
+
+func (c *Client) bridge(ctx context.Context, name string) (*Bridge, error) {
 	var rows []Bridge
-	err := c.ovs.WhereCache(func(b *Bridge) bool { return b.Name == name }).List(context.Background(), &rows)
+	err := c.list(ctx, func(b *Bridge) bool { return b.Name == name }, &rows)
 	if err != nil {
 		return nil, err
 	}
@@ -394,15 +428,7 @@ func (cfg *BridgeConfig) normalize() error {
 // protocols. External IDs and other_config keys given are merged in. It
 // reports whether the bridge was created.
 func (c *Client) EnsureBridge(ctx context.Context, cfg BridgeConfig) (bool, error) {
-	var out bool // written by the call, read only once it returned
-	err := c.bounded(ctx, func(ctx context.Context) (err error) {
-		out, err = c.ensureBridge(ctx, cfg)
-		return err
-	})
-	if err != nil {
-		return false, err
-	}
-	return out, nil
+	return boundedValue(c, ctx, func(ctx context.Context) (bool, error) { return c.ensureBridge(ctx, cfg) })
 }
 
 func (c *Client) ensureBridge(ctx context.Context, cfg BridgeConfig) (bool, error) {
@@ -413,7 +439,7 @@ func (c *Client) ensureBridge(ctx context.Context, cfg BridgeConfig) (bool, erro
 	if cfg.Standalone {
 		failMode = "standalone"
 	}
-	existing, err := c.Bridge(cfg.Name)
+	existing, err := c.bridge(ctx, cfg.Name)
 	if err == nil {
 		br := *existing
 		br.DatapathType = cfg.DatapathType
@@ -475,7 +501,7 @@ func (c *Client) SetBridgeExternalIDs(ctx context.Context, name string, ids map[
 }
 
 func (c *Client) setBridgeExternalIDs(ctx context.Context, name string, ids map[string]string) error {
-	cur, err := c.Bridge(name)
+	cur, err := c.bridge(ctx, name)
 	if err != nil {
 		return err
 	}
@@ -495,7 +521,7 @@ func (c *Client) DeleteBridge(ctx context.Context, name string) error {
 }
 
 func (c *Client) deleteBridge(ctx context.Context, name string) error {
-	br, err := c.Bridge(name)
+	br, err := c.bridge(ctx, name)
 	if errors.Is(err, ErrNotFound) {
 		return nil
 	}
@@ -585,7 +611,7 @@ func (c *Client) addPort(ctx context.Context, bridge string, cfg PortConfig) err
 	if cfg.MTURequest < 0 || cfg.MTURequest > 65535 {
 		return fmt.Errorf("port %s: MTU request %d out of range", cfg.Name, cfg.MTURequest)
 	}
-	br, err := c.Bridge(bridge)
+	br, err := c.bridge(ctx, bridge)
 	if err != nil {
 		return err
 	}
@@ -598,8 +624,8 @@ func (c *Client) addPort(ctx context.Context, bridge string, cfg PortConfig) err
 		mtu := cfg.MTURequest
 		iface.MTURequest = &mtu
 	}
-	if _, err := c.portOnBridge(br, cfg.Name); err == nil {
-		cur, err := c.Interface(cfg.Name)
+	if _, err := c.portOnBridge(ctx, br, cfg.Name); err == nil {
+		cur, err := c.iface(ctx, cfg.Name)
 		if err != nil {
 			return err
 		}
@@ -627,9 +653,9 @@ func (c *Client) addPort(ctx context.Context, bridge string, cfg PortConfig) err
 	return nil
 }
 
-func (c *Client) portOnBridge(br *Bridge, name string) (*Port, error) {
+func (c *Client) portOnBridge(ctx context.Context, br *Bridge, name string) (*Port, error) {
 	var rows []Port
-	err := c.ovs.WhereCache(func(p *Port) bool { return p.Name == name }).List(context.Background(), &rows)
+	err := c.list(ctx, func(p *Port) bool { return p.Name == name }, &rows)
 	if err != nil {
 		return nil, err
 	}
@@ -649,11 +675,11 @@ func (c *Client) DeletePort(ctx context.Context, bridge, name string) error {
 }
 
 func (c *Client) deletePort(ctx context.Context, bridge, name string) error {
-	br, err := c.Bridge(bridge)
+	br, err := c.bridge(ctx, bridge)
 	if err != nil {
 		return err
 	}
-	port, err := c.portOnBridge(br, name)
+	port, err := c.portOnBridge(ctx, br, name)
 	if errors.Is(err, ErrNotFound) {
 		return nil
 	}
@@ -670,9 +696,13 @@ func (c *Client) deletePort(ctx context.Context, bridge, name string) error {
 }
 
 // Interface returns the interface named name from the cache.
-func (c *Client) Interface(name string) (*Interface, error) {
+func (c *Client) Interface(ctx context.Context, name string) (*Interface, error) {
+	return boundedValue(c, ctx, func(ctx context.Context) (*Interface, error) { return c.iface(ctx, name) })
+}
+
+func (c *Client) iface(ctx context.Context, name string) (*Interface, error) {
 	var rows []Interface
-	err := c.ovs.WhereCache(func(i *Interface) bool { return i.Name == name }).List(context.Background(), &rows)
+	err := c.list(ctx, func(i *Interface) bool { return i.Name == name }, &rows)
 	if err != nil {
 		return nil, err
 	}
@@ -688,7 +718,7 @@ func (c *Client) SetInterfaceExternalIDs(ctx context.Context, name string, ids m
 }
 
 func (c *Client) setInterfaceExternalIDs(ctx context.Context, name string, ids map[string]string) error {
-	cur, err := c.Interface(name)
+	cur, err := c.iface(ctx, name)
 	if err != nil {
 		return err
 	}
@@ -712,7 +742,7 @@ func (c *Client) SetInterfaceExternalID(ctx context.Context, name, key, value st
 }
 
 func (c *Client) setInterfaceExternalID(ctx context.Context, name, key, value string) error {
-	cur, err := c.Interface(name)
+	cur, err := c.iface(ctx, name)
 	if err != nil {
 		return err
 	}
@@ -740,21 +770,13 @@ func (c *Client) setInterfaceExternalID(ctx context.Context, name, key, value st
 // the interface, and returns it. An interface ovs-vswitchd could not open
 // (ofport -1) fails with its error column.
 func (c *Client) WaitOFPort(ctx context.Context, name string) (uint32, error) {
-	var out uint32 // written by the call, read only once it returned
-	err := c.bounded(ctx, func(ctx context.Context) (err error) {
-		out, err = c.waitOFPort(ctx, name)
-		return err
-	})
-	if err != nil {
-		return 0, err
-	}
-	return out, nil
+	return boundedValue(c, ctx, func(ctx context.Context) (uint32, error) { return c.waitOFPort(ctx, name) })
 }
 
 func (c *Client) waitOFPort(ctx context.Context, name string) (uint32, error) {
 	var port uint32
 	err := c.poll(ctx, func() (bool, error) {
-		iface, err := c.Interface(name)
+		iface, err := c.iface(ctx, name)
 		if errors.Is(err, ErrNotFound) {
 			return false, nil
 		}
@@ -782,26 +804,26 @@ func (c *Client) waitOFPort(ctx context.Context, name string) (uint32, error) {
 
 // PortBridge returns the name of the bridge holding the port named name,
 // or "" when no bridge does.
-func (c *Client) PortBridge(name string) (string, error) {
-	var ports []Port
-	if err := c.ovs.WhereCache(func(p *Port) bool { return p.Name == name }).List(context.Background(), &ports); err != nil {
-		return "", err
-	}
-	if len(ports) == 0 {
-		return "", nil
-	}
-	var bridges []Bridge
-	if err := c.ovs.List(context.Background(), &bridges); err != nil {
-		return "", err
-	}
-	for _, br := range bridges {
-		for _, u := range br.Ports {
-			for _, p := range ports {
-				if u == p.UUID {
-					return br.Name, nil
-				}
-			}
+func (c *Client) PortBridge(ctx context.Context, name string) (string, error) {
+	return boundedValue(c, ctx, func(ctx context.Context) (string, error) {
+		var ports []Port
+		if err := c.list(ctx, func(p *Port) bool { return p.Name == name }, &ports); err != nil {
+			return "", err
 		}
-	}
-	return "", nil
+		if len(ports) == 0 {
+			return "", nil
+		}
+		uuids := map[string]bool{}
+		for _, p := range ports {
+			uuids[p.UUID] = true
+		}
+		var bridges []Bridge
+		if err := c.list(ctx, func(b *Bridge) bool { return slices.ContainsFunc(b.Ports, func(u string) bool { return uuids[u] }) }, &bridges); err != nil {
+			return "", err
+		}
+		if len(bridges) == 0 {
+			return "", nil
+		}
+		return bridges[0].Name, nil
+	})
 }

@@ -188,7 +188,7 @@ func TestPortsAndExternalIDs(t *testing.T) {
 	// external_ids written by ovs-vsctl are read back by the client...
 	vsctl(t, env, "set", "Interface", hostEnd, `external_ids:"extra"="x y"`)
 	waitFor(t, func() bool {
-		iface, err := c.Interface(hostEnd)
+		iface, err := c.Interface(ctx, hostEnd)
 		return err == nil && iface.ExternalIDs["extra"] == "x y" && iface.ExternalIDs[ovsdb.KeyPodName] == "web-0"
 	}, "client cache to see ovs-vsctl's external_ids")
 	// One key is set (and set again) without touching the others.
@@ -263,7 +263,10 @@ func TestWatcherMapsPodsToOFPorts(t *testing.T) {
 	a := br.AddPod("a", nil, netip.MustParsePrefix("10.30.0.1/24"), netip.MustParsePrefix("fd00:30::1/64"))
 
 	events := make(chan ovsdb.Event, 100)
-	w := c.WatchPorts(func(ev ovsdb.Event) { events <- ev })
+	w, err := c.WatchPorts(ctx, func(ev ovsdb.Event) { events <- ev })
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer w.Stop()
 	next := func(what string, ok func(ovsdb.Event) bool) ovsdb.Event {
 		t.Helper()
@@ -359,6 +362,7 @@ func TestWatcherMapsPodsToOFPorts(t *testing.T) {
 func TestBridgeInterfaces(t *testing.T) {
 	env := ovsenv.Start(t)
 	c := connect(t, env)
+	ctx := ctxT(t)
 	b1, b2 := env.AddBridge("i1"), env.AddBridge("i2")
 	p1, p2, p3 := "tf"+env.ID+"p1", "tf"+env.ID+"p2", "tf"+env.ID+"p3"
 	vsctl(t, env, "add-port", b1.Name, p1, "--", "set", "Interface", p1, "type=patch", "options:peer="+p3,
@@ -374,7 +378,7 @@ func TestBridgeInterfaces(t *testing.T) {
 		deadline := time.Now().Add(10 * time.Second)
 		for br, w := range want {
 			for {
-				got, err := c.BridgeInterfaces(br)
+				got, err := c.BridgeInterfaces(ctx, br)
 				if err == nil && maps.Equal(got, w) {
 					break
 				}
@@ -395,7 +399,7 @@ func TestBridgeInterfaces(t *testing.T) {
 	want[b1.Name] = map[string]bool{b1.Name: true, p4: true}
 	want[b2.Name] = map[string]bool{b2.Name: true, p3: true, p1: true}
 	await()
-	if _, err := c.BridgeInterfaces("tf" + env.ID + "none"); !errors.Is(err, ovsdb.ErrNotFound) {
+	if _, err := c.BridgeInterfaces(ctx, "tf"+env.ID+"none"); !errors.Is(err, ovsdb.ErrNotFound) {
 		t.Fatalf("unknown bridge: %v, want ErrNotFound", err)
 	}
 }
@@ -426,7 +430,7 @@ func BenchmarkBridgeInterfaces(b *testing.B) {
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		got, err := c.BridgeInterfaces(br.Name)
+		got, err := c.BridgeInterfaces(ctx, br.Name)
 		if err == nil && len(got) == ports+1 {
 			break
 		}
@@ -436,15 +440,15 @@ func BenchmarkBridgeInterfaces(b *testing.B) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	b.Run("unchanged", func(b *testing.B) {
-		for b.Loop() {
-			if _, err := c.BridgeInterfaces(br.Name); err != nil {
+		for b.Loop() { // as long as it takes: no deadline
+			if _, err := c.BridgeInterfaces(context.Background(), br.Name); err != nil {
 				b.Fatal(err)
 			}
 		}
 	})
 	b.Run("scan", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := ovsdb.ScanBridgeInterfaces(c, br.Name); err != nil {
+			if _, err := ovsdb.ScanBridgeInterfaces(c, context.Background(), br.Name); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -10,7 +10,10 @@
 // Every call that takes a context returns when that context ends, with its
 // error, even while the client reconnects to an ovsdb-server that is gone
 // or hangs (libovsdb v0.7.0 alone can block past it: see Client.bounded);
-// Close ends the calls still running with ErrClosed.
+// Close ends the calls still running with ErrClosed. Reads (Bridge,
+// Interface, PortBridge, BridgeInterfaces, the ports a new Watcher
+// starts with) answer from the monitored cache as it is, at once, also
+// while the client reconnects: the rows ovsdb-server last sent.
 //
 // # Interface external_ids (contract with the CNI plugin)
 //

@@ -16,7 +16,7 @@ func (c *Client) InFlight() int64 { return c.inFlight.Load() }
 // SetOFPortRequestForTest sets an interface's ofport_request as given,
 // unchecked: the server refuses what its schema does not allow.
 func (c *Client) SetOFPortRequestForTest(ctx context.Context, name string, port int) error {
-	cur, err := c.Interface(name)
+	cur, err := c.iface(ctx, name)
 	if err != nil {
 		return err
 	}
@@ -30,4 +30,4 @@ func (c *Client) SetOFPortRequestForTest(ctx context.Context, name string, port 
 }
 
 // ScanBridgeInterfaces is BridgeInterfaces without the kept answers.
-var ScanBridgeInterfaces = (*Client).scanBridgeInterfaces
+var ScanBridgeInterfaces = (*Client).bridgeInterfaces

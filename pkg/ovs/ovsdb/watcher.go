@@ -133,12 +133,13 @@ type Watcher struct {
 // handler (may be nil) is called for every change, one at a time and in
 // order, from the watcher's own goroutine; ports already present come first
 // as PortAdded. The watcher's state (Ports, Pods, ...) is updated before the
-// event is delivered. Stop ends the delivery.
+// event is delivered. Stop ends the delivery. Listing the ports already
+// present ends with ctx (the watcher is then stopped and not returned).
 //
 // Fail closed: an interface whose keys do not parse (bad IP or MAC, pod name
 // without namespace) is not reported as a pod at all — the agent must not
 // apply policy for addresses nobody vouched for — and is listed by Invalid.
-func (c *Client) WatchPorts(handler func(Event)) *Watcher {
+func (c *Client) WatchPorts(ctx context.Context, handler func(Event)) (*Watcher, error) {
 	w := &Watcher{ports: map[string]PortInfo{}, handler: handler, invalid: map[string]error{},
 		wake: make(chan struct{}, 1), stop: make(chan struct{})}
 	go w.deliver()
@@ -152,12 +153,21 @@ func (c *Client) WatchPorts(handler func(Event)) *Watcher {
 		UpdateFunc: func(table string, old, m model.Model) { w.onChange(table, old, m) },
 		DeleteFunc: func(table string, m model.Model) { w.onChange(table, m, nil) },
 	})
-	var rows []Interface
-	_ = c.ovs.List(context.Background(), &rows)
+	rows, err := boundedValue(c, ctx, func(ctx context.Context) ([]Interface, error) {
+		var rows []Interface
+		err := c.list(ctx, func(*Interface) bool { return true }, &rows)
+		return rows, err
+	})
+	if err != nil {
+		// The handler stays registered (libovsdb cannot remove one) and
+		// ignores what comes.
+		w.stopLocked()
+		return nil, fmt.Errorf("ovsdb: listing the interfaces: %w", err)
+	}
 	for i := range rows {
 		w.apply(nil, &rows[i])
 	}
-	return w
+	return w, nil
 }
 
 func (w *Watcher) onChange(table string, old, cur model.Model) {
@@ -243,6 +253,10 @@ func (w *Watcher) deliver() {
 func (w *Watcher) Stop() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.stopLocked()
+}
+
+func (w *Watcher) stopLocked() {
 	if !w.stopped {
 		w.stopped = true
 		close(w.stop)
