@@ -350,8 +350,8 @@ func (c *Controller) registerCoreHandlers() error {
 	}
 	add(c.kubeFactory.Core().V1().Namespaces().Informer(), c.handlerFuncs("Namespace",
 		func(w compute.Writer, obj interface{}) {
-			if ns, ok := obj.(*corev1.Namespace); ok {
-				w.UpsertNamespace(ns)
+			if ns, ok := obj.(*cachedNamespace); ok {
+				w.UpsertNamespace(ns.Namespace())
 			}
 		},
 		func(w compute.Writer, m metav1.Object) { w.DeleteNamespace(m.GetName()) }, nil))

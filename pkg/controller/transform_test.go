@@ -116,7 +116,15 @@ func TestSlimObjectsComputeAlike(t *testing.T) {
 			return out
 		}
 		for _, o := range nss {
-			e.UpsertNamespace(trim(o.DeepCopy()).(*corev1.Namespace))
+			if !slim {
+				e.UpsertNamespace(o.DeepCopy())
+				continue
+			}
+			cached := trim(o.DeepCopy()).(*cachedNamespace)
+			if c := cached.DeepCopyObject().(*cachedNamespace); !reflect.DeepEqual(c, cached) {
+				t.Fatal("cached namespace changes in a deep copy")
+			}
+			e.UpsertNamespace(cached.Namespace())
 		}
 		for _, o := range nodes {
 			e.UpsertNode(trim(o.DeepCopy()).(*corev1.Node))
