@@ -30,7 +30,9 @@
 //   - applies several changes atomically with an OpenFlow bundle (open, add
 //     each flow-mod, barrier, commit — or discard if the switch rejected an
 //     add; the adds follow the open without waiting for its reply, checked
-//     after the barrier's: two round trips per bundle); a single change is
+//     after the barrier's: two round trips per bundle, since Open vSwitch
+//     drops a rejected add yet keeps the bundle open, so a commit sent
+//     behind the adds would install the others); a single change is
 //     a flow-mod plus barrier. A bundle's adds are
 //     encoded while it is sent and written in chunks of many messages, so
 //     the switch parses the first while the rest are encoded; they carry

@@ -198,7 +198,10 @@ const bundleWriteChunk = 256 << 10
 // sends nothing), then a barrier collects add-time errors, then the bundle
 // is committed — or discarded when the switch or local validation rejected
 // a message. The adds carry consecutive xids, so one range waiter collects
-// the switch's errors about them.
+// the switch's errors about them. The barrier costs a round trip, but the
+// commit cannot follow the adds unseen: Open vSwitch drops a rejected add
+// and keeps the bundle open, so a commit sent behind it would install the
+// bundle's other changes (TestSwitchCommitsRestOfBundleAfterRejectedAdd).
 func (cn *conn) bundle(ctx context.Context, n int, encode func(i int, xid uint32) (util.Message, error), fail func(i int, err error) error) error {
 	id := cn.client.nextXID() // bundle IDs only need to be unique per connection
 	first := cn.client.reserveXIDs(n)

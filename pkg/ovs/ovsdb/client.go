@@ -95,6 +95,8 @@ type Client struct {
 	life     context.Context
 	endLife  context.CancelFunc
 	inFlight atomic.Int64 // bounded calls still running (abandoned ones too)
+	// ifaces keeps BridgeInterfaces' answers while the tables are unchanged.
+	ifaces ifaceMemo
 }
 
 // Connect connects to endpoint ("unix:/var/run/openvswitch/db.sock" or
@@ -145,7 +147,9 @@ func Connect(ctx context.Context, endpoint string, opts Options) (*Client, error
 		opts.WaitTimeout = 30 * time.Second
 	}
 	life, endLife := context.WithCancel(context.Background())
-	return &Client{ovs: ovs, opts: opts, life: life, endLife: endLife}, nil
+	c := &Client{ovs: ovs, opts: opts, life: life, endLife: endLife}
+	ovs.Cache().AddEventHandler(c.ifaces.gen.handler())
+	return c, nil
 }
 
 // Close ends the calls still running (they return ErrClosed) and

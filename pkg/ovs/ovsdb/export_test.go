@@ -28,3 +28,6 @@ func (c *Client) SetOFPortRequestForTest(ctx context.Context, name string, port 
 	_, err = c.transact(ctx, ops...)
 	return err
 }
+
+// ScanBridgeInterfaces is BridgeInterfaces without the kept answers.
+var ScanBridgeInterfaces = (*Client).bridgeInterfaces

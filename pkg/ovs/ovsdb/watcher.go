@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -112,8 +113,11 @@ func (e Event) OFPortAssigned() bool {
 
 // Watcher maps pods to OpenFlow ports from the Interface table.
 type Watcher struct {
-	mu      sync.Mutex
-	ports   map[string]PortInfo // by interface name
+	mu    sync.Mutex
+	ports map[string]PortInfo // by interface name
+	// sorted is ports sorted by interface name, made by Ports when the
+	// ports changed since (nil), else copied.
+	sorted  []PortInfo
 	handler func(Event)
 	// invalid records interfaces whose tierflow keys could not be parsed.
 	invalid map[string]error
@@ -211,6 +215,9 @@ func (w *Watcher) apply(old, cur model.Model) {
 	case next != nil && had && !prev.equal(*next):
 		w.ports[name] = *next
 		ev = &Event{Type: PortUpdated, Port: *next, Old: prev}
+	}
+	if ev != nil {
+		w.sorted = nil // the ports changed
 	}
 	if ev != nil && w.handler != nil && !w.stopped {
 		w.queue = append(w.queue, *ev)
@@ -311,12 +318,14 @@ func portInfo(iface *Interface) (PortInfo, bool, error) {
 func (w *Watcher) Ports() []PortInfo {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	out := make([]PortInfo, 0, len(w.ports))
-	for _, p := range w.ports {
-		out = append(out, p)
+	if w.sorted == nil {
+		w.sorted = make([]PortInfo, 0, len(w.ports))
+		for _, p := range w.ports {
+			w.sorted = append(w.sorted, p)
+		}
+		sort.Slice(w.sorted, func(i, j int) bool { return w.sorted[i].Interface < w.sorted[j].Interface })
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Interface < out[j].Interface })
-	return out
+	return slices.Clone(w.sorted)
 }
 
 // Pods returns the pod ports by "namespace/name". If two interfaces claim
