@@ -184,7 +184,11 @@ func (e *Engine) addMatchingPodsOf(g *group, ns *nsState) {
 
 // maybeDropGroup forgets a group no policy uses any more.
 func (e *Engine) maybeDropGroup(g *group) {
-	if g.atgRefs > 0 || g.agRefs > 0 {
+	if g.atgRefs > 0 || g.agRefs > 0 || e.groups[g.spec.key] != g {
+		// In use, or dropped already: a policy whose subject is also one
+		// of its peers releases that group twice, and a second drop would
+		// count its namespace's groups down twice (dropping the namespace's
+		// state while another group still lives in it).
 		return
 	}
 	for p := range g.pods.all() {

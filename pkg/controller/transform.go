@@ -8,7 +8,6 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/tierflow/tierflow/pkg/compute"
 )
@@ -78,14 +77,9 @@ func (ns *cachedNamespace) Namespace() *corev1.Namespace {
 	return &corev1.Namespace{ObjectMeta: ns.objectMeta()}
 }
 
-// GetObjectKind implements runtime.Object.
-func (ns *cachedNamespace) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
-
 // DeepCopyObject implements runtime.Object.
 func (ns *cachedNamespace) DeepCopyObject() runtime.Object {
-	c := *ns
-	c.Labels = maps.Clone(ns.Labels)
-	return &c
+	return &cachedNamespace{ns.copied()}
 }
 
 // cachedNetworkPolicy is what the NetworkPolicy informer's cache holds:
@@ -102,13 +96,10 @@ func (np *cachedNetworkPolicy) object() *networkingv1.NetworkPolicy {
 	return &networkingv1.NetworkPolicy{ObjectMeta: np.objectMeta()}
 }
 
-// GetObjectKind implements runtime.Object.
-func (np *cachedNetworkPolicy) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
-
 // DeepCopyObject implements runtime.Object (the compilation is immutable).
 func (np *cachedNetworkPolicy) DeepCopyObject() runtime.Object {
 	c := *np
-	c.Labels = maps.Clone(np.Labels)
+	c.cachedMeta = np.copied()
 	return &c
 }
 
@@ -180,14 +171,11 @@ func (p *cachedPod) Pod() *corev1.Pod {
 	return pod
 }
 
-// GetObjectKind implements runtime.Object.
-func (p *cachedPod) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
-
 // DeepCopyObject implements runtime.Object (the preparation is
 // immutable).
 func (p *cachedPod) DeepCopyObject() runtime.Object {
 	c := *p
-	c.Labels = maps.Clone(p.Labels)
+	c.cachedMeta = p.copied()
 	c.podIPs = slices.Clone(p.podIPs)
 	c.ports, c.sidecarPorts = slices.Clone(p.ports), slices.Clone(p.sidecarPorts)
 	return &c
