@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -629,7 +630,14 @@ func (t *Testbed) KwokRestarts() int { return t.kwok.Restarts() }
 
 // ExecResult is the outcome of a command run with kubectl exec.
 type ExecResult struct {
+	// Stdout and Stderr are the remote command's.
 	Stdout, Stderr string
+	// KubectlLog holds the lines kubectl logged itself on its stderr
+	// (klog format), kept out of Stderr: client-go's exec over websockets
+	// now and then logs "Unknown stream id 1, discarding message" when a
+	// frame arrives before its stream is set up, which says nothing about
+	// the command.
+	KubectlLog string
 	// ExitCode is the remote command's exit status (kubectl passes it
 	// through), -1 if kubectl itself could not run.
 	ExitCode int
@@ -648,7 +656,8 @@ func (t *Testbed) Exec(namespace, pod string, cmd ...string) ExecResult {
 	var stdout, stderr bytes.Buffer
 	c.Stdout, c.Stderr = &stdout, &stderr
 	err = c.Run()
-	res := ExecResult{Stdout: stdout.String(), Stderr: stderr.String()}
+	res := ExecResult{Stdout: stdout.String()}
+	res.Stderr, res.KubectlLog = splitKubectlLog(stderr.String())
 	var ee *exec.ExitError
 	switch {
 	case err == nil:
@@ -659,6 +668,24 @@ func (t *Testbed) Exec(namespace, pod string, cmd ...string) ExecResult {
 		res.Stderr += err.Error()
 	}
 	return res
+}
+
+// klogLine matches the header of a line kubectl logs itself (klog:
+// severity, date, time, thread, file:line]).
+var klogLine = regexp.MustCompile(`^[IWEF]\d{4} \d{2}:\d{2}:\d{2}\.\d+\s+\d+ \S+:\d+\] `)
+
+// splitKubectlLog separates kubectl's own log lines from the remote
+// command's stderr, which kubectl writes to the same stream.
+func splitKubectlLog(stderr string) (command, kubectl string) {
+	var cmd, log strings.Builder
+	for _, line := range strings.SplitAfter(stderr, "\n") {
+		if klogLine.MatchString(line) {
+			log.WriteString(line)
+		} else {
+			cmd.WriteString(line)
+		}
+	}
+	return cmd.String(), log.String()
 }
 
 func addAddresses(dev string, ips []string) error {
