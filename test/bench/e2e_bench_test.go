@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
+	"net"
 	"net/netip"
 	"os"
 	"slices"
@@ -26,6 +28,7 @@ import (
 	npclient "sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned"
 
 	"github.com/tierflow/tierflow/pkg/agent/pipeline"
+	"github.com/tierflow/tierflow/pkg/netstamp"
 	"github.com/tierflow/tierflow/pkg/ovs/openflow"
 	"github.com/tierflow/tierflow/pkg/queryapi/agentquery"
 	benchmeasure "github.com/tierflow/tierflow/test/bench/measure"
@@ -139,10 +142,12 @@ func (p flowProbe) matchesFlow(u openflow.FlowUpdate) bool {
 // bridgeWatch follows one node bridge's policy flows through an OpenFlow
 // flow monitor (pkg/ovs/openflow) on the bridge's loopback TCP listener:
 // the switch reports each committed change (an agent's bundle at once,
-// right after its commit, before its reply), and the time a report is
-// read is when the flows took effect there, to within how long the
-// report waited to be read — which the kernel's receive timestamp of
-// each report measures (readDelays; METHODS.md, Resolution).
+// right after its commit, before its reply), and the kernel's receive
+// stamp of a report (taken in the switch's send call) is when the flows
+// took effect there, to within the kernel's send path (see
+// stampPathDelays; METHODS.md, Resolution). How long each report then
+// waited to be read is recorded too (readDelays): what stamping reports
+// as they are read would add.
 type bridgeWatch struct {
 	node string
 	mon  *openflow.Monitor
@@ -207,7 +212,10 @@ func (w *bridgeWatch) run() {
 				w.flows[u.Key()] = u
 			}
 		}
-		at := ups[len(ups)-1].Received
+		at := ups[len(ups)-1].Arrived
+		if at.IsZero() { // counted above: the run fails
+			at = ups[len(ups)-1].Received
+		}
 		w.waits = slices.DeleteFunc(w.waits, func(fw *flowWait) bool {
 			if fw.holds(w.flows) {
 				fw.met <- at
@@ -388,13 +396,13 @@ func (e *e2eBed) do(nodes []string, probes []flowProbe, timeout time.Duration, w
 // of its own (one flow-mod, which ovs-vswitchd applies and reports to
 // monitors as it processes it), then deletes it the same way, and times
 // each from just before the flow-mod is written until the monitor reports
-// it: the round trip through ovs-vswitchd, its turn for the flow-mod
+// it (the kernel's stamp of the report's arrival): the round trip through ovs-vswitchd, its turn for the flow-mod
 // included (so no measure of the monitor's own delay: the reading delays
 // are, see bridgeWatch). Each flow-mod is
 // followed by a barrier, whose reply the switch sends after the monitor's
 // report (it processes the flow-mod, reporting it to monitors, before the
-// barrier): afterReply is how much later the monitor's report was read
-// than that reply (openflow.Client.LastApplied, stamped by the client's
+// barrier): afterReply is how much later the monitor's report arrived
+// than this process read that reply (openflow.Client.LastApplied, stamped by the client's
 // read loop) — the monitor's own reading delay, without the switch's turn
 // that the bound includes (not a bound: a late reply hides as much).
 func (e *e2eBed) calibrate(ctx context.Context, node string, c *openflow.Client, round int) (bound, afterReply []time.Duration, err error) {
@@ -436,6 +444,53 @@ func (e *e2eBed) calibrate(ctx context.Context, node string, c *openflow.Client,
 		}
 	}
 	return bound, afterReply, nil
+}
+
+// stampPathDelays measures the kernel's path from a sender's send call
+// to the receive stamp on loopback TCP, which the monitors' stamps of the
+// switch's reports take: n small messages over a loopback connection of
+// this process, each timed from just before its write until the
+// receiver's kernel stamp (pkg/netstamp). Whatever delays the sender
+// between its clock read and the send call counts too, so it bounds the
+// path from above.
+func stampPathDelays(n int) ([]time.Duration, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	defer l.Close()
+	client, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		return nil, err
+	}
+	defer client.Close()
+	server, err := l.Accept()
+	if err != nil {
+		return nil, err
+	}
+	defer server.Close()
+	r, err := netstamp.NewReader(server)
+	if err != nil {
+		return nil, err
+	}
+	buf := make([]byte, 64)
+	var out []time.Duration
+	for len(out) < n {
+		start := time.Now()
+		if _, err := client.Write(buf); err != nil {
+			return nil, err
+		}
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return nil, err
+		}
+		// The first messages may come before the kernel turned its
+		// stamps on (pkg/netstamp): no sample.
+		if at := r.Last(); !at.IsZero() {
+			out = append(out, at.Sub(start))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return out, nil
 }
 
 // e2eBed is the test bed with tierflow, the scenario's pods and clients.
@@ -739,7 +794,7 @@ func BenchmarkE2ELatency(b *testing.B) {
 		// samples); afterWrite: the rest, from the API server's answer
 		// to the last bridge's report (controller, distribution, agents,
 		// bundles).
-		var writes, afterWrite, calibration, calibAfterReply, readDelays []time.Duration
+		var writes, afterWrite, calibration, calibAfterReply, readDelays, stampPath []time.Duration
 		var loads []float64
 		ctx := context.Background()
 		const timeout = 2 * time.Minute
@@ -798,6 +853,11 @@ func BenchmarkE2ELatency(b *testing.B) {
 				calibration = append(calibration, ds...)
 				calibAfterReply = append(calibAfterReply, after...)
 			}
+			ds, err := stampPathDelays(20)
+			if err != nil {
+				b.Fatalf("loopback stamp path: %v", err)
+			}
+			stampPath = append(stampPath, ds...)
 			ns := fmt.Sprintf("lat-%d", r%sc.Namespaces)
 			pods := e.pods[ns]
 			var servers []framework.Pod
@@ -898,10 +958,12 @@ func BenchmarkE2ELatency(b *testing.B) {
 		b.ReportMetric(msOf(percentile(all, 99)), "p99-ms")
 		b.ReportMetric(msOf(all[len(all)-1]), "max-ms")
 		b.ReportMetric(float64(len(all)), "changes")
-		// The resolution: how late this process stamps a monitor report
-		// after the kernel received it (METHODS.md, Resolution).
+		// The resolution: how late the kernel's stamp of a report can be
+		// after the switch's send (METHODS.md, Resolution); and how late
+		// this process read the reports after that stamp.
+		reportPercentiles(b, "stamp-path", stampPath)
+		b.ReportMetric(msOf(percentile(stampPath, 99)), "resolution-ms")
 		reportPercentiles(b, "monitor-read-delay", readDelays)
-		b.ReportMetric(msOf(percentile(readDelays, 99)), "resolution-ms")
 		b.ReportMetric(float64(len(readDelays)), "monitor-reports")
 		slices.Sort(calibration)
 		b.ReportMetric(msOf(percentile(calibration, 50)), "calib-roundtrip-p50-ms")

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	of13 "github.com/contiv/libOpenflow/openflow13"
+
+	"github.com/tierflow/tierflow/pkg/netstamp"
 )
 
 // A Monitor watches the flows of a bridge as the switch changes them: a
@@ -75,7 +77,7 @@ type FlowUpdate struct {
 	// Arrived is the kernel's receive timestamp of the message's last
 	// bytes (SO_TIMESTAMPNS; on loopback, when the switch's send handed
 	// them to the kernel) on a TCP target; zero on a unix socket, or
-	// when the kernel gave none (see stampedReader).
+	// when the kernel gave none (pkg/netstamp).
 	// Received minus Arrived is how long the message waited to be read.
 	Arrived time.Time
 }
@@ -201,12 +203,17 @@ func DialMonitor(ctx context.Context, target string, tables ...uint8) (*Monitor,
 	if network == "tcp" {
 		// Before the handshake, so that the kernel stamps all that
 		// comes after it.
-		sr, err := newStampedReader(nc)
+		sr, err := netstamp.NewReader(nc)
 		if err != nil {
 			nc.Close()
 			return nil, fmt.Errorf("openflow monitor: %s: %w", target, err)
 		}
-		m.read = sr.readStamped
+		// One message at a time, exactly its bytes: the stamp of the
+		// last read is when the message's end arrived.
+		m.read = func() ([]byte, time.Time, error) {
+			msg, err := readMsg(sr)
+			return msg, sr.Last(), err
+		}
 	}
 	stop := context.AfterFunc(ctx, func() { nc.Close() })
 	defer stop()

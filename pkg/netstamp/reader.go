@@ -1,4 +1,4 @@
-package openflow
+package netstamp
 
 import (
 	"encoding/binary"
@@ -12,14 +12,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// stampedReader reads a TCP connection with the kernel's receive
-// timestamps (SO_TIMESTAMPNS): each read returns the bytes and the time
-// the kernel stamped the last socket buffer it took them from. On
-// loopback the kernel stamps a segment as the sender's send call hands
-// it to the loopback device (netif_rx), so the stamp is when the peer
-// sent the bytes, not when this process got round to reading them.
-// Unix stream sockets carry no such stamp, hence TCP only.
-type stampedReader struct {
+// A Reader reads a TCP connection with the kernel's receive timestamps
+// (SO_TIMESTAMPNS): each read returns the bytes, and Last says when the
+// kernel stamped the last socket buffer it took them from. Use it
+// instead of the connection for reading (writes go to the connection).
+type Reader struct {
 	rc  syscall.RawConn
 	oob []byte
 	// last is the kernel's stamp of the latest read that returned bytes,
@@ -29,10 +26,13 @@ type stampedReader struct {
 	last time.Time
 }
 
-func newStampedReader(nc net.Conn) (*stampedReader, error) {
+// NewReader turns on the kernel's receive timestamps of nc, a
+// *net.TCPConn (a unix stream socket gets none), for what arrives from
+// now on.
+func NewReader(nc net.Conn) (*Reader, error) {
 	tc, ok := nc.(*net.TCPConn)
 	if !ok {
-		return nil, fmt.Errorf("kernel receive timestamps need a TCP connection, not %T", nc)
+		return nil, fmt.Errorf("netstamp: kernel receive timestamps need a TCP connection, not %T", nc)
 	}
 	rc, err := tc.SyscallConn()
 	if err != nil {
@@ -45,14 +45,14 @@ func newStampedReader(nc net.Conn) (*stampedReader, error) {
 		return nil, err
 	}
 	if serr != nil {
-		return nil, fmt.Errorf("SO_TIMESTAMPNS: %w", serr)
+		return nil, fmt.Errorf("netstamp: SO_TIMESTAMPNS: %w", serr)
 	}
-	return &stampedReader{rc: rc, oob: make([]byte, unix.CmsgSpace(2*8)*2)}, nil
+	return &Reader{rc: rc, oob: make([]byte, unix.CmsgSpace(2*8)*2)}, nil
 }
 
 // Read reads what the socket holds, up to len(p), and records the
 // kernel's stamp of it.
-func (r *stampedReader) Read(p []byte) (int, error) {
+func (r *Reader) Read(p []byte) (int, error) {
 	var n, oobn int
 	var rerr error
 	err := r.rc.Read(func(fd uintptr) bool {
@@ -70,7 +70,7 @@ func (r *stampedReader) Read(p []byte) (int, error) {
 	}
 	cmsgs, err := unix.ParseSocketControlMessage(r.oob[:oobn])
 	if err != nil {
-		return 0, fmt.Errorf("receive timestamp: %w", err)
+		return 0, fmt.Errorf("netstamp: receive timestamp: %w", err)
 	}
 	r.last = time.Time{}
 	for _, m := range cmsgs {
@@ -84,11 +84,9 @@ func (r *stampedReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// readStamped reads one framed message and returns it with the kernel's
-// stamp of its last bytes (zero if the kernel gave none): reading exactly the message's bytes, the last
-// read takes them from the socket buffer that brought the message's end
-// (or a later one merged into it before this read: never earlier).
-func (r *stampedReader) readStamped() ([]byte, time.Time, error) {
-	msg, err := readMsg(r)
-	return msg, r.last, err
-}
+// Last is the kernel's receive stamp of what the latest Read returned:
+// of the last socket buffer it took bytes from (or of a later one the
+// kernel merged into it before the read: never earlier). Reading exactly
+// a message's bytes, it is when the message's end arrived. Zero when the
+// kernel gave none.
+func (r *Reader) Last() time.Time { return r.last }
