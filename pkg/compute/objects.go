@@ -33,8 +33,9 @@ type podKey struct{ namespace, name string }
 type podState struct {
 	key    podKey
 	ns     *nsState
-	labels map[string]string // labelSet.labels: shared, never modified
-	// labelSet is the shared label map (Engine.labelSets) this pod uses.
+	labels map[string]string // shared, never modified
+	// labelSet is the shared label map (Engine.labelSets) this pod uses;
+	// nil for a prepared pod's labels (see podLabels).
 	labelSet *labelSet
 	uid      types.UID
 	// member is the pod as its groups list it: its node, its addresses
@@ -282,6 +283,20 @@ func (p PreparedPod) Labels() map[string]string {
 	return p.labels.labels
 }
 
+// Eligible reports whether the pod p was prepared from takes part in
+// policy (scheduled, not host network, not terminated): only then do IPs
+// and NamedPorts hold what the engine reads.
+func (p PreparedPod) Eligible() bool { return p.ok && !p.u.delete }
+
+// IPs are the pod's status addresses as the engine reads them: parsed,
+// unmapped, without duplicates, sorted (shared: never modify).
+func (p PreparedPod) IPs() []netip.Addr { return p.u.ips }
+
+// NamedPorts are the named ports of the pod's containers and sidecars as
+// the engine reads them: protocol defaulted to TCP, sorted by name,
+// protocol and number, without duplicates (shared: never modify).
+func (p PreparedPod) NamedPorts() []model.NamedPort { return p.u.ports }
+
 // UpsertPreparedPod adds or updates the pod p was prepared from, as
 // UpsertPod does with the object.
 func (e *Engine) UpsertPreparedPod(p PreparedPod) {
@@ -333,8 +348,8 @@ func (e *Engine) applyPod(u podUpdate) {
 	p := e.pods[key]
 	if p == nil {
 		ns := e.nsFor(key.namespace)
-		ls := e.labelSets.intern(u.labels, u.labelsHash, u.labelsImmutable)
-		p = &podState{key: key, ns: ns, labels: ls.labels, labelSet: ls, uid: u.uid, statusIPs: u.ips}
+		lbls, ls := e.podLabels(u)
+		p = &podState{key: key, ns: ns, labels: lbls, labelSet: ls, uid: u.uid, statusIPs: u.ips}
 		e.setPodInfo(p, node, ips, ports)
 		ns.pods.add(p)
 		ns.podLabels.add(p.labels, p)
@@ -355,11 +370,11 @@ func (e *Engine) applyPod(u podUpdate) {
 		return
 	}
 	if labelsChanged {
-		ls := e.labelSets.intern(u.labels, u.labelsHash, u.labelsImmutable)
+		lbls, ls := e.podLabels(u)
 		p.ns.podLabels.remove(p.labels, p)
-		p.ns.podLabels.add(ls.labels, p)
-		e.labelSets.release(p.labelSet)
-		p.labels, p.labelSet = ls.labels, ls
+		p.ns.podLabels.add(lbls, p)
+		e.releasePodLabels(p)
+		p.labels, p.labelSet = lbls, ls
 	}
 	if p.node() != node {
 		// Leave and re-join: keeps per-node counts (spans) right.
@@ -384,6 +399,26 @@ func (e *Engine) applyPod(u podUpdate) {
 		}
 	}
 	e.addToMatchingGroups(p)
+}
+
+// podLabels is the label map a pod's state keeps: a prepared pod's as it
+// is (PreparePod shares one map among the pods of equal labels already;
+// counting it in labelSets as well took about 100 bytes per pod of
+// labels of its own), any other's the engine's shared copy, counted
+// (labelSet non-nil).
+func (e *Engine) podLabels(u podUpdate) (map[string]string, *labelSet) {
+	if u.labelsImmutable && u.labels != nil {
+		return u.labels, nil
+	}
+	ls := e.labelSets.intern(u.labels, u.labelsHash, u.labelsImmutable)
+	return ls.labels, ls
+}
+
+// releasePodLabels counts one user fewer of p's labels in labelSets.
+func (e *Engine) releasePodLabels(p *podState) {
+	if p.labelSet != nil {
+		e.labelSets.release(p.labelSet)
+	}
 }
 
 func (p *podState) node() string { return p.member.Node }
@@ -453,7 +488,7 @@ func (e *Engine) removePodState(key podKey) {
 	}
 	p.ns.pods.remove(p)
 	p.ns.podLabels.remove(p.labels, p)
-	e.labelSets.release(p.labelSet)
+	e.releasePodLabels(p)
 	delete(e.pods, p.key)
 	e.maybeDropNamespace(p.ns)
 	e.dropPodEntry(p)
