@@ -337,7 +337,10 @@ func (e *Engine) Policy(id string) (*model.Policy, bool) {
 
 // PolicyStatus is what status reporting reads of a computed policy.
 type PolicyStatus struct {
-	Source model.PolicyRef
+	// Source is the API object the policy was computed from (shared and
+	// immutable: never modify it; the controller remembers it for every
+	// policy, and a pointer is a quarter of the value).
+	Source *model.PolicyRef
 	// Generation is the computed policy's; SourceGeneration the API
 	// object's it was computed from.
 	Generation, SourceGeneration int64
@@ -354,7 +357,7 @@ func (e *Engine) PolicyStatus(id string) (PolicyStatus, bool) {
 	if p == nil {
 		return PolicyStatus{}, false
 	}
-	st := PolicyStatus{Source: p.c.ref, Generation: p.gen, SourceGeneration: p.c.sourceGen}
+	st := PolicyStatus{Source: &p.c.ref, Generation: p.gen, SourceGeneration: p.c.sourceGen}
 	if len(p.c.conds)+len(p.prioConds) > 0 {
 		st.Conditions = append(slices.Clone(p.c.conds), p.prioConds...)
 	}
