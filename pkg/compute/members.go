@@ -214,7 +214,7 @@ func (g *group) patchedMembersByNode(base map[string][]model.GroupMember, delta 
 	adds := map[string][]model.GroupMember{}
 	for p, was := range delta {
 		if was.member {
-			drops[was.node] = append(drops[was.node], p.key)
+			drops[was.node] = append(drops[was.node], p.key())
 		}
 		if g.pods.has(p) {
 			adds[p.node()] = append(adds[p.node()], p.member)
@@ -265,7 +265,7 @@ func (g *group) patchedAddressMembers(base []model.GroupMember, delta map[*podSt
 	var adds []model.GroupMember
 	for p, was := range delta {
 		if was.member {
-			drops = append(drops, p.key)
+			drops = append(drops, p.key())
 		}
 		if g.pods.has(p) {
 			adds = append(adds, p.member)

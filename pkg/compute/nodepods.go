@@ -180,7 +180,7 @@ func (e *Engine) nodePodsModel(n *nodePodsState) *model.NodePods {
 	}
 	out := &model.NodePods{Meta: model.Meta{ID: n.name, Generation: n.gen, Span: []string{n.name}}, Pods: make([]model.NodePod, 0, n.pods.len())}
 	for p := range n.pods.all() {
-		out.Pods = append(out.Pods, model.NodePod{Pod: model.PodRef{Namespace: p.key.namespace, Name: p.key.name},
+		out.Pods = append(out.Pods, model.NodePod{Pod: *p.member.Pod,
 			UID: p.uid, IPs: e.entryIPs(p), Generation: p.entryGen})
 	}
 	slices.SortFunc(out.Pods, func(a, b model.NodePod) int {
