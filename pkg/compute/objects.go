@@ -587,7 +587,7 @@ func (e *Engine) upsertNode(node *corev1.Node) func() {
 			}
 		}
 		e.nodeGroups.candidates(lbls, func(g *group) {
-			if !g.nodes.has(n) && g.spec.nodeSel.Matches(labels.Set(lbls)) {
+			if !g.nodeMembers().has(n) && g.spec.nodeSel.Matches(labels.Set(lbls)) {
 				e.addNode(g, n)
 			}
 		})
