@@ -135,8 +135,7 @@ func (e *Engine) getGroup(spec groupSpec) *group {
 		agID:  groupID("ag", spec.key),
 	}
 	e.groups[spec.key] = g
-	e.atgByID[g.atgID] = g
-	e.agByID[g.agID] = g
+	e.byIDHash[idHash(g.atgID)] = g
 	switch spec.kind {
 	case groupNamedPort:
 		e.namedPortGroups[spec.portName] = g
@@ -226,8 +225,7 @@ func (e *Engine) maybeDropGroup(g *group) {
 		e.clusterPodGroups.remove(g.hint(), g)
 	}
 	delete(e.groups, g.spec.key)
-	delete(e.atgByID, g.atgID)
-	delete(e.agByID, g.agID)
+	delete(e.byIDHash, idHash(g.atgID))
 }
 
 func (e *Engine) addPod(g *group, p *podState) {

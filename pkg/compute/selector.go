@@ -5,6 +5,7 @@ import (
 	"hash/fnv"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -170,6 +171,13 @@ func podGroupInNamespaces(nsSel, podSel *sel) groupSpec {
 
 func nodeGroup(nodeSel *sel) groupSpec {
 	return groupSpec{kind: groupNodes, nodeSel: nodeSel, key: "nodeSelector=" + nodeSel.text}
+}
+
+// idHash is the hash part of a group ID (what follows its prefix), a
+// substring of it.
+func idHash(id string) string {
+	_, h, _ := strings.Cut(id, "-")
+	return h
 }
 
 // groupID derives a stable, short ID from a normalized selector key.
