@@ -60,11 +60,11 @@ type Engine struct {
 	nodes      map[string]*nodeState
 	nodeLabels labelIndex[*nodeState]
 
-	groups  map[string]*group // by normalized selector key
-	// byIDHash finds groups by the hash both their IDs end with
-	// (atg-HASH, ag-HASH): one map, not one per role (a map entry per
-	// group less, 3 MiB with the 75,000 groups of small namespaces).
-	byIDHash map[string]*group
+	groups map[string]*group // by normalized selector key
+	// byKeyHash finds a group by the key hash its IDs carry (both roles'
+	// IDs, see formatGroupID): one map of integers instead of one of
+	// strings per role, each of 125,000 groups on a large start.
+	byKeyHash map[uint64]*group
 	// namedPortGroups are the groupNamedPort groups in use, by port name.
 	namedPortGroups map[string]*group
 	nsGroups        selectorIndex[*group] // groups with a namespace selector, by that selector
@@ -134,7 +134,7 @@ func New() *Engine {
 		nodes:            map[string]*nodeState{},
 		nodeLabels:       newLabelIndex[*nodeState](),
 		groups:           map[string]*group{},
-		byIDHash:         map[string]*group{},
+		byKeyHash:        map[uint64]*group{},
 		namedPortGroups:  map[string]*group{},
 		nsGroups:         newSelectorIndex[*group](),
 		clusterPodGroups: newSelectorIndex[*group](),

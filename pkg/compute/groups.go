@@ -129,13 +129,14 @@ func (e *Engine) getGroup(spec groupSpec) *group {
 	if g := e.groups[spec.key]; g != nil {
 		return g
 	}
+	h := keyHash(spec.key)
 	g := &group{
 		spec:  spec,
-		atgID: groupID("atg", spec.key),
-		agID:  groupID("ag", spec.key),
+		atgID: formatGroupID("atg", h),
+		agID:  formatGroupID("ag", h),
 	}
 	e.groups[spec.key] = g
-	e.byIDHash[idHash(g.atgID)] = g
+	e.byKeyHash[h] = g
 	switch spec.kind {
 	case groupNamedPort:
 		e.namedPortGroups[spec.portName] = g
@@ -225,7 +226,9 @@ func (e *Engine) maybeDropGroup(g *group) {
 		e.clusterPodGroups.remove(g.hint(), g)
 	}
 	delete(e.groups, g.spec.key)
-	delete(e.byIDHash, idHash(g.atgID))
+	if h, ok := parseGroupID("ag", g.agID); ok && e.byKeyHash[h] == g {
+		delete(e.byKeyHash, h)
+	}
 }
 
 func (e *Engine) addPod(g *group, p *podState) {

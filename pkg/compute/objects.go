@@ -457,7 +457,10 @@ func (e *Engine) podMatches(g *group, p *podState) bool {
 // hold it yet, looking only at groups the selector indexes name.
 func (e *Engine) addToMatchingGroups(p *podState) {
 	visit := func(g *group) {
-		if !g.pods.has(p) && e.podMatches(g, p) {
+		// The pod's own (small) set of groups, not the group's set of
+		// pods: a large group's is a Go map of thousands, and probing it
+		// for each candidate was a cache miss per candidate.
+		if !p.groups.has(g) && e.podMatches(g, p) {
 			e.addPod(g, p)
 		}
 	}

@@ -486,15 +486,26 @@ func inParallel(n int, fn func(i int)) {
 }
 
 func (e *Engine) atgByIDLocked(id string) *group {
-	if g := e.byIDHash[idHash(id)]; g != nil && g.atgID == id && g.atgRefs > 0 {
+	if g := e.groupByID("atg", id); g != nil && g.atgID == id && g.atgRefs > 0 {
 		return g
 	}
 	return nil
 }
 
 func (e *Engine) agByIDLocked(id string) *group {
-	if g := e.byIDHash[idHash(id)]; g != nil && g.agID == id && g.agRefs > 0 {
+	if g := e.groupByID("ag", id); g != nil && g.agID == id && g.agRefs > 0 {
 		return g
 	}
 	return nil
+}
+
+// groupByID is the group whose ID in the role prefix names is id (nil if
+// none; the caller checks the ID itself, which also rejects another
+// spelling of the same hash).
+func (e *Engine) groupByID(prefix, id string) *group {
+	h, ok := parseGroupID(prefix, id)
+	if !ok {
+		return nil
+	}
+	return e.byKeyHash[h]
 }

@@ -1,6 +1,7 @@
 package compute
 
 import (
+	"encoding/binary"
 	"encoding/hex"
 	"hash/fnv"
 	"slices"
@@ -173,19 +174,36 @@ func nodeGroup(nodeSel *sel) groupSpec {
 	return groupSpec{kind: groupNodes, nodeSel: nodeSel, key: "nodeSelector=" + nodeSel.text}
 }
 
-// idHash is the hash part of a group ID (what follows its prefix), a
-// substring of it.
-func idHash(id string) string {
-	_, h, _ := strings.Cut(id, "-")
-	return h
-}
-
 // groupID derives a stable, short ID from a normalized selector key.
-func groupID(prefix, key string) string {
+func groupID(prefix, key string) string { return formatGroupID(prefix, keyHash(key)) }
+
+// keyHash is the hash of a normalized selector key that its group IDs
+// carry (FNV-1a, 64 bits).
+func keyHash(key string) uint64 {
 	h := fnv.New64a()
 	h.Write([]byte(key))
+	return h.Sum64()
+}
+
+// formatGroupID is a group's ID in one role: the role's prefix, '-' and
+// the key's hash in hex.
+func formatGroupID(prefix string, h uint64) string {
 	buf := make([]byte, 0, len(prefix)+17)
 	buf = append(buf, prefix...)
 	buf = append(buf, '-')
-	return string(hex.AppendEncode(buf, h.Sum(nil)))
+	return string(hex.AppendEncode(buf, binary.BigEndian.AppendUint64(nil, h)))
+}
+
+// parseGroupID is the key hash of an ID of the role prefix names; false
+// when id is not one.
+func parseGroupID(prefix, id string) (uint64, bool) {
+	rest, ok := strings.CutPrefix(id, prefix+"-")
+	if !ok || len(rest) != 16 {
+		return 0, false
+	}
+	var b [8]byte
+	if _, err := hex.Decode(b[:], []byte(rest)); err != nil {
+		return 0, false
+	}
+	return binary.BigEndian.Uint64(b[:]), true
 }
