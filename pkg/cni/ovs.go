@@ -15,8 +15,8 @@ import (
 // runtime (a CNI command has no context of its own).
 const ovsdbTimeout = 20 * time.Second
 
-// bounded is the context of one OVSDB call: it ends after ovsdbTimeout.
-func bounded() (context.Context, context.CancelFunc) {
+// ovsdbCallCtx is the context of one OVSDB call: it ends after ovsdbTimeout.
+func ovsdbCallCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), ovsdbTimeout)
 }
 
@@ -29,7 +29,7 @@ type ovsDB struct {
 }
 
 func openOVSDB(endpoint string) (*ovsDB, error) {
-	ctx, cancel := bounded()
+	ctx, cancel := ovsdbCallCtx()
 	defer cancel()
 	c, err := ovsdb.Connect(ctx, endpoint, ovsdb.Options{WaitTimeout: ovsdbTimeout})
 	if err != nil {
@@ -42,7 +42,7 @@ func (o *ovsDB) close() { o.client.Close() }
 
 // bridgeExists reports whether bridge exists.
 func (o *ovsDB) bridgeExists(bridge string) (bool, error) {
-	ctx, cancel := bounded()
+	ctx, cancel := ovsdbCallCtx()
 	defer cancel()
 	_, err := o.client.Bridge(ctx, bridge)
 	if errors.Is(err, ovsdb.ErrNotFound) {
@@ -54,7 +54,7 @@ func (o *ovsDB) bridgeExists(bridge string) (bool, error) {
 // datapathType returns the bridge's datapath_type ("" or "system" for the
 // kernel datapath; "netdev" for the userspace one).
 func (o *ovsDB) datapathType(bridge string) (string, error) {
-	ctx, cancel := bounded()
+	ctx, cancel := ovsdbCallCtx()
 	defer cancel()
 	br, err := o.client.Bridge(ctx, bridge)
 	if err != nil {
@@ -67,7 +67,7 @@ func (o *ovsDB) datapathType(bridge string) (string, error) {
 // transaction, so the agent never sees the port without its pod identity,
 // and waits until ovs-vswitchd has applied it.
 func (o *ovsDB) addPort(bridge, port string, externalIDs map[string]string) error {
-	ctx, cancel := bounded()
+	ctx, cancel := ovsdbCallCtx()
 	defer cancel()
 	return o.client.AddPort(ctx, bridge, ovsdb.PortConfig{Name: port, Type: ovsdb.PortSystem, ExternalIDs: externalIDs})
 }
@@ -75,7 +75,7 @@ func (o *ovsDB) addPort(bridge, port string, externalIDs map[string]string) erro
 // delPort removes port from whatever bridge holds it; a missing port is not
 // an error.
 func (o *ovsDB) delPort(port string) error {
-	ctx, cancel := bounded()
+	ctx, cancel := ovsdbCallCtx()
 	defer cancel()
 	br, err := o.client.PortBridge(ctx, port)
 	if err != nil || br == "" {
@@ -87,14 +87,14 @@ func (o *ovsDB) delPort(port string) error {
 // portBridge returns the bridge holding port, or "" if there is no such
 // port.
 func (o *ovsDB) portBridge(port string) (string, error) {
-	ctx, cancel := bounded()
+	ctx, cancel := ovsdbCallCtx()
 	defer cancel()
 	return o.client.PortBridge(ctx, port)
 }
 
 // interfaceExternalIDs reads the external_ids of the Interface named name.
 func (o *ovsDB) interfaceExternalIDs(name string) (map[string]string, error) {
-	ctx, cancel := bounded()
+	ctx, cancel := ovsdbCallCtx()
 	defer cancel()
 	iface, err := o.client.Interface(ctx, name)
 	if errors.Is(err, ovsdb.ErrNotFound) {

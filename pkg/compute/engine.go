@@ -60,9 +60,11 @@ type Engine struct {
 	nodes      map[string]*nodeState
 	nodeLabels labelIndex[*nodeState]
 
-	groups  map[string]*group // by normalized selector key
-	atgByID map[string]*group
-	agByID  map[string]*group
+	groups map[string]*group // by normalized selector key
+	// byKeyHash finds a group by the key hash its IDs carry (both roles'
+	// IDs, see formatGroupID): one map of integers instead of one of
+	// strings per role, each of 125,000 groups on a large start.
+	byKeyHash map[uint64]*group
 	// namedPortGroups are the groupNamedPort groups in use, by port name.
 	namedPortGroups map[string]*group
 	nsGroups        selectorIndex[*group] // groups with a namespace selector, by that selector
@@ -132,8 +134,7 @@ func New() *Engine {
 		nodes:            map[string]*nodeState{},
 		nodeLabels:       newLabelIndex[*nodeState](),
 		groups:           map[string]*group{},
-		atgByID:          map[string]*group{},
-		agByID:           map[string]*group{},
+		byKeyHash:        map[uint64]*group{},
 		namedPortGroups:  map[string]*group{},
 		nsGroups:         newSelectorIndex[*group](),
 		clusterPodGroups: newSelectorIndex[*group](),
@@ -282,7 +283,7 @@ func (b *Batch) UpsertNetworkPolicy(np *networkingv1.NetworkPolicy) {
 func (b *Batch) UpsertCompiled(c Compiled) {
 	b.run(nil)
 	if c.c != nil {
-		b.e.setPolicy(c.key, c.c, nil)
+		b.e.setPolicy(refKey(c.c.ref), c.c, nil)
 	}
 }
 func (b *Batch) DeleteNetworkPolicy(namespace, name string) {

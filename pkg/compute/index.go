@@ -42,9 +42,10 @@ func (s *smallMap[K, V]) get(k K) (V, bool) {
 // put sets k's value and reports whether k was absent.
 func (s *smallMap[K, V]) put(k K, v V) bool {
 	if s.m != nil {
-		_, had := s.m[k]
+		// One hash lookup, not two: the length tells whether k was new.
+		n := len(s.m)
 		s.m[k] = v
-		return !had
+		return len(s.m) > n
 	}
 	for i := range s.small {
 		if s.small[i].key == k {
@@ -68,11 +69,9 @@ func (s *smallMap[K, V]) put(k K, v V) bool {
 // delete removes k and reports whether it was present.
 func (s *smallMap[K, V]) delete(k K) bool {
 	if s.m != nil {
-		if _, ok := s.m[k]; !ok {
-			return false
-		}
+		n := len(s.m)
 		delete(s.m, k)
-		return true
+		return len(s.m) < n
 	}
 	for i := range s.small {
 		if s.small[i].key == k {

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/tierflow/tierflow/pkg/model"
@@ -89,6 +90,48 @@ func TestGroupIDIsFNV64a(t *testing.T) {
 		want := "ag-" + hex.EncodeToString(h.Sum(nil))
 		if got := groupID("ag", key); got != want {
 			t.Errorf("groupID(%q) = %s, want %s", key, got, want)
+		}
+	}
+}
+
+// TestGroupsByID: a group is found by either role's ID, only in the role
+// it serves, and by no other spelling of its ID.
+func TestGroupsByID(t *testing.T) {
+	e := New()
+	e.UpsertNamespace(mkNS("prod"))
+	e.UpsertNetworkPolicy(npYAML(t, `
+metadata: {namespace: prod, name: np}
+spec:
+  podSelector: {matchLabels: {app: db}}
+  ingress:
+  - from:
+    - podSelector: {matchLabels: {app: web}}
+`))
+	s := e.Snapshot()
+	if len(s.AppliedToGroups) != 1 || len(s.AddressGroups) != 1 {
+		t.Fatalf("snapshot has %d applied-to and %d address groups, want 1 and 1", len(s.AppliedToGroups), len(s.AddressGroups))
+	}
+	for atgID := range s.AppliedToGroups {
+		for agID := range s.AddressGroups {
+			if _, ok := e.AppliedToGroup(atgID); !ok {
+				t.Errorf("AppliedToGroup(%s) not found", atgID)
+			}
+			if _, ok := e.AddressGroup(agID); !ok {
+				t.Errorf("AddressGroup(%s) not found", agID)
+			}
+			// The address group's selector serves no subject, and the
+			// applied-to group's no peer.
+			if _, ok := e.AppliedToGroup("atg-" + strings.TrimPrefix(agID, "ag-")); ok {
+				t.Errorf("the address group answered as an applied-to group")
+			}
+			if _, ok := e.AddressGroup("ag-" + strings.TrimPrefix(atgID, "atg-")); ok {
+				t.Errorf("the applied-to group answered as an address group")
+			}
+			for _, id := range []string{strings.ToUpper(atgID), atgID + "0", atgID[:len(atgID)-1], "ag-" + atgID} {
+				if _, ok := e.AppliedToGroup(id); ok {
+					t.Errorf("AppliedToGroup(%s) found a group", id)
+				}
+			}
 		}
 	}
 }

@@ -1,10 +1,12 @@
 package compute
 
 import (
+	"encoding/binary"
 	"encoding/hex"
 	"hash/fnv"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -173,11 +175,35 @@ func nodeGroup(nodeSel *sel) groupSpec {
 }
 
 // groupID derives a stable, short ID from a normalized selector key.
-func groupID(prefix, key string) string {
+func groupID(prefix, key string) string { return formatGroupID(prefix, keyHash(key)) }
+
+// keyHash is the hash of a normalized selector key that its group IDs
+// carry (FNV-1a, 64 bits).
+func keyHash(key string) uint64 {
 	h := fnv.New64a()
 	h.Write([]byte(key))
+	return h.Sum64()
+}
+
+// formatGroupID is a group's ID in one role: the role's prefix, '-' and
+// the key's hash in hex.
+func formatGroupID(prefix string, h uint64) string {
 	buf := make([]byte, 0, len(prefix)+17)
 	buf = append(buf, prefix...)
 	buf = append(buf, '-')
-	return string(hex.AppendEncode(buf, h.Sum(nil)))
+	return string(hex.AppendEncode(buf, binary.BigEndian.AppendUint64(nil, h)))
+}
+
+// parseGroupID is the key hash of an ID of the role prefix names; false
+// when id is not one.
+func parseGroupID(prefix, id string) (uint64, bool) {
+	rest, ok := strings.CutPrefix(id, prefix+"-")
+	if !ok || len(rest) != 16 {
+		return 0, false
+	}
+	var b [8]byte
+	if _, err := hex.Decode(b[:], []byte(rest)); err != nil {
+		return 0, false
+	}
+	return binary.BigEndian.Uint64(b[:]), true
 }
