@@ -306,7 +306,7 @@ func (b *Batch) UpsertNetworkPolicy(np *networkingv1.NetworkPolicy) {
 func (b *Batch) UpsertCompiled(c Compiled) {
 	b.run(nil)
 	if c.c != nil {
-		b.e.setPolicy(c.key, c.c, nil)
+		b.e.setPolicy(refKey(c.c.ref), c.c, nil)
 	}
 }
 func (b *Batch) DeleteNetworkPolicy(namespace, name string) {

@@ -27,8 +27,10 @@ type group struct {
 	// 704 bytes (9 MiB with the 75,000 groups of small namespaces).
 	spec groupSpec
 
-	pods        set[*podState]
-	nodes       set[*nodeState]
+	pods set[*podState]
+	// nodes are a node group's members (nil for the others, which are
+	// most groups: a set in place took 24 bytes more of every group).
+	nodes       *set[*nodeState]
 	podsPerNode counts[string]
 
 	// AppliedToGroup role.
@@ -64,6 +66,17 @@ type group struct {
 	// span has that node.
 	spanCount counts[string]
 	agSpan    spanList // of spanCount
+}
+
+// noNodes is the (always empty) node set of the groups that have none.
+var noNodes set[*nodeState]
+
+// nodeMembers are the group's node members, to read (never modify).
+func (g *group) nodeMembers() *set[*nodeState] {
+	if g.nodes == nil {
+		return &noNodes
+	}
+	return g.nodes
 }
 
 // hint is the index hint of the group's pod or node selector.
@@ -194,7 +207,7 @@ func (e *Engine) maybeDropGroup(g *group) {
 	for p := range g.pods.all() {
 		p.groups.remove(g)
 	}
-	for n := range g.nodes.all() {
+	for n := range g.nodeMembers().all() {
 		n.groups.remove(g)
 	}
 	switch {
@@ -243,13 +256,16 @@ func (e *Engine) removePod(g *group, p *podState) {
 
 func (e *Engine) addNode(g *group, n *nodeState) {
 	g.noteNodes()
+	if g.nodes == nil {
+		g.nodes = &set[*nodeState]{}
+	}
 	g.nodes.add(n)
 	n.groups.add(g)
 	e.touchGroup(g)
 }
 
 func (e *Engine) removeNode(g *group, n *nodeState) {
-	if !g.nodes.has(n) {
+	if !g.nodeMembers().has(n) {
 		return
 	}
 	g.noteNodes()

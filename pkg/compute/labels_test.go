@@ -52,6 +52,16 @@ func TestPreparedPodLabelsShared(t *testing.T) {
 	if got := e.pods[podKey{"ns", "b"}].labels; !maps.Equal(got, map[string]string{"bench": "shared", "tier": "1"}) || !same(got, b.Labels()) {
 		t.Fatalf("engine's labels of b: %v, want b's shared map", got)
 	}
+	// Nor does it count the shared map again in its own table, through a
+	// relabel and a delete either.
+	e.UpsertPreparedPod(PreparePod(mkPod("ns", "b", "n1", "10.0.0.2", []string{"bench=other"})))
+	if p := e.pods[podKey{"ns", "b"}]; p.labelSet != nil || len(e.labelSets.byHash) != 0 || !same(p.labels, c.Labels()) {
+		t.Fatalf("engine counts prepared labels: %d maps in its table", len(e.labelSets.byHash))
+	}
+	e.DeletePod("ns", "b")
+	if len(e.pods) != 0 || len(e.labelSets.byHash) != 0 {
+		t.Fatalf("after delete: %d pods, %d label maps", len(e.pods), len(e.labelSets.byHash))
+	}
 	h := labelsHash(a.Labels())
 	preparedLabels.mu.Lock()
 	held := len(preparedLabels.byHash[h])

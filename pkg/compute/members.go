@@ -124,19 +124,21 @@ func patchSorted[T any](old []T, dropIdx []int, adds []T, cmp func(a, b T) int) 
 }
 
 // spanList is a span as a sorted list of node names, kept the way member
-// lists are: the valid list (nil: stale), the last built one (shared by
-// model objects, immutable) and the nodes whose count went to or from
-// zero since. A group of 1,000 nodes whose span gains or loses one node
-// is patched, not re-sorted.
+// lists are: the last built list (shared by model objects, immutable),
+// whether it is still the span (valid) and, when not, the nodes whose
+// count went to or from zero since. A group of 1,000 nodes whose span
+// gains or loses one node is patched, not re-sorted. (A flag, not a
+// second slice holding the valid list: every group has two spans, and
+// the 32 bytes took it from the 512-byte size class to 576.)
 type spanList struct {
-	cur   []string
 	base  []string
 	delta map[string]struct{}
+	valid bool
 }
 
 // changed notes that node entered or left the span.
 func (s *spanList) changed(node string) {
-	s.cur = nil
+	s.valid = false
 	if s.base == nil {
 		return
 	}
@@ -151,8 +153,8 @@ func (s *spanList) changed(node string) {
 
 // get returns the span of the nodes with a positive count.
 func (s *spanList) get(counts *counts[string]) []string {
-	if s.cur != nil {
-		return s.cur
+	if s.valid {
+		return s.base
 	}
 	var out []string
 	if s.base != nil {
@@ -181,7 +183,7 @@ func (s *spanList) get(counts *counts[string]) []string {
 		}
 		slices.Sort(out)
 	}
-	s.cur, s.base, s.delta = out, out, nil
+	s.base, s.delta, s.valid = out, nil, true
 	return out
 }
 
@@ -214,7 +216,7 @@ func (g *group) patchedMembersByNode(base map[string][]model.GroupMember, delta 
 	adds := map[string][]model.GroupMember{}
 	for p, was := range delta {
 		if was.member {
-			drops[was.node] = append(drops[was.node], p.key)
+			drops[was.node] = append(drops[was.node], p.key())
 		}
 		if g.pods.has(p) {
 			adds[p.node()] = append(adds[p.node()], p.member)
@@ -245,11 +247,11 @@ func (g *group) patchedMembersByNode(base map[string][]model.GroupMember, delta 
 
 // addressMembers builds an address group's members from scratch.
 func (g *group) addressMembers() []model.GroupMember {
-	ms := make([]model.GroupMember, 0, g.pods.len()+g.nodes.len())
+	ms := make([]model.GroupMember, 0, g.pods.len()+g.nodeMembers().len())
 	for p := range g.pods.all() {
 		ms = append(ms, p.member)
 	}
-	for n := range g.nodes.all() {
+	for n := range g.nodeMembers().all() {
 		ms = append(ms, n.member)
 	}
 	slices.SortFunc(ms, comparePodMembers)
@@ -265,7 +267,7 @@ func (g *group) patchedAddressMembers(base []model.GroupMember, delta map[*podSt
 	var adds []model.GroupMember
 	for p, was := range delta {
 		if was.member {
-			drops = append(drops, p.key)
+			drops = append(drops, p.key())
 		}
 		if g.pods.has(p) {
 			adds = append(adds, p.member)

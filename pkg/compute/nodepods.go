@@ -180,7 +180,7 @@ func (e *Engine) nodePodsModel(n *nodePodsState) *model.NodePods {
 	}
 	out := &model.NodePods{Meta: model.Meta{ID: n.name, Generation: n.gen, Span: []string{n.name}}, Pods: make([]model.NodePod, 0, n.pods.len())}
 	for p := range n.pods.all() {
-		out.Pods = append(out.Pods, model.NodePod{Pod: model.PodRef{Namespace: p.key.namespace, Name: p.key.name},
+		out.Pods = append(out.Pods, model.NodePod{Pod: *p.member.Pod,
 			UID: p.uid, IPs: e.entryIPs(p), Generation: p.entryGen})
 	}
 	slices.SortFunc(out.Pods, func(a, b model.NodePod) int {
@@ -223,7 +223,7 @@ func (e *Engine) SetReportedPods(node string, pods []model.NodePod) {
 		for _, keys := range []map[podKey]reportedPod{prev, next} {
 			for key := range keys {
 				if p := e.pods[key]; p != nil && p.node() == node {
-					e.applyPod(podUpdate{key: key, labels: p.labels, labelsHash: p.labelSet.hash, node: p.node(), uid: p.uid, ips: p.statusIPs, ports: p.ports()})
+					e.applyPod(podUpdate{key: key, labels: p.labels, labelsHash: labelsHash(p.labels), node: p.node(), uid: p.uid, ips: p.statusIPs, ports: p.ports()})
 				}
 			}
 		}

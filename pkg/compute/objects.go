@@ -31,17 +31,18 @@ type nsState struct {
 type podKey struct{ namespace, name string }
 
 type podState struct {
-	key    podKey
 	ns     *nsState
-	labels map[string]string // labelSet.labels: shared, never modified
-	// labelSet is the shared label map (Engine.labelSets) this pod uses.
+	labels map[string]string // shared, never modified
+	// labelSet is the shared label map (Engine.labelSets) this pod uses;
+	// nil for a prepared pod's labels (see podLabels).
 	labelSet *labelSet
 	uid      types.UID
 	// member is the pod as its groups list it: its node, its addresses
 	// in its groups (statusIPs, unless its node's agent reported the pod
 	// (same UID) with addresses, see nodepods.go) and its named ports.
-	// Read them there (node, ips, ports): with 100,000 pods, fields of
-	// their own would hold 6 MiB more of the same headers.
+	// Read them there (node, ips, ports), and its namespace and name in
+	// member.Pod (key): with 100,000 pods, fields of their own would
+	// hold 9 MiB more of the same headers.
 	member    model.GroupMember
 	statusIPs []netip.Addr
 	groups    set[*group]
@@ -282,6 +283,20 @@ func (p PreparedPod) Labels() map[string]string {
 	return p.labels.labels
 }
 
+// Eligible reports whether the pod p was prepared from takes part in
+// policy (scheduled, not host network, not terminated): only then do IPs
+// and NamedPorts hold what the engine reads.
+func (p PreparedPod) Eligible() bool { return p.ok && !p.u.delete }
+
+// IPs are the pod's status addresses as the engine reads them: parsed,
+// unmapped, without duplicates, sorted (shared: never modify).
+func (p PreparedPod) IPs() []netip.Addr { return p.u.ips }
+
+// NamedPorts are the named ports of the pod's containers and sidecars as
+// the engine reads them: protocol defaulted to TCP, sorted by name,
+// protocol and number, without duplicates (shared: never modify).
+func (p PreparedPod) NamedPorts() []model.NamedPort { return p.u.ports }
+
 // UpsertPreparedPod adds or updates the pod p was prepared from, as
 // UpsertPod does with the object.
 func (e *Engine) UpsertPreparedPod(p PreparedPod) {
@@ -341,8 +356,9 @@ func (e *Engine) applyPodMatched(u podUpdate, ns *nsState, matches []*group) {
 		if !matched {
 			ns = e.nsFor(key.namespace)
 		}
-		ls := e.labelSets.intern(u.labels, u.labelsHash, u.labelsImmutable)
-		p = &podState{key: key, ns: ns, labels: ls.labels, labelSet: ls, uid: u.uid, statusIPs: u.ips}
+		lbls, ls := e.podLabels(u)
+		p = &podState{ns: ns, labels: lbls, labelSet: ls, uid: u.uid, statusIPs: u.ips}
+		p.member.Pod = &model.PodRef{Namespace: key.namespace, Name: key.name}
 		e.setPodInfo(p, node, ips, ports)
 		ns.pods.add(p)
 		ns.podLabels.add(p.labels, p)
@@ -371,11 +387,11 @@ func (e *Engine) applyPodMatched(u podUpdate, ns *nsState, matches []*group) {
 		return
 	}
 	if labelsChanged {
-		ls := e.labelSets.intern(u.labels, u.labelsHash, u.labelsImmutable)
+		lbls, ls := e.podLabels(u)
 		p.ns.podLabels.remove(p.labels, p)
-		p.ns.podLabels.add(ls.labels, p)
-		e.labelSets.release(p.labelSet)
-		p.labels, p.labelSet = ls.labels, ls
+		p.ns.podLabels.add(lbls, p)
+		e.releasePodLabels(p)
+		p.labels, p.labelSet = lbls, ls
 	}
 	if p.node() != node {
 		// Leave and re-join: keeps per-node counts (spans) right.
@@ -402,6 +418,29 @@ func (e *Engine) applyPodMatched(u podUpdate, ns *nsState, matches []*group) {
 	e.addToMatchingGroups(p)
 }
 
+// podLabels is the label map a pod's state keeps: a prepared pod's as it
+// is (PreparePod shares one map among the pods of equal labels already;
+// counting it in labelSets as well took about 100 bytes per pod of
+// labels of its own), any other's the engine's shared copy, counted
+// (labelSet non-nil).
+func (e *Engine) podLabels(u podUpdate) (map[string]string, *labelSet) {
+	if u.labelsImmutable && u.labels != nil {
+		return u.labels, nil
+	}
+	ls := e.labelSets.intern(u.labels, u.labelsHash, u.labelsImmutable)
+	return ls.labels, ls
+}
+
+// releasePodLabels counts one user fewer of p's labels in labelSets.
+func (e *Engine) releasePodLabels(p *podState) {
+	if p.labelSet != nil {
+		e.labelSets.release(p.labelSet)
+	}
+}
+
+// key is the pod's namespace and name.
+func (p *podState) key() podKey { return podKey{p.member.Pod.Namespace, p.member.Pod.Name} }
+
 func (p *podState) node() string { return p.member.Node }
 
 func (p *podState) ips() []netip.Addr { return p.member.IPs }
@@ -410,7 +449,7 @@ func (p *podState) ports() []model.NamedPort { return p.member.Ports }
 
 func (p *podState) setInfo(node string, ips []netip.Addr, ports []model.NamedPort) {
 	p.member = model.GroupMember{
-		Pod:   &model.PodRef{Namespace: p.key.namespace, Name: p.key.name},
+		Pod:   p.member.Pod, // set once, when the state is made; shared and immutable
 		Node:  node,
 		IPs:   ips,
 		Ports: ports,
@@ -536,8 +575,8 @@ func (e *Engine) removePodState(key podKey) {
 	}
 	p.ns.pods.remove(p)
 	p.ns.podLabels.remove(p.labels, p)
-	e.labelSets.release(p.labelSet)
-	delete(e.pods, p.key)
+	e.releasePodLabels(p)
+	delete(e.pods, key)
 	e.maybeDropNamespace(p.ns)
 	e.dropPodEntry(p)
 }
@@ -631,7 +670,7 @@ func (e *Engine) upsertNode(node *corev1.Node) func() {
 			}
 		}
 		e.nodeGroups.candidates(lbls, func(g *group) {
-			if !g.nodes.has(n) && g.spec.nodeSel.Matches(labels.Set(lbls)) {
+			if !g.nodeMembers().has(n) && g.spec.nodeSel.Matches(labels.Set(lbls)) {
 				e.addNode(g, n)
 			}
 		})

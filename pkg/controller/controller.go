@@ -286,9 +286,11 @@ func (c *Controller) RealizationChanged(ref model.PolicyRef) {
 	c.queue.Add(queueKey(ref))
 }
 
-// knownPolicy is what the controller remembers of a computed policy.
+// knownPolicy is what the controller remembers of a computed policy: its
+// API object (the engine's, shared: 16 bytes per policy instead of 64)
+// and generation.
 type knownPolicy struct {
-	ref        model.PolicyRef
+	source     *model.PolicyRef
 	generation int64
 }
 
@@ -467,12 +469,12 @@ func (c *Controller) resolveChanges(ctx context.Context) {
 				}
 				c.mu.Unlock()
 				if known {
-					c.queue.Add(k.ref)
+					c.queue.Add(queueKey(*k.source))
 				}
 				continue
 			}
-			ref := queueKey(p.Source)
-			c.refs[id] = knownPolicy{ref: ref, generation: p.Generation}
+			ref := queueKey(*p.Source)
+			c.refs[id] = knownPolicy{source: p.Source, generation: p.Generation}
 			c.mu.Unlock()
 			c.queue.Add(ref)
 		}

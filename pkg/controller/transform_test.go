@@ -186,3 +186,67 @@ func TestSlimObjectsComputeAlike(t *testing.T) {
 		t.Fatalf("tierctl's inventory differs from slim objects:\nslim: %+v\nfull: %+v", inSlim.Pods(), inFull.Pods())
 	}
 }
+
+// TestCachedPodRebuildsItsFields: a cached pod that reads its addresses
+// and named ports back from its preparation shows its readers exactly
+// what one that kept the API object's fields shows; a pod whose
+// preparation would not give them back exactly keeps them.
+func TestCachedPodRebuildsItsFields(t *testing.T) {
+	pods := richPods()
+	variant := func(name string, edit func(p *corev1.Pod)) {
+		p := richPods()[0].DeepCopy()
+		p.Name = name
+		p.Spec.InitContainers = nil
+		p.Status.PodIPs = p.Status.PodIPs[:1]
+		p.Spec.Containers[0].Ports = []corev1.ContainerPort{{Name: "dns", ContainerPort: 53, Protocol: corev1.ProtocolUDP},
+			{Name: "http", ContainerPort: 8000, Protocol: corev1.ProtocolTCP}, {ContainerPort: 9999}}
+		edit(p)
+		pods = append(pods, p)
+	}
+	variant("plain", func(*corev1.Pod) {})
+	variant("v6-first", func(p *corev1.Pod) {
+		p.Status.PodIP = "fd00::1"
+		p.Status.PodIPs = []corev1.PodIP{{IP: "fd00::1"}, {IP: "10.0.0.1"}}
+	})
+	variant("dual-stack", func(p *corev1.Pod) {
+		p.Status.PodIPs = []corev1.PodIP{{IP: "10.0.0.1"}, {IP: "fd00::1"}}
+	})
+	variant("pod-ip-only", func(p *corev1.Pod) { p.Status.PodIPs = nil })
+	variant("bad-ip", func(p *corev1.Pod) { p.Status.PodIP, p.Status.PodIPs = "bad", []corev1.PodIP{{IP: "bad"}} })
+	variant("mapped-ip", func(p *corev1.Pod) {
+		p.Status.PodIP, p.Status.PodIPs = "::ffff:10.0.0.1", []corev1.PodIP{{IP: "::ffff:10.0.0.1"}}
+	})
+	variant("unsorted-ports", func(p *corev1.Pod) {
+		p.Spec.Containers[0].Ports = []corev1.ContainerPort{{Name: "z", ContainerPort: 1, Protocol: corev1.ProtocolTCP},
+			{Name: "a", ContainerPort: 2, Protocol: corev1.ProtocolTCP}}
+	})
+	variant("protocol-unset", func(p *corev1.Pod) {
+		p.Spec.Containers[0].Ports = []corev1.ContainerPort{{Name: "a", ContainerPort: 2}}
+	})
+	variant("sorted-ports", func(p *corev1.Pod) {
+		p.Spec.Containers = p.Spec.Containers[:1]
+		p.Spec.Containers[0].Ports = []corev1.ContainerPort{{Name: "a", ContainerPort: 2, Protocol: corev1.ProtocolTCP},
+			{Name: "z", ContainerPort: 1, Protocol: corev1.ProtocolUDP}}
+	})
+	rebuilt := 0
+	for _, p := range pods {
+		c := newCachedPod(p.DeepCopy())
+		kept := *c
+		kept.api = &podFields{podIP: p.Status.PodIP, podIPs: p.Status.PodIPs,
+			ports: namedPorts(p.Spec.Containers, false), sidecarPorts: namedPorts(p.Spec.InitContainers, true)}
+		got, want := c.Pod(), kept.Pod()
+		// Readers see an empty list and a nil one alike.
+		if len(want.Status.PodIPs) == 0 {
+			want.Status.PodIPs = nil
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("pod %s: rebuilt %+v\nwant %+v", p.Name, got, want)
+		}
+		if c.api == nil {
+			rebuilt++
+		}
+	}
+	if rebuilt < 3 { // plain, dual-stack, sorted-ports
+		t.Fatalf("only %d pods read their fields from their preparation", rebuilt)
+	}
+}
