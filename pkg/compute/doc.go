@@ -52,7 +52,10 @@
 // in which each object appears once. The controller feeds informer events
 // through it, so the initial list of 10,000 pods joining a group that
 // 10,000 identical policies use does not report those policies once per
-// new node.
+// new node. A run of prepared pod upserts in a batch (the controller puts
+// a batch's pods last) is applied together: the groups each new pod joins
+// are found for the whole run on every core first (that only reads the
+// engine), then the pods are applied in order on one.
 //
 // # Node pods
 //

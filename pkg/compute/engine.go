@@ -215,12 +215,19 @@ func (e *Engine) Batch(fn func(b *Batch)) {
 		b := &Batch{e: e}
 		defer func() { b.e = nil }()
 		fn(b)
+		b.applyPods()
 	})
 }
 
 // Batch is one Engine.Batch call's writer; its methods mirror the
 // Engine's.
-type Batch struct{ e *Engine }
+type Batch struct {
+	e *Engine
+	// pods is a run of prepared pod upserts not applied yet: applied
+	// together (Engine.applyPods) before the batch's next change of any
+	// other kind, or at its end.
+	pods []podUpdate
+}
 
 // Writer is what both the Engine and a Batch accept: every API object
 // change the engine computes from.
@@ -252,8 +259,18 @@ func (b *Batch) run(f func()) {
 	if b.e == nil {
 		panic("compute: Batch used after its Engine.Batch call returned")
 	}
+	b.applyPods()
 	if f != nil {
 		f()
+	}
+}
+
+// applyPods applies the pending run of prepared pod upserts.
+func (b *Batch) applyPods() {
+	if len(b.pods) > 0 {
+		b.e.applyPods(b.pods)
+		clear(b.pods)
+		b.pods = b.pods[:0]
 	}
 }
 
@@ -266,10 +283,16 @@ func (b *Batch) UpsertPod(pod *corev1.Pod) {
 	}
 }
 func (b *Batch) UpsertPreparedPod(p PreparedPod) {
-	b.run(nil)
-	if p.ok {
-		b.e.applyPod(p.u)
+	if b.e == nil || !p.ok || p.u.delete {
+		b.run(nil)
+		if p.ok {
+			b.e.applyPod(p.u)
+		}
+		return
 	}
+	// A prepared pod's labels, addresses and ports are immutable, so it
+	// can wait for the rest of its run.
+	b.pods = append(b.pods, p.u)
 }
 func (b *Batch) DeletePod(namespace, name string) {
 	b.run(nil)

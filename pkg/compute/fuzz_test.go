@@ -141,6 +141,9 @@ func FuzzIncremental(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20})
 	f.Add([]byte{7, 7, 7, 3, 9, 200, 100, 50, 25, 12, 6, 3, 1, 0, 255, 254})
 	f.Add([]byte{0, 1, 2, 250, 3, 0, 7, 7, 7, 1, 9, 4, 2, 17, 5, 6, 1, 1, 8, 3, 3, 253, 1, 0, 9, 200, 1, 3, 2, 2})
+	// Every run of prepared pods in a Batch takes applyPods' path of
+	// finding groups first, however short.
+	withPodRunMin(f, 1)
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		u := newUniverse()
 		inc := New()

@@ -8,8 +8,8 @@ import (
 	"github.com/tierflow/tierflow/pkg/model"
 )
 
-func hasNamedPort(p *podState, name string) bool {
-	for _, np := range p.ports() {
+func hasNamedPort(ports []model.NamedPort, name string) bool {
+	for _, np := range ports {
 		if np.Name == name {
 			return true
 		}
@@ -141,7 +141,7 @@ func (e *Engine) getGroup(spec groupSpec) *group {
 	case groupNamedPort:
 		e.namedPortGroups[spec.portName] = g
 		for _, p := range e.pods {
-			if hasNamedPort(p, spec.portName) {
+			if hasNamedPort(p.ports(), spec.portName) {
 				e.addPod(g, p)
 			}
 		}

@@ -205,3 +205,10 @@ func equalStrings(t testing.TB, what string, got, want []string) {
 }
 
 var _ = netip.Addr{}
+
+// withPodRunMin sets podRunMin for the rest of the test.
+func withPodRunMin(tb testing.TB, n int) {
+	old := podRunMin
+	podRunMin = n
+	tb.Cleanup(func() { podRunMin = old })
+}

@@ -527,3 +527,66 @@ func TestParallelSnapshotMatchesReads(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchedPodRunsComputeAlike: pods fed as the controller feeds them
+// (prepared, in batches of 1,000 events with the policies first, so each
+// batch's pods are one run that applyPods matches on every core) compute
+// the same model as every object upserted one call at a time (a pod that
+// comes twice in one run, relabeled, takes the usual path the second
+// time). Under -race (make test-compute) this also checks that finding the
+// groups only reads the engine. FuzzIncremental runs the same path on
+// short runs.
+func TestBatchedPodRunsComputeAlike(t *testing.T) {
+	for _, c := range []*shapes.Cluster{shapes.SmallNamespaces(true), shapes.LargeNamespaces(true), shapes.OneNamespace(true)} {
+		seq, batched := New(), New()
+		c.FeedTo(seq)
+		seq.UpsertPod(c.PodRelabel)
+
+		pods := append(slices.Clone(c.Pods), c.PodRelabel)
+		const perBatch = 1000
+		if min(len(pods), perBatch) < podRunMin {
+			t.Fatalf("%d pods: no run of %d in a batch", len(pods), podRunMin)
+		}
+		for _, n := range c.Nodes {
+			batched.UpsertNode(n)
+		}
+		namespaces := map[string]*corev1.Namespace{}
+		for _, ns := range c.Namespaces {
+			namespaces[ns.Name] = ns
+		}
+		nps := c.NPs
+		for i := 0; i < len(pods); i += perBatch {
+			batch := pods[i:min(i+perBatch, len(pods))]
+			batched.Batch(func(b *Batch) {
+				// The namespaces of this batch's pods, then a share of
+				// the policies, then the pods as one run.
+				for _, p := range batch {
+					if ns := namespaces[p.Namespace]; ns != nil {
+						b.UpsertNamespace(ns)
+					}
+				}
+				share := min(len(nps), (len(c.NPs)*perBatch+len(pods)-1)/len(pods))
+				for _, np := range nps[:share] {
+					b.UpsertNetworkPolicy(np)
+				}
+				nps = nps[share:]
+				for _, p := range batch {
+					b.UpsertPreparedPod(PreparePod(p))
+				}
+			})
+		}
+		for _, np := range nps {
+			batched.UpsertNetworkPolicy(np)
+		}
+		for _, ns := range c.Namespaces {
+			batched.UpsertNamespace(ns)
+		}
+		a, b := normalize(seq.Snapshot()), normalize(batched.Snapshot())
+		if len(a.Policies) != len(c.NPs) {
+			t.Fatalf("%d policies computed, want %d", len(a.Policies), len(c.NPs))
+		}
+		if !reflect.DeepEqual(a, b) {
+			t.Fatalf("pods applied in batched runs compute another model than one by one (%d policies, %d applied-to groups)", len(a.Policies), len(a.AppliedToGroups))
+		}
+	}
+}

@@ -338,7 +338,12 @@ func preparePod(pod *corev1.Pod) (podUpdate, bool) {
 	return u, true
 }
 
-func (e *Engine) applyPod(u podUpdate) {
+func (e *Engine) applyPod(u podUpdate) { e.applyPodMatched(u, nil, nil) }
+
+// applyPodMatched is applyPod. For a new pod of namespace state ns
+// (non-nil), matches are the groups that select it, as eachMatchingGroup
+// found them on the engine's current groups and namespace.
+func (e *Engine) applyPodMatched(u podUpdate, ns *nsState, matches []*group) {
 	if u.delete {
 		e.removePodState(u.key)
 		return
@@ -347,7 +352,10 @@ func (e *Engine) applyPod(u podUpdate) {
 	ips := e.effectiveIPs(u)
 	p := e.pods[key]
 	if p == nil {
-		ns := e.nsFor(key.namespace)
+		matched := ns != nil
+		if !matched {
+			ns = e.nsFor(key.namespace)
+		}
 		lbls, ls := e.podLabels(u)
 		p = &podState{ns: ns, labels: lbls, labelSet: ls, uid: u.uid, statusIPs: u.ips}
 		p.member.Pod = &model.PodRef{Namespace: key.namespace, Name: key.name}
@@ -355,7 +363,15 @@ func (e *Engine) applyPod(u podUpdate) {
 		ns.pods.add(p)
 		ns.podLabels.add(p.labels, p)
 		e.pods[key] = p
-		e.addToMatchingGroups(p)
+		if !matched {
+			e.addToMatchingGroups(p)
+			return
+		}
+		for _, g := range matches {
+			if !p.groups.has(g) {
+				e.addPod(g, p)
+			}
+		}
 		return
 	}
 	p.statusIPs = u.ips
@@ -441,31 +457,49 @@ func (p *podState) setInfo(node string, ips []netip.Addr, ports []model.NamedPor
 }
 
 func (e *Engine) podMatches(g *group, p *podState) bool {
+	return selectsPod(g, p.ns, p.labels, p.ports())
+}
+
+// selectsPod reports whether g selects a pod of namespace ns with labels
+// lbls and named ports ports.
+func selectsPod(g *group, ns *nsState, lbls map[string]string, ports []model.NamedPort) bool {
 	if g.spec.kind == groupNamedPort {
-		return hasNamedPort(p, g.spec.portName)
+		return hasNamedPort(ports, g.spec.portName)
 	}
-	if g.spec.kind != groupPods || !g.spec.podSel.Matches(labels.Set(p.labels)) {
+	if g.spec.kind != groupPods || !g.spec.podSel.Matches(labels.Set(lbls)) {
 		return false
 	}
 	if g.spec.nsSel == nil {
-		return g.spec.namespace == p.member.Pod.Namespace
+		return g.spec.namespace == ns.name
 	}
-	return g.spec.nsSel.Matches(labels.Set(p.ns.labels))
+	return g.spec.nsSel.Matches(labels.Set(ns.labels))
 }
 
 // addToMatchingGroups adds p to every group that selects it and does not
-// hold it yet, looking only at groups the selector indexes name.
+// hold it yet.
 func (e *Engine) addToMatchingGroups(p *podState) {
-	visit := func(g *group) {
+	e.eachMatchingGroup(p.ns, p.labels, p.ports(), func(g *group) {
 		// The pod's own (small) set of groups, not the group's set of
 		// pods: a large group's is a Go map of thousands, and probing it
 		// for each candidate was a cache miss per candidate.
-		if !p.groups.has(g) && e.podMatches(g, p) {
+		if !p.groups.has(g) {
 			e.addPod(g, p)
 		}
+	})
+}
+
+// eachMatchingGroup calls fn with every group that selects a pod of
+// namespace ns with labels lbls and named ports ports, looking only at
+// groups the selector indexes name (a group may come twice). It only reads
+// the engine; fn must not change its indexes.
+func (e *Engine) eachMatchingGroup(ns *nsState, lbls map[string]string, ports []model.NamedPort, fn func(*group)) {
+	visit := func(g *group) {
+		if selectsPod(g, ns, lbls, ports) {
+			fn(g)
+		}
 	}
-	p.ns.groups.candidates(p.labels, visit)
-	for _, np := range p.ports() {
+	ns.groups.candidates(lbls, visit)
+	for _, np := range ports {
 		if g := e.namedPortGroups[np.Name]; g != nil {
 			visit(g)
 		}
@@ -473,10 +507,56 @@ func (e *Engine) addToMatchingGroups(p *podState) {
 	// Groups with a namespace selector are indexed twice, by pod selector
 	// and by namespace selector; either index finds all that may match, so
 	// take the one with fewer candidates.
-	if e.nsGroups.count(p.ns.labels) < e.clusterPodGroups.count(p.labels) {
-		e.nsGroups.candidates(p.ns.labels, visit)
+	if e.nsGroups.count(ns.labels) < e.clusterPodGroups.count(lbls) {
+		e.nsGroups.candidates(ns.labels, visit)
 	} else {
-		e.clusterPodGroups.candidates(p.labels, visit)
+		e.clusterPodGroups.candidates(lbls, visit)
+	}
+}
+
+// podRunMin is the shortest run of pod upserts whose groups applyPods
+// finds on every core first (shorter runs are applied one by one: the
+// cores would not share the work). A variable: tests lower it to run the
+// parallel path on small inputs.
+var podRunMin = 2 * parallelMin
+
+// applyPods applies a run of pod upserts (no deletes), as applyPod each
+// in order. For a long run, the groups each new pod joins are found first,
+// for all of them at once and on every core: finding them only reads the
+// engine (pod upserts change no group, selector index or namespace), and
+// on a large cluster's start, with pods the bulk of the engine's work, it
+// is about half of a new pod's cost. Applying stays in order on one core.
+func (e *Engine) applyPods(us []podUpdate) {
+	if len(us) < podRunMin {
+		for _, u := range us {
+			e.applyPod(u)
+		}
+		return
+	}
+	type found struct {
+		ns      *nsState
+		matches []*group
+	}
+	pre := make([]found, len(us))
+	inParallel(len(us), func(i int) {
+		u := &us[i]
+		ns := e.namespaces[u.key.namespace]
+		if u.delete || ns == nil || e.pods[u.key] != nil {
+			return // applied the usual way
+		}
+		var ms []*group
+		e.eachMatchingGroup(ns, u.labels, u.ports, func(g *group) { ms = append(ms, g) })
+		pre[i] = found{ns, ms}
+	})
+	for i, u := range us {
+		f := pre[i]
+		if f.ns == nil || e.namespaces[u.key.namespace] != f.ns || e.pods[u.key] != nil {
+			// Not a new pod (it came twice in the run), or its namespace
+			// state is another than the one its groups were found in.
+			e.applyPod(u)
+			continue
+		}
+		e.applyPodMatched(u, f.ns, f.matches)
 	}
 }
 

@@ -357,7 +357,7 @@ func (c *Controller) registerCoreHandlers() error {
 			}
 		},
 		func(w compute.Writer, m metav1.Object) { w.DeleteNamespace(m.GetName()) }, nil))
-	add(c.kubeFactory.Core().V1().Pods().Informer(), c.handlerFuncs("Pod",
+	add(c.kubeFactory.Core().V1().Pods().Informer(), c.handlerFuncs(podKind,
 		func(w compute.Writer, obj interface{}) {
 			if p, ok := obj.(*cachedPod); ok {
 				w.UpsertPreparedPod(p.prepared)

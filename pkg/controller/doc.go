@@ -11,6 +11,8 @@
 // the initial lists, is applied in batches, so an object every event
 // touches (10,000 policies whose span grows with each pod landing on a new
 // node) is computed and reported once per batch, not once per event.
+// Within a batch (each event of another object) the pods go last, as one
+// run the engine matches to groups on every core.
 // HasSynced is true once the initial lists are in the engine, not merely
 // queued.
 //

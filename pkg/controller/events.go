@@ -16,6 +16,9 @@ import (
 // distribution server and status sync wait for, is never held for long.
 const maxEventBatch = 1000
 
+// podKind is the kind of pod events.
+const podKind = "Pod"
+
 // eventKey names one API object: informer events for the same object
 // coalesce, since the engine only needs an object's latest state.
 type eventKey struct {
@@ -131,8 +134,21 @@ func (q *eventQueue) applyBatch() bool {
 		return false
 	}
 	q.engine.Batch(func(b *compute.Batch) {
+		// The events of a batch are each of another object, and what the
+		// engine computes depends on the objects, not on the order they
+		// came in: the pods go last, as one run, whose groups the engine
+		// finds on every core (compute.Batch.UpsertPreparedPod). During an
+		// initial list pods and policies arrive interleaved, and most of
+		// the engine's work is pods.
 		for _, ev := range batch {
-			ev.apply(b)
+			if ev.key.kind != podKind {
+				ev.apply(b)
+			}
+		}
+		for _, ev := range batch {
+			if ev.key.kind == podKind {
+				ev.apply(b)
+			}
 		}
 	})
 	q.mu.Lock()
