@@ -194,6 +194,14 @@ func reasons(cs []model.Condition) []string {
 	return out
 }
 
+// sortedIDs is a recorder's expected changes in the order take gives
+// them (group IDs are hashes: their order is not the test's to choose).
+func sortedIDs(want []string) []string {
+	want = slices.Clone(want)
+	sort.Strings(want)
+	return want
+}
+
 func equalStrings(t testing.TB, what string, got, want []string) {
 	t.Helper()
 	if len(got) == 0 && len(want) == 0 {

@@ -50,10 +50,10 @@ func TestIncrementalPodLifecycle(t *testing.T) {
 	// A second db pod on a node already in every span: only the groups
 	// holding it change.
 	e.UpsertPod(mkPod("prod", "db2", "n1", "10.0.1.3", []string{"app=db"}))
-	equalStrings(t, "db2 created", rec.take(), []string{
+	equalStrings(t, "db2 created", rec.take(), sortedIDs([]string{
 		"Updated AddressGroup " + id.dbAG,
 		"Updated AppliedToGroup " + id.prodATG,
-	})
+	}))
 	// The same object again: nothing.
 	e.UpsertPod(mkPod("prod", "db2", "n1", "10.0.1.3", []string{"app=db"}))
 	equalStrings(t, "no-op upsert", rec.take(), nil)
@@ -61,25 +61,25 @@ func TestIncrementalPodLifecycle(t *testing.T) {
 	// A web pod on a new node n3: the NP's applied-to group and policy gain
 	// n3, so does the address group the policy uses.
 	e.UpsertPod(mkPod("prod", "web3", "n3", "10.0.1.4", []string{"app=web"}))
-	equalStrings(t, "web3 on n3", rec.take(), []string{
+	equalStrings(t, "web3 on n3", rec.take(), sortedIDs([]string{
 		"Updated AddressGroup " + id.dbAG,
 		"Updated AddressGroup " + id.nodeAG,
 		"Updated AppliedToGroup " + id.prodATG,
 		"Updated AppliedToGroup " + id.webATG,
 		"Updated Policy anp-nodes",
 		"Updated Policy np-web",
-	})
+	}))
 	s = e.Snapshot()
 	equalStrings(t, "np span", policyByName(t, s, model.KindNetworkPolicy, "prod", "web").Span, []string{"n1", "n3"})
 	equalStrings(t, "db ag span", s.AddressGroups[id.dbAG].Span, []string{"n1", "n3"})
 
 	// Relabel web3 to db: leaves web's group (n3 leaves the NP span), joins db's.
 	e.UpsertPod(mkPod("prod", "web3", "n3", "10.0.1.4", []string{"app=db"}))
-	equalStrings(t, "web3 relabelled", rec.take(), []string{
+	equalStrings(t, "web3 relabelled", rec.take(), sortedIDs([]string{
 		"Updated AddressGroup " + id.dbAG,
 		"Updated AppliedToGroup " + id.webATG,
 		"Updated Policy np-web",
-	})
+	}))
 	s = e.Snapshot()
 	equalStrings(t, "db members", agMembers(t, s, id.dbAG), []string{"prod/db", "prod/db2", "prod/web3"})
 	equalStrings(t, "db ag span", s.AddressGroups[id.dbAG].Span, []string{"n1"})
@@ -91,19 +91,19 @@ func TestIncrementalPodLifecycle(t *testing.T) {
 
 	// IP change: groups holding the pod change, no span changes.
 	e.UpsertPod(mkPod("prod", "web3", "n3", "10.0.1.5", []string{"app=db", "version=2"}))
-	equalStrings(t, "ip change", rec.take(), []string{
+	equalStrings(t, "ip change", rec.take(), sortedIDs([]string{
 		"Updated AddressGroup " + id.dbAG,
 		"Updated AppliedToGroup " + id.prodATG,
-	})
+	}))
 
 	// Pod loses its IP (its sandbox being recreated): it stays a subject
 	// (isolated by port, from its first packet) and a peer member with no
 	// address; spans keep its node.
 	e.UpsertPod(mkPod("prod", "web3", "n3", "", []string{"app=db"}))
-	equalStrings(t, "no IP", rec.take(), []string{
+	equalStrings(t, "no IP", rec.take(), sortedIDs([]string{
 		"Updated AddressGroup " + id.dbAG,
 		"Updated AppliedToGroup " + id.prodATG,
-	})
+	}))
 	s = e.Snapshot()
 	equalStrings(t, "subjects without IP", atgPods(t, s, id.prodATG), []string{"prod/db2@n1", "prod/db@n2", "prod/web3@n3", "prod/web@n1"})
 	for _, m := range s.AddressGroups[id.dbAG].Members {
@@ -113,10 +113,10 @@ func TestIncrementalPodLifecycle(t *testing.T) {
 	}
 	// Its IP comes back: only the groups holding it change.
 	e.UpsertPod(mkPod("prod", "web3", "n3", "10.0.1.6", []string{"app=db"}))
-	equalStrings(t, "IP back", rec.take(), []string{
+	equalStrings(t, "IP back", rec.take(), sortedIDs([]string{
 		"Updated AddressGroup " + id.dbAG,
 		"Updated AppliedToGroup " + id.prodATG,
-	})
+	}))
 	// Host-network and terminated pods never count.
 	hn := mkPod("prod", "hn", "n1", "192.168.0.1", []string{"app=db"})
 	hn.Spec.HostNetwork = true
@@ -127,10 +127,10 @@ func TestIncrementalPodLifecycle(t *testing.T) {
 	equalStrings(t, "ineligible pods", rec.take(), nil)
 
 	e.DeletePod("prod", "db2")
-	equalStrings(t, "db2 deleted", rec.take(), []string{
+	equalStrings(t, "db2 deleted", rec.take(), sortedIDs([]string{
 		"Updated AddressGroup " + id.dbAG,
 		"Updated AppliedToGroup " + id.prodATG,
-	})
+	}))
 	e.DeletePod("prod", "nope")
 	equalStrings(t, "unknown pod deleted", rec.take(), nil)
 }
@@ -138,14 +138,14 @@ func TestIncrementalPodLifecycle(t *testing.T) {
 func TestIncrementalPodMovesNode(t *testing.T) {
 	e, rec, id := incWorld(t)
 	e.UpsertPod(mkPod("prod", "web", "n2", "10.0.1.1", []string{"app=web"}, withPort("http", "TCP", 8080)))
-	equalStrings(t, "web moved", rec.take(), []string{
+	equalStrings(t, "web moved", rec.take(), sortedIDs([]string{
 		"Updated AddressGroup " + id.dbAG,
 		"Updated AddressGroup " + id.nodeAG, // n1 leaves the ANP span (only prod/db on n2 now)
 		"Updated AppliedToGroup " + id.prodATG,
 		"Updated AppliedToGroup " + id.webATG,
 		"Updated Policy anp-nodes",
 		"Updated Policy np-web",
-	})
+	}))
 	s := e.Snapshot()
 	equalStrings(t, "np span", policyByName(t, s, model.KindNetworkPolicy, "prod", "web").Span, []string{"n2"})
 	equalStrings(t, "db ag span", s.AddressGroups[id.dbAG].Span, []string{"n2"})
@@ -156,20 +156,20 @@ func TestIncrementalNamespaceRelabel(t *testing.T) {
 	e, rec, id := incWorld(t)
 	// dev becomes prod-labelled: its pods join the ANP subject.
 	e.UpsertNamespace(mkNS("dev", "env=prod"))
-	equalStrings(t, "dev relabelled", rec.take(), []string{"Updated AppliedToGroup " + id.prodATG})
+	equalStrings(t, "dev relabelled", rec.take(), sortedIDs([]string{"Updated AppliedToGroup " + id.prodATG}))
 	s := e.Snapshot()
 	equalStrings(t, "anp subjects", atgPods(t, s, id.prodATG), []string{"dev/client@n1", "dev/web@n2", "prod/db@n2", "prod/web@n1"})
 	// prod loses the label: prod pods leave; the NP (fixed namespace) is untouched.
 	e.UpsertNamespace(mkNS("prod", "env=staging"))
-	equalStrings(t, "prod relabelled", rec.take(), []string{"Updated AppliedToGroup " + id.prodATG})
+	equalStrings(t, "prod relabelled", rec.take(), sortedIDs([]string{"Updated AppliedToGroup " + id.prodATG}))
 	s = e.Snapshot()
 	equalStrings(t, "anp subjects", atgPods(t, s, id.prodATG), []string{"dev/client@n1", "dev/web@n2"})
 	e.DeleteNamespace("dev")
-	equalStrings(t, "dev deleted", rec.take(), []string{
+	equalStrings(t, "dev deleted", rec.take(), sortedIDs([]string{
 		"Updated AddressGroup " + id.nodeAG,
 		"Updated AppliedToGroup " + id.prodATG,
 		"Updated Policy anp-nodes",
-	})
+	}))
 	if p := policyByName(t, e.Snapshot(), model.KindAdminNetworkPolicy, "", "nodes"); len(p.Span) != 0 {
 		t.Errorf("span %v", p.Span)
 	}
@@ -178,17 +178,17 @@ func TestIncrementalNamespaceRelabel(t *testing.T) {
 func TestIncrementalNodes(t *testing.T) {
 	e, rec, id := incWorld(t)
 	e.UpsertNode(mkNode("n2", []string{"zone=b"}, "192.168.0.22"))
-	equalStrings(t, "address change", rec.take(), []string{"Updated AddressGroup " + id.nodeAG})
+	equalStrings(t, "address change", rec.take(), sortedIDs([]string{"Updated AddressGroup " + id.nodeAG}))
 	s := e.Snapshot()
 	if m := s.AddressGroups[id.nodeAG].Members; len(m) != 1 || len(m[0].IPs) != 1 || m[0].IPs[0].String() != "192.168.0.22" {
 		t.Errorf("members %+v", m)
 	}
 	e.UpsertNode(mkNode("n1", []string{"zone=b"}, "192.168.0.1"))
-	equalStrings(t, "n1 joins zone b", rec.take(), []string{"Updated AddressGroup " + id.nodeAG})
+	equalStrings(t, "n1 joins zone b", rec.take(), sortedIDs([]string{"Updated AddressGroup " + id.nodeAG}))
 	e.UpsertNode(mkNode("n1", []string{"zone=b", "x=y"}, "192.168.0.1"))
 	equalStrings(t, "irrelevant node label", rec.take(), nil)
 	e.DeleteNode("n2")
-	equalStrings(t, "n2 deleted", rec.take(), []string{"Updated AddressGroup " + id.nodeAG})
+	equalStrings(t, "n2 deleted", rec.take(), sortedIDs([]string{"Updated AddressGroup " + id.nodeAG}))
 	equalStrings(t, "node members", agMembers(t, e.Snapshot(), id.nodeAG), []string{"node:n1"})
 }
 
@@ -212,11 +212,11 @@ spec:
 `))
 	after, _ := e.Policy("np-web")
 	newAG := after.Rules[0].Peer.AddressGroups[0]
-	equalStrings(t, "peer edit", rec.take(), []string{
+	equalStrings(t, "peer edit", rec.take(), sortedIDs([]string{
 		"Added AddressGroup " + newAG,
 		"Deleted AddressGroup " + id.dbAG,
 		"Updated Policy np-web",
-	})
+	}))
 	if after.Generation <= before.Generation || after.SourceGeneration != 2 {
 		t.Errorf("generation %d -> %d, source %d", before.Generation, after.Generation, after.SourceGeneration)
 	}
@@ -229,20 +229,20 @@ spec:
 	}
 	// Delete: the policy and its groups go.
 	e.DeleteNetworkPolicy("prod", "web")
-	equalStrings(t, "delete", rec.take(), []string{
+	equalStrings(t, "delete", rec.take(), sortedIDs([]string{
 		"Deleted AddressGroup " + newAG,
 		"Deleted AppliedToGroup " + id.webATG,
 		"Deleted Policy np-web",
-	})
+	}))
 	// Recreated with a new UID: a new policy ID.
 	e.UpsertNetworkPolicy(npYAML(t, `
 metadata: {name: web, namespace: prod, uid: np-web-2}
 spec: {podSelector: {matchLabels: {app: web}}}
 `))
-	equalStrings(t, "recreate", rec.take(), []string{
+	equalStrings(t, "recreate", rec.take(), sortedIDs([]string{
 		"Added AppliedToGroup " + id.webATG,
 		"Added Policy np-web-2",
-	})
+	}))
 	g2, _ := e.AppliedToGroup(id.webATG)
 	if g2.Generation <= after.Generation {
 		t.Errorf("re-created group's generation %d not above earlier ones (%d)", g2.Generation, after.Generation)

@@ -1,9 +1,9 @@
 package compute
 
 import (
+	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"hash/fnv"
 	"math/rand/v2"
 	"reflect"
 	"slices"
@@ -81,13 +81,13 @@ func TestPatchMembers(t *testing.T) {
 	}
 }
 
-// TestGroupIDIsFNV64a: group IDs are part of the model (agents and tools
-// see them); the inline hash must give what hash/fnv gives.
-func TestGroupIDIsFNV64a(t *testing.T) {
+// TestGroupIDIsSHA256Prefix: a group's ID is its role's prefix and the
+// first 64 bits of its key's SHA-256 in hex: stable across controller
+// restarts, and no user can aim a selector at another group's ID.
+func TestGroupIDIsSHA256Prefix(t *testing.T) {
 	for _, key := range []string{"", "namespace=prod podSelector={app=web}", "nodeSelector={}", "namedPort=http"} {
-		h := fnv.New64a()
-		h.Write([]byte(key))
-		want := "ag-" + hex.EncodeToString(h.Sum(nil))
+		sum := sha256.Sum256([]byte(key))
+		want := "ag-" + hex.EncodeToString(sum[:8])
 		if got := groupID("ag", key); got != want {
 			t.Errorf("groupID(%q) = %s, want %s", key, got, want)
 		}

@@ -1,9 +1,9 @@
 package compute
 
 import (
+	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"hash/fnv"
 	"slices"
 	"strconv"
 	"strings"
@@ -178,11 +178,14 @@ func nodeGroup(nodeSel *sel) groupSpec {
 func groupID(prefix, key string) string { return formatGroupID(prefix, keyHash(key)) }
 
 // keyHash is the hash of a normalized selector key that its group IDs
-// carry (FNV-1a, 64 bits).
+// carry: the first 64 bits of its SHA-256. Two keys with one hash would be
+// one group to the agents, and keys come from user-written selectors: a
+// namespace's owner could search for a selector of theirs whose hash is an
+// AdminNetworkPolicy group's. FNV-1a, used before, yields such second
+// preimages to arithmetic; SHA-256 asks about 2^64 attempts.
 func keyHash(key string) uint64 {
-	h := fnv.New64a()
-	h.Write([]byte(key))
-	return h.Sum64()
+	sum := sha256.Sum256([]byte(key))
+	return binary.BigEndian.Uint64(sum[:8])
 }
 
 // formatGroupID is a group's ID in one role: the role's prefix, '-' and
