@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
+	"net"
 	"net/netip"
 	"os"
 	"slices"
@@ -26,6 +28,7 @@ import (
 	npclient "sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned"
 
 	"github.com/tierflow/tierflow/pkg/agent/pipeline"
+	"github.com/tierflow/tierflow/pkg/netstamp"
 	"github.com/tierflow/tierflow/pkg/ovs/openflow"
 	"github.com/tierflow/tierflow/pkg/queryapi/agentquery"
 	benchmeasure "github.com/tierflow/tierflow/test/bench/measure"
@@ -137,10 +140,14 @@ func (p flowProbe) matchesFlow(u openflow.FlowUpdate) bool {
 }
 
 // bridgeWatch follows one node bridge's policy flows through an OpenFlow
-// flow monitor (pkg/ovs/openflow): the switch reports each committed
-// change (an agent's bundle at once, after its commit), and the time a
-// report is read is when the flows took effect there, to within the
-// monitor's delay (measured: see calibrate).
+// flow monitor (pkg/ovs/openflow) on the bridge's loopback TCP listener:
+// the switch reports each committed change (an agent's bundle at once,
+// right after its commit, before its reply), and the kernel's receive
+// stamp of a report (taken in the switch's send call) is when the flows
+// took effect there, to within the kernel's send path (see
+// stampPathDelays; METHODS.md, Resolution). How long each report then
+// waited to be read is recorded too (readDelays): what stamping reports
+// as they are read would add.
 type bridgeWatch struct {
 	node string
 	mon  *openflow.Monitor
@@ -149,6 +156,11 @@ type bridgeWatch struct {
 	flows map[string]openflow.FlowUpdate // by openflow.FlowUpdate.Key
 	waits []*flowWait
 	err   error
+	// readDelays: for each report after the initial flows, how long
+	// after the kernel received it this process read it (Received −
+	// Arrived); unstamped counts the reports the kernel gave no stamp.
+	readDelays []time.Duration
+	unstamped  int
 }
 
 // flowWait is a condition on a bridge's flows someone waits for: met
@@ -167,7 +179,13 @@ var watchedTables = []uint8{uint8(pipeline.IngressNetworkPolicy), uint8(pipeline
 
 func watchBridge(b *testing.B, node string, br *ovsenv.Bridge) *bridgeWatch {
 	b.Helper()
-	mon, err := openflow.DialMonitor(context.Background(), br.MgmtEndpoint(), watchedTables...)
+	// Over loopback TCP, where the kernel stamps each report's arrival
+	// (a unix socket carries no stamp).
+	target, err := br.ListenTCP()
+	if err != nil {
+		b.Fatalf("flow monitor on %s: %v", node, err)
+	}
+	mon, err := openflow.DialMonitor(context.Background(), target, watchedTables...)
 	if err != nil {
 		b.Fatalf("flow monitor on %s: %v", node, err)
 	}
@@ -180,6 +198,13 @@ func watchBridge(b *testing.B, node string, br *ovsenv.Bridge) *bridgeWatch {
 func (w *bridgeWatch) run() {
 	for ups := range w.mon.Updates() {
 		w.mu.Lock()
+		if last := ups[len(ups)-1]; !last.Initial {
+			if last.Arrived.IsZero() {
+				w.unstamped++
+			} else {
+				w.readDelays = append(w.readDelays, last.Received.Sub(last.Arrived))
+			}
+		}
 		for _, u := range ups {
 			if u.Event == openflow.FlowDeleted {
 				delete(w.flows, u.Key())
@@ -187,7 +212,10 @@ func (w *bridgeWatch) run() {
 				w.flows[u.Key()] = u
 			}
 		}
-		at := ups[len(ups)-1].Received
+		at := ups[len(ups)-1].Arrived
+		if at.IsZero() { // counted above: the run fails
+			at = ups[len(ups)-1].Received
+		}
 		w.waits = slices.DeleteFunc(w.waits, func(fw *flowWait) bool {
 			if fw.holds(w.flows) {
 				fw.met <- at
@@ -238,6 +266,16 @@ func (w *bridgeWatch) expect(what string, holds func(map[string]openflow.FlowUpd
 	fw := &flowWait{holds: holds, met: make(chan time.Time, 1)}
 	w.waits = append(w.waits, fw)
 	return fw, nil
+}
+
+// takeReadDelays returns the reports' reading delays and the count of
+// unstamped reports since the last call, and forgets them.
+func (w *bridgeWatch) takeReadDelays() ([]time.Duration, int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	d, n := w.readDelays, w.unstamped
+	w.readDelays, w.unstamped = nil, 0
+	return d, n
 }
 
 func (w *bridgeWatch) cancel(fw *flowWait) {
@@ -358,12 +396,13 @@ func (e *e2eBed) do(nodes []string, probes []flowProbe, timeout time.Duration, w
 // of its own (one flow-mod, which ovs-vswitchd applies and reports to
 // monitors as it processes it), then deletes it the same way, and times
 // each from just before the flow-mod is written until the monitor reports
-// it. That bounds from above how late the monitor reports any change: the
-// resolution of the latencies measured through it. Each flow-mod is
+// it (the kernel's stamp of the report's arrival): the round trip through ovs-vswitchd, its turn for the flow-mod
+// included (so no measure of the monitor's own delay: the reading delays
+// are, see bridgeWatch). Each flow-mod is
 // followed by a barrier, whose reply the switch sends after the monitor's
 // report (it processes the flow-mod, reporting it to monitors, before the
-// barrier): afterReply is how much later the monitor's report was read
-// than that reply (openflow.Client.LastApplied, stamped by the client's
+// barrier): afterReply is how much later the monitor's report arrived
+// than this process read that reply (openflow.Client.LastApplied, stamped by the client's
 // read loop) — the monitor's own reading delay, without the switch's turn
 // that the bound includes (not a bound: a late reply hides as much).
 func (e *e2eBed) calibrate(ctx context.Context, node string, c *openflow.Client, round int) (bound, afterReply []time.Duration, err error) {
@@ -405,6 +444,53 @@ func (e *e2eBed) calibrate(ctx context.Context, node string, c *openflow.Client,
 		}
 	}
 	return bound, afterReply, nil
+}
+
+// stampPathDelays measures the kernel's path from a sender's send call
+// to the receive stamp on loopback TCP, which the monitors' stamps of the
+// switch's reports take: n small messages over a loopback connection of
+// this process, each timed from just before its write until the
+// receiver's kernel stamp (pkg/netstamp). Whatever delays the sender
+// between its clock read and the send call counts too, so it bounds the
+// path from above.
+func stampPathDelays(n int) ([]time.Duration, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	defer l.Close()
+	client, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		return nil, err
+	}
+	defer client.Close()
+	server, err := l.Accept()
+	if err != nil {
+		return nil, err
+	}
+	defer server.Close()
+	r, err := netstamp.NewReader(server)
+	if err != nil {
+		return nil, err
+	}
+	buf := make([]byte, 64)
+	var out []time.Duration
+	for len(out) < n {
+		start := time.Now()
+		if _, err := client.Write(buf); err != nil {
+			return nil, err
+		}
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return nil, err
+		}
+		// The first messages may come before the kernel turned its
+		// stamps on (pkg/netstamp): no sample.
+		if at := r.Last(); !at.IsZero() {
+			out = append(out, at.Sub(start))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return out, nil
 }
 
 // e2eBed is the test bed with tierflow, the scenario's pods and clients.
@@ -708,7 +794,7 @@ func BenchmarkE2ELatency(b *testing.B) {
 		// samples); afterWrite: the rest, from the API server's answer
 		// to the last bridge's report (controller, distribution, agents,
 		// bundles).
-		var writes, afterWrite, calibration, calibAfterReply []time.Duration
+		var writes, afterWrite, calibration, calibAfterReply, readDelays, stampPath []time.Duration
 		var loads []float64
 		ctx := context.Background()
 		const timeout = 2 * time.Minute
@@ -754,6 +840,10 @@ func BenchmarkE2ELatency(b *testing.B) {
 				stages[kind][i] = append(stages[kind][i], d)
 			}
 		}
+		for _, n := range nodes {
+			// From here on: the reports of the rounds.
+			e.watches[n].takeReadDelays()
+		}
 		for r := 0; r < sc.Rounds; r++ {
 			for _, n := range nodes {
 				ds, after, err := e.calibrate(ctx, n, e.ofc[n], r)
@@ -763,6 +853,11 @@ func BenchmarkE2ELatency(b *testing.B) {
 				calibration = append(calibration, ds...)
 				calibAfterReply = append(calibAfterReply, after...)
 			}
+			ds, err := stampPathDelays(20)
+			if err != nil {
+				b.Fatalf("loopback stamp path: %v", err)
+			}
+			stampPath = append(stampPath, ds...)
 			ns := fmt.Sprintf("lat-%d", r%sc.Namespaces)
 			pods := e.pods[ns]
 			var servers []framework.Pod
@@ -824,6 +919,13 @@ func BenchmarkE2ELatency(b *testing.B) {
 			progressf("round %d of %d done (load %.2f)", r+1, sc.Rounds, load)
 		}
 
+		for _, n := range nodes {
+			ds, unstamped := e.watches[n].takeReadDelays()
+			if unstamped > 0 {
+				b.Fatalf("the kernel gave no receive timestamp for %d of the monitor reports of %s", unstamped, n)
+			}
+			readDelays = append(readDelays, ds...)
+		}
 		var all []time.Duration
 		for kind, ds := range samples {
 			slices.Sort(ds)
@@ -856,10 +958,17 @@ func BenchmarkE2ELatency(b *testing.B) {
 		b.ReportMetric(msOf(percentile(all, 99)), "p99-ms")
 		b.ReportMetric(msOf(all[len(all)-1]), "max-ms")
 		b.ReportMetric(float64(len(all)), "changes")
+		// The resolution: how late the kernel's stamp of a report can be
+		// after the switch's send (METHODS.md, Resolution); and how late
+		// this process read the reports after that stamp.
+		reportPercentiles(b, "stamp-path", stampPath)
+		b.ReportMetric(msOf(percentile(stampPath, 99)), "resolution-ms")
+		reportPercentiles(b, "monitor-read-delay", readDelays)
+		b.ReportMetric(float64(len(readDelays)), "monitor-reports")
 		slices.Sort(calibration)
-		b.ReportMetric(msOf(percentile(calibration, 50)), "calib-p50-ms")
-		b.ReportMetric(msOf(percentile(calibration, 99)), "resolution-ms")
-		b.ReportMetric(msOf(calibration[len(calibration)-1]), "calib-max-ms")
+		b.ReportMetric(msOf(percentile(calibration, 50)), "calib-roundtrip-p50-ms")
+		b.ReportMetric(msOf(percentile(calibration, 99)), "calib-roundtrip-p99-ms")
+		b.ReportMetric(msOf(calibration[len(calibration)-1]), "calib-roundtrip-max-ms")
 		b.ReportMetric(float64(len(calibration)), "calib-samples")
 		slices.Sort(calibAfterReply)
 		b.ReportMetric(msOf(percentile(calibAfterReply, 50)), "calib-after-reply-p50-ms")

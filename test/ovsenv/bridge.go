@@ -361,3 +361,45 @@ func (b *Bridge) AdoptPod(name, netns, hostIf string, addrs ...netip.Prefix) *Po
 	b.mu.Unlock()
 	return p
 }
+
+// ListenTCP adds a passive OpenFlow listener on the loopback address to
+// the bridge (a Controller record "ptcp:PORT:127.0.0.1", out of band, on
+// a port that was free) and returns its target, "tcp:127.0.0.1:PORT",
+// once it accepts connections. A passive listener only accepts
+// connections, each a service connection like the management socket's:
+// the bridge gets no primary controller, so its fail mode, its flows and
+// the other connections stay as they are (no in-band or fail-open flows;
+// pkg/ovs/openflow's TestMonitorOverTCP checks it). Over TCP the kernel
+// timestamps what the switch sends (SO_TIMESTAMPNS), which a unix socket
+// cannot. Not in an Env of its own network namespace (WithOwnNetns),
+// whose loopback is not this process's.
+func (b *Bridge) ListenTCP() (string, error) {
+	if b.env.netns != "" {
+		return "", fmt.Errorf("ovsenv: bridge %s: a loopback listener in the Env's own network namespace is out of this process's reach", b.Name)
+	}
+	// A port free now (the switch reports no port it bound for a
+	// service listener, so "ptcp:0" would leave it unknown).
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("ovsenv: %w", err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	_, port, _ := net.SplitHostPort(addr)
+	if _, err := b.env.Vsctl("--", "--id=@c", "create", "Controller", fmt.Sprintf(`target="ptcp:%s:127.0.0.1"`, port), "connection_mode=out-of-band",
+		"--", "add", "Bridge", b.Name, "controller", "@c"); err != nil {
+		return "", fmt.Errorf("ovsenv: bridge %s: %w", b.Name, err)
+	}
+	deadline := time.Now().Add(startTimeout)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			return "tcp:" + addr, nil
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("ovsenv: bridge %s: its loopback listener %s accepts no connection after %v: %w", b.Name, addr, startTimeout, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -829,3 +829,83 @@ func TestMonitorSeesBundles(t *testing.T) {
 		t.Fatalf("delete: %+v", ups)
 	}
 }
+
+// TestMonitorOverTCP: a flow monitor on a bridge's loopback TCP listener
+// (ovsenv's ListenTCP) reports a bundle with the kernel's receive stamp of
+// each message (Arrived: after the commit started, no later than this
+// process read it); adding the listener leaves the bridge as it was (fail
+// mode, every flow including the hidden ones, no primary controller).
+func TestMonitorOverTCP(t *testing.T) {
+	env := ovsenv.Start(t)
+	br := env.AddBridge("br")
+	c := dialBridge(t, br, openflow.Options{})
+	ctx := context.Background()
+	if err := c.AddFlows(ctx, openflow.Flow{Table: 0, Priority: 1, Cookie: 0x1}); err != nil {
+		t.Fatal(err)
+	}
+	bridgeState := func() string {
+		t.Helper()
+		flows, err := env.Appctl("bridge/dump-flows", br.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var kept []string
+		for _, l := range strings.Split(flows, "\n") {
+			// Counters and ages change by themselves.
+			if l = strings.TrimSpace(l); l != "" {
+				f := strings.Fields(l)
+				kept = append(kept, f[len(f)-2]+" "+f[len(f)-1])
+			}
+		}
+		sort.Strings(kept)
+		mode, err := env.Vsctl("get-fail-mode", br.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return "fail mode " + strings.TrimSpace(mode) + "; flows " + strings.Join(kept, "; ")
+	}
+	before := bridgeState()
+	target, err := br.ListenTCP()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := openflow.DialMonitor(ctx, target, 11)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if after := bridgeState(); after != before {
+		t.Fatalf("the loopback listener changed the bridge:\nbefore %s\nafter  %s", before, after)
+	}
+	if ups := <-m.Updates(); len(ups) != 0 {
+		t.Fatalf("initial flows of table 11: %+v", ups)
+	}
+	var flows []openflow.Flow
+	for i := 0; i < 50; i++ {
+		flows = append(flows, openflow.Flow{Table: 11, Priority: 100, Cookie: 0x11, Match: openflow.Match{EthType: 0x0800,
+			IPSrc: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 1, 0, byte(i)}), 32)}})
+	}
+	start := time.Now()
+	if err := c.AddFlows(ctx, flows...); err != nil {
+		t.Fatal(err)
+	}
+	var got []openflow.FlowUpdate
+	for len(got) < len(flows) {
+		select {
+		case ups, ok := <-m.Updates():
+			if !ok {
+				t.Fatalf("monitor stopped: %v", m.Err())
+			}
+			got = append(got, ups...)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d of %d flows reported within 10s", len(got), len(flows))
+		}
+	}
+	for _, u := range got {
+		if u.Event != openflow.FlowAdded || u.Arrived.Before(start) || u.Received.Before(u.Arrived) {
+			t.Fatalf("update %+v: want added, arrived after %v and read after it arrived", u, start)
+		}
+	}
+	t.Logf("last report arrived %v after the bundle started, read %v after it arrived",
+		got[len(got)-1].Arrived.Sub(start), got[len(got)-1].Received.Sub(got[len(got)-1].Arrived))
+}

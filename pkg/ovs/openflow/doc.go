@@ -50,7 +50,8 @@
 // Monitor (monitor.go) is an observer on a connection of its own: a flow
 // monitor (the ONF extension Open vSwitch serves for OpenFlow 1.3) that
 // reports a bridge's flows, then each committed add, delete and modify as
-// the switch commits it, with the time it was read.
+// the switch commits it, with the time it was read and, on a tcp:
+// target, the kernel's receive stamp of its arrival (pkg/netstamp).
 //
 // One goroutine reads the socket and hands each message to the request
 // waiting for its xid; libOpenflow's MessageStream is not used because it

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	of13 "github.com/contiv/libOpenflow/openflow13"
+
+	"github.com/tierflow/tierflow/pkg/netstamp"
 )
 
 // A Monitor watches the flows of a bridge as the switch changes them: a
@@ -21,9 +23,15 @@ import (
 // when the flows took effect, to within the time the message takes to
 // arrive. Observers (benchmarks timing how fast a change reaches the
 // switch, tools watching a bridge) use it; it never changes flows.
+//
+// On a TCP target ("tcp:HOST:PORT", e.g. a bridge's loopback listener)
+// each update also carries the kernel's receive timestamp of its message
+// (Arrived): when the switch sent it, independent of how soon this
+// process read it. Unix sockets give no such timestamp.
 type Monitor struct {
 	nc      net.Conn
 	cn      *conn
+	read    func() (msg []byte, arrived time.Time, err error)
 	updates chan []FlowUpdate
 	done    chan struct{}
 
@@ -66,6 +74,12 @@ type FlowUpdate struct {
 	Match []MatchEntry
 	// Received is when the message carrying the update was read.
 	Received time.Time
+	// Arrived is the kernel's receive timestamp of the message's last
+	// bytes (SO_TIMESTAMPNS; on loopback, when the switch's send handed
+	// them to the kernel) on a TCP target; zero on a unix socket, or
+	// when the kernel gave none (pkg/netstamp).
+	// Received minus Arrived is how long the message waited to be read.
+	Arrived time.Time
 }
 
 // MatchEntry is one NXM/OXM match entry: class, field, value and mask
@@ -182,6 +196,25 @@ func DialMonitor(ctx context.Context, target string, tables ...uint8) (*Monitor,
 	c := &Client{target: target, opts: Options{ReplyTimeout: 10 * time.Second}}
 	c.xid.Store(0x1000)
 	m := &Monitor{nc: nc, cn: newConn(nc, c), updates: make(chan []FlowUpdate, 1024), done: make(chan struct{})}
+	m.read = func() ([]byte, time.Time, error) {
+		msg, err := readMsg(nc)
+		return msg, time.Time{}, err
+	}
+	if network == "tcp" {
+		// Before the handshake, so that the kernel stamps all that
+		// comes after it.
+		sr, err := netstamp.NewReader(nc)
+		if err != nil {
+			nc.Close()
+			return nil, fmt.Errorf("openflow monitor: %s: %w", target, err)
+		}
+		// One message at a time, exactly its bytes: the stamp of the
+		// last read is when the message's end arrived.
+		m.read = func() ([]byte, time.Time, error) {
+			msg, err := readMsg(sr)
+			return msg, sr.Last(), err
+		}
+	}
 	stop := context.AfterFunc(ctx, func() { nc.Close() })
 	defer stop()
 	if _, err := m.cn.handshake(ctx); err != nil {
@@ -200,7 +233,7 @@ func DialMonitor(ctx context.Context, target string, tables ...uint8) (*Monitor,
 	// last without the "more" flag.
 	var initial []FlowUpdate
 	for {
-		msg, err := readMsg(nc)
+		msg, arrived, err := m.read()
 		if err != nil {
 			nc.Close()
 			return nil, fmt.Errorf("openflow monitor: reading the initial flows: %w", err)
@@ -214,7 +247,7 @@ func DialMonitor(ctx context.Context, target string, tables ...uint8) (*Monitor,
 			nc.Close()
 			return nil, fmt.Errorf("openflow monitor: %w", decodeError(msg))
 		}
-		ups, more, ok, err := decodeMonitorReply(msg, now)
+		ups, more, ok, err := decodeMonitorReply(msg, now, arrived)
 		if err != nil {
 			nc.Close()
 			return nil, err
@@ -265,7 +298,7 @@ func monitorRequest(xid uint32, tables []uint8) []byte {
 
 // decodeMonitorReply decodes an ONF flow monitor reply; ok is false for
 // any other message.
-func decodeMonitorReply(msg []byte, received time.Time) (ups []FlowUpdate, more, ok bool, err error) {
+func decodeMonitorReply(msg []byte, received, arrived time.Time) (ups []FlowUpdate, more, ok bool, err error) {
 	if msg[1] != of13.Type_MultiPartReply || len(msg) < 24 ||
 		binary.BigEndian.Uint16(msg[8:10]) != multipartExperimenter ||
 		binary.BigEndian.Uint32(msg[16:20]) != onfExperimenterID || binary.BigEndian.Uint32(msg[20:24]) != onfFlowMonitor {
@@ -283,7 +316,7 @@ func decodeMonitorReply(msg []byte, received time.Time) (ups []FlowUpdate, more,
 		}
 		ev := FlowEvent(binary.BigEndian.Uint16(body[2:4]))
 		if ev <= FlowModified {
-			u, err := decodeFullUpdate(body[:n], ev, received)
+			u, err := decodeFullUpdate(body[:n], ev, received, arrived)
 			if err != nil {
 				return nil, false, true, err
 			}
@@ -299,12 +332,12 @@ func decodeMonitorReply(msg []byte, received time.Time) (ups []FlowUpdate, more,
 // decodeFullUpdate decodes a full flow update: length, event, reason,
 // priority, idle and hard timeouts, match length, table, pad, cookie,
 // then an OpenFlow 1.3 match (ofp_match with OXM fields).
-func decodeFullUpdate(b []byte, ev FlowEvent, received time.Time) (FlowUpdate, error) {
+func decodeFullUpdate(b []byte, ev FlowEvent, received, arrived time.Time) (FlowUpdate, error) {
 	if len(b) < 24+4 {
 		return FlowUpdate{}, errors.New("openflow monitor: short flow update")
 	}
 	u := FlowUpdate{Event: ev, Priority: binary.BigEndian.Uint16(b[6:8]), Table: b[14],
-		Cookie: binary.BigEndian.Uint64(b[16:24]), Received: received}
+		Cookie: binary.BigEndian.Uint64(b[16:24]), Received: received, Arrived: arrived}
 	m := b[24:]
 	if typ := binary.BigEndian.Uint16(m[0:2]); typ != 1 {
 		return FlowUpdate{}, fmt.Errorf("openflow monitor: match type %d, want OXM", typ)
@@ -376,7 +409,7 @@ func (m *Monitor) readLoop() {
 		}
 	}
 	for {
-		msg, err := readMsg(m.nc)
+		msg, arrived, err := m.read()
 		if err != nil {
 			fail(err)
 			return
@@ -399,7 +432,7 @@ func (m *Monitor) readLoop() {
 			}
 			continue
 		}
-		ups, _, ok, err := decodeMonitorReply(msg, now)
+		ups, _, ok, err := decodeMonitorReply(msg, now, arrived)
 		if err != nil {
 			fail(err)
 			return
