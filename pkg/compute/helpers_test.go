@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/tierflow/tierflow/pkg/model"
+	"github.com/tierflow/tierflow/test/bench/shapes"
 )
 
 func mkNS(name string, lbls ...string) *corev1.Namespace {
@@ -219,4 +220,56 @@ func withPodRunMin(tb testing.TB, n int) {
 	old := podRunMin
 	podRunMin = n
 	tb.Cleanup(func() { podRunMin = old })
+}
+
+// eventBatch is the controller's largest batch of events
+// (pkg/controller's maxEventBatch).
+const eventBatch = 1000
+
+// preparePods prepares each pod, as the controller's pod informer does.
+func preparePods(pods []*corev1.Pod) []PreparedPod {
+	out := make([]PreparedPod, len(pods))
+	for i, p := range pods {
+		out[i] = PreparePod(p)
+	}
+	return out
+}
+
+// feedInBatches feeds c to e as the controller applies an initial list:
+// its nodes, then batches of eventBatch pods, each batch with the pods'
+// namespaces and a share of c's NetworkPolicies first and the pods last,
+// as one run; then the policies and namespaces left.
+func feedInBatches(e *Engine, c *shapes.Cluster, pods []PreparedPod) {
+	for _, n := range c.Nodes {
+		e.UpsertNode(n)
+	}
+	namespaces := map[string]*corev1.Namespace{}
+	for _, ns := range c.Namespaces {
+		namespaces[ns.Name] = ns
+	}
+	nps := c.NPs
+	for i := 0; i < len(pods); i += eventBatch {
+		batch := pods[i:min(i+eventBatch, len(pods))]
+		e.Batch(func(b *Batch) {
+			for _, p := range batch {
+				if ns := namespaces[p.u.key.namespace]; ns != nil {
+					b.UpsertNamespace(ns)
+				}
+			}
+			share := min(len(nps), (len(c.NPs)*eventBatch+len(pods)-1)/len(pods))
+			for _, np := range nps[:share] {
+				b.UpsertNetworkPolicy(np)
+			}
+			nps = nps[share:]
+			for _, p := range batch {
+				b.UpsertPreparedPod(p)
+			}
+		})
+	}
+	for _, np := range nps {
+		e.UpsertNetworkPolicy(np)
+	}
+	for _, ns := range c.Namespaces {
+		e.UpsertNamespace(ns)
+	}
 }

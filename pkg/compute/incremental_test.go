@@ -543,44 +543,10 @@ func TestBatchedPodRunsComputeAlike(t *testing.T) {
 		seq.UpsertPod(c.PodRelabel)
 
 		pods := append(slices.Clone(c.Pods), c.PodRelabel)
-		const perBatch = 1000
-		if min(len(pods), perBatch) < podRunMin {
+		if min(len(pods), eventBatch) < podRunMin {
 			t.Fatalf("%d pods: no run of %d in a batch", len(pods), podRunMin)
 		}
-		for _, n := range c.Nodes {
-			batched.UpsertNode(n)
-		}
-		namespaces := map[string]*corev1.Namespace{}
-		for _, ns := range c.Namespaces {
-			namespaces[ns.Name] = ns
-		}
-		nps := c.NPs
-		for i := 0; i < len(pods); i += perBatch {
-			batch := pods[i:min(i+perBatch, len(pods))]
-			batched.Batch(func(b *Batch) {
-				// The namespaces of this batch's pods, then a share of
-				// the policies, then the pods as one run.
-				for _, p := range batch {
-					if ns := namespaces[p.Namespace]; ns != nil {
-						b.UpsertNamespace(ns)
-					}
-				}
-				share := min(len(nps), (len(c.NPs)*perBatch+len(pods)-1)/len(pods))
-				for _, np := range nps[:share] {
-					b.UpsertNetworkPolicy(np)
-				}
-				nps = nps[share:]
-				for _, p := range batch {
-					b.UpsertPreparedPod(PreparePod(p))
-				}
-			})
-		}
-		for _, np := range nps {
-			batched.UpsertNetworkPolicy(np)
-		}
-		for _, ns := range c.Namespaces {
-			batched.UpsertNamespace(ns)
-		}
+		feedInBatches(batched, c, preparePods(pods))
 		a, b := normalize(seq.Snapshot()), normalize(batched.Snapshot())
 		if len(a.Policies) != len(c.NPs) {
 			t.Fatalf("%d policies computed, want %d", len(a.Policies), len(c.NPs))
