@@ -413,9 +413,16 @@ func (e *Engine) Snapshot() *model.Snapshot {
 	// built on every core: each group's build touches that group alone,
 	// and a policy's reads its applied-to group's span, built first.
 	groups := make([]*group, 0, len(e.groups))
+	atgs, ags := 0, 0
 	for _, g := range e.groups {
 		if g.atgRefs > 0 || g.agRefs > 0 {
 			groups = append(groups, g)
+		}
+		if g.atgRefs > 0 {
+			atgs++
+		}
+		if g.agRefs > 0 {
+			ags++
 		}
 	}
 	inParallel(len(groups), func(i int) {
@@ -432,10 +439,13 @@ func (e *Engine) Snapshot() *model.Snapshot {
 	for _, p := range e.policyByID {
 		states = append(states, p)
 	}
+	// The maps are sized up front: a snapshot is built when the heap is
+	// at its largest (a start's end), where growing maps of every group
+	// would leave their smaller copies as garbage.
 	s := &model.Snapshot{
 		Policies:        make([]*model.Policy, len(states)),
-		AppliedToGroups: map[string]*model.AppliedToGroup{},
-		AddressGroups:   map[string]*model.AddressGroup{},
+		AppliedToGroups: make(map[string]*model.AppliedToGroup, atgs),
+		AddressGroups:   make(map[string]*model.AddressGroup, ags),
 	}
 	inParallel(len(states), func(i int) { s.Policies[i] = e.policy(states[i]) })
 	slices.SortFunc(s.Policies, model.ComparePolicies)
