@@ -238,7 +238,7 @@ func (rep *Report) Markdown() string {
 		fmt.Fprintf(&b, "- controller_cpu_seconds (the same runs' CPU time, all threads; less inflated by load than wall time): %s\n", strings.Join(parts, ", "))
 	}
 	if rep.E2ELatencyP99Ms != nil && rep.E2ELatencyResolutionMs != nil {
-		fmt.Fprintf(&b, "- **e2e_latency_p99_ms: %.1f** (end-to-end realization, resolution %.1f ms)\n", *rep.E2ELatencyP99Ms, *rep.E2ELatencyResolutionMs)
+		fmt.Fprintf(&b, "- **e2e_latency_p99_ms: %.1f** (end-to-end realization, resolution %.3g ms)\n", *rep.E2ELatencyP99Ms, *rep.E2ELatencyResolutionMs)
 	}
 	if rep.AgentVsOfctlRatio != nil {
 		fmt.Fprintf(&b, "- **agent_vs_ofctl_ratio: %.2f** (agent time / `ovs-ofctl --bundle add-flows` time, largest flow count)\n", *rep.AgentVsOfctlRatio)

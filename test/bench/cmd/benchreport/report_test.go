@@ -137,7 +137,8 @@ func TestE2EKeys(t *testing.T) {
 	if rep.E2ELatencyP99Ms == nil || *rep.E2ELatencyP99Ms != 42.5 || rep.E2ELatencyResolutionMs == nil || *rep.E2ELatencyResolutionMs != 1.25 {
 		t.Fatalf("e2e keys: %v %v", rep.E2ELatencyP99Ms, rep.E2ELatencyResolutionMs)
 	}
-	if md := rep.Markdown(); !strings.Contains(md, "20 / 30 / 40 / 41 ms") || !strings.Contains(md, "e2e_latency_p99_ms: 42.5") {
+	if md := rep.Markdown(); !strings.Contains(md, "20 / 30 / 40 / 41 ms") || !strings.Contains(md, "e2e_latency_p99_ms: 42.5") ||
+		!strings.Contains(md, "resolution 1.25 ms") {
 		t.Errorf("report.md lacks the per-kind percentiles or the key:\n%s", md)
 	}
 }
