@@ -2,6 +2,7 @@ package controller
 
 import (
 	"maps"
+	"net/netip"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -10,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/tierflow/tierflow/pkg/compute"
+	"github.com/tierflow/tierflow/pkg/model"
 )
 
 // The core informers' caches hold only what the controller reads: on a
@@ -165,7 +167,7 @@ func newCachedPod(p *corev1.Pod) *cachedPod {
 		ports:        namedPorts(p.Spec.Containers, false),
 		sidecarPorts: namedPorts(p.Spec.InitContainers, true),
 	}
-	if !api.sameAs(podFieldsOf(prepared)) {
+	if !api.rebuiltBy(prepared) {
 		c.api = &api
 	}
 	return c
@@ -192,11 +194,41 @@ func podFieldsOf(prepared compute.PreparedPod) podFields {
 	return f
 }
 
-// sameAs reports whether readers would see the same in f and o (an empty
-// list is a nil one).
-func (f *podFields) sameAs(o podFields) bool {
-	return f.podIP == o.podIP && slices.Equal(f.podIPs, o.podIPs) &&
-		slices.Equal(f.ports, o.ports) && slices.Equal(f.sidecarPorts, o.sidecarPorts)
+// rebuiltBy reports whether podFieldsOf(prepared) gives readers exactly f
+// (an empty list is a nil one). It compares in place: building the
+// rebuilt fields for every pod of an informer's initial list, only to
+// drop them, was garbage on the controller's busiest path.
+func (f *podFields) rebuiltBy(prepared compute.PreparedPod) bool {
+	if len(f.sidecarPorts) > 0 {
+		return false
+	}
+	var ips []netip.Addr
+	var ports []model.NamedPort
+	if prepared.Eligible() {
+		ips, ports = prepared.IPs(), prepared.NamedPorts()
+	}
+	if len(f.podIPs) != len(ips) || len(f.ports) != len(ports) {
+		return false
+	}
+	var buf [64]byte
+	for i, ip := range ips {
+		if string(ip.AppendTo(buf[:0])) != f.podIPs[i].IP {
+			return false
+		}
+	}
+	primary := ""
+	if len(ips) > 0 {
+		primary = f.podIPs[0].IP
+	}
+	if f.podIP != primary {
+		return false
+	}
+	for i, np := range ports {
+		if f.ports[i] != (corev1.ContainerPort{Name: np.Name, Protocol: corev1.Protocol(np.Protocol), ContainerPort: np.Port}) {
+			return false
+		}
+	}
+	return true
 }
 
 // fields are the pod's addresses and named ports, as the API object had
