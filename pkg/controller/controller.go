@@ -366,8 +366,8 @@ func (c *Controller) registerCoreHandlers() error {
 		func(w compute.Writer, m metav1.Object) { w.DeletePod(m.GetNamespace(), m.GetName()) }, nil))
 	add(c.kubeFactory.Core().V1().Nodes().Informer(), c.handlerFuncs("Node",
 		func(w compute.Writer, obj interface{}) {
-			if n, ok := obj.(*corev1.Node); ok {
-				w.UpsertNode(n)
+			if n, ok := obj.(*cachedNode); ok {
+				w.UpsertNode(n.Node())
 			}
 		},
 		func(w compute.Writer, m metav1.Object) { w.DeleteNode(m.GetName()) }, nil))
