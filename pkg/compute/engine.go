@@ -79,7 +79,7 @@ type Engine struct {
 	// ipOwners the pods claiming each address.
 	nodePods map[string]*nodePodsState
 	reported map[string]map[podKey]reportedPod
-	ipOwners map[netip.Addr]*set[*podState]
+	ipOwners map[netip.Addr]addressOwners
 
 	policies     map[policyKey]*policyState // by API object, whatever its UID
 	policyByID   map[string]*policyState
@@ -142,7 +142,7 @@ func New() *Engine {
 		nsLabels:         newLabelIndex[*nsState](),
 		nodePods:         map[string]*nodePodsState{},
 		reported:         map[string]map[podKey]reportedPod{},
-		ipOwners:         map[netip.Addr]*set[*podState]{},
+		ipOwners:         map[netip.Addr]addressOwners{},
 		policies:         map[policyKey]*policyState{},
 		policyByID:       map[string]*policyState{},
 		byPriority:       map[prioKey]*set[*policyState]{},
