@@ -362,8 +362,8 @@ func (c *Controller) registerCoreHandlers() error {
 		func(w compute.Writer, m metav1.Object) { w.DeletePod(m.GetNamespace(), m.GetName()) }, nil))
 	add(c.kubeFactory.Core().V1().Nodes().Informer(), c.handlerFuncs("Node",
 		func(w compute.Writer, obj interface{}) {
-			if n, ok := obj.(*corev1.Node); ok {
-				w.UpsertNode(n)
+			if n, ok := obj.(*cachedNode); ok {
+				w.UpsertNode(n.Node())
 			}
 		},
 		func(w compute.Writer, m metav1.Object) { w.DeleteNode(m.GetName()) }, nil))
@@ -383,8 +383,26 @@ func (c *Controller) networkPolicyHandler() cache.ResourceEventHandlerFuncs {
 		},
 		func(w compute.Writer, m metav1.Object) { w.DeleteNetworkPolicy(m.GetNamespace(), m.GetName()) },
 		func(m metav1.Object) {
-			c.queue.Add(model.PolicyRef{Kind: model.KindNetworkPolicy, Namespace: m.GetNamespace(), Name: m.GetName()})
+			// Every change of what the engine computed for a policy
+			// reaches resolveChanges, which queues the policy when it has
+			// findings to report. Here only a policy with findings on
+			// record is queued (its Events may need correcting, or its
+			// record dropping): the initial list of 10,000 clean
+			// NetworkPolicies queues nothing.
+			ref := model.PolicyRef{Kind: model.KindNetworkPolicy, Namespace: m.GetNamespace(), Name: m.GetName()}
+			if c.hasFindingsRecord(ref) {
+				c.queue.Add(ref)
+			}
 		})
+}
+
+// hasFindingsRecord reports whether Events were emitted for a
+// NetworkPolicy's findings (and not yet withdrawn).
+func (c *Controller) hasFindingsRecord(ref model.PolicyRef) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, had := c.npFindings[ref]
+	return had
 }
 
 // onEngineChanges notes every policy whose computed form changed: its
@@ -471,8 +489,17 @@ func (c *Controller) resolveChanges(ctx context.Context) {
 			}
 			ref := queueKey(*p.Source)
 			c.refs[id] = knownPolicy{source: p.Source, generation: p.Generation}
+			// A NetworkPolicy's status is its findings' Events: one with
+			// none, and none on record, has nothing to sync (at a start,
+			// nearly all of them). syncNetworkPolicyEvents records
+			// findings only of the generation seen here, so none it read
+			// before this change is left on record.
+			_, had := c.npFindings[ref]
+			quiet := ref.Kind == model.KindNetworkPolicy && len(p.Conditions) == 0 && !had
 			c.mu.Unlock()
-			c.queue.Add(ref)
+			if !quiet {
+				c.queue.Add(ref)
+			}
 		}
 	}
 }

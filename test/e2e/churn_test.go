@@ -8,6 +8,9 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"regexp"
+	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -49,6 +52,15 @@ func TestEndpointChurn(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatal("needs root (network namespaces, OVS): run as root, e.g. through `make test`")
 	}
+	// The bed's cleanups log its components' tails after a failure; CI
+	// keeps only the tail of the output: the violations are repeated
+	// after them (this cleanup runs last).
+	var verdict string
+	t.Cleanup(func() {
+		if verdict != "" {
+			t.Log(verdict)
+		}
+	})
 	bed := testbed.Start(t, testbed.Options{Nodes: 2})
 	tf := framework.Start(t, bed, "")
 	kube := bed.Cluster.Kube
@@ -128,11 +140,30 @@ func TestEndpointChurn(t *testing.T) {
 	var mu sync.Mutex
 	removedAt := map[string]time.Time{}
 	var violations []string
-	violate := func(format string, args ...any) {
+	violationPorts := map[int]bool{}
+	// violate records a violation by client c's connection from port (0:
+	// none opened) with the connection's conntrack entries as they are
+	// now, on the client's node.
+	violate := func(c framework.Pod, port int, format string, args ...any) {
+		mu.Lock()
+		enough := len(violations) >= 20
+		mu.Unlock()
+		if enough {
+			return
+		}
+		msg := fmt.Sprintf(format, args...)
+		if port != 0 {
+			entries := connEntries(bed, c, svc.Spec.ClusterIP, port)
+			if len(entries) == 0 {
+				entries = []string{"none"}
+			}
+			msg += fmt.Sprintf(" [port %d; conntrack: %s]", port, strings.Join(entries, " | "))
+		}
 		mu.Lock()
 		defer mu.Unlock()
 		if len(violations) < 20 {
-			violations = append(violations, fmt.Sprintf(format, args...))
+			violations = append(violations, msg)
+			violationPorts[port] = true
 		}
 	}
 	stop := make(chan struct{})
@@ -153,11 +184,11 @@ func TestEndpointChurn(t *testing.T) {
 				start := time.Now()
 				host, port, err := hostnameOnce(c, vip)
 				if err != nil {
-					if port != 0 && flushed(bed, c.IP, svc.Spec.ClusterIP, port) {
+					if port != 0 && flushed(connEntries(bed, c, svc.Spec.ClusterIP, port)) {
 						endedLeaving.Add(1)
 						continue
 					}
-					violate("%s: new connection at %s: %v", c.Name, start.Format("15:04:05.000"), err)
+					violate(c, port, "%s: new connection at %s: %v", c.Name, start.Format("15:04:05.000"), err)
 					continue
 				}
 				newConns.Add(1)
@@ -165,7 +196,7 @@ func TestEndpointChurn(t *testing.T) {
 				at := removedAt[host]
 				mu.Unlock()
 				if !at.IsZero() && start.After(at) {
-					violate("%s: new connection at %s reached %s, removed at %s", c.Name, start.Format("15:04:05.000"), host, at.Format("15:04:05.000"))
+					violate(c, port, "%s: new connection at %s reached %s, removed at %s", c.Name, start.Format("15:04:05.000"), host, at.Format("15:04:05.000"))
 				}
 			}
 		}()
@@ -185,16 +216,16 @@ func TestEndpointChurn(t *testing.T) {
 					}
 					lc, err := dialKeepAlive(c, vip)
 					if err != nil {
-						violate("%s: opening a long-lived connection: %v", c.Name, err)
+						violate(c, 0, "%s: opening a long-lived connection: %v", c.Name, err)
 						time.Sleep(100 * time.Millisecond)
 						continue
 					}
 					host, err := lc.hostname()
 					if err != nil {
-						if flushed(bed, c.IP, svc.Spec.ClusterIP, lc.localPort()) {
+						if flushed(connEntries(bed, c, svc.Spec.ClusterIP, lc.localPort())) {
 							endedLeaving.Add(1)
 						} else {
-							violate("%s: first request of a long-lived connection: %v", c.Name, err)
+							violate(c, lc.localPort(), "%s: first request of a long-lived connection at %s: %v", c.Name, time.Now().Format("15:04:05.000"), err)
 						}
 						lc.Close()
 						continue
@@ -215,7 +246,7 @@ func TestEndpointChurn(t *testing.T) {
 						gone := !removedAt[host].IsZero() || !in[host]
 						mu.Unlock()
 						if !gone {
-							violate("%s: long-lived connection to %s (still a backend) failed: %q %v", c.Name, host, h, err)
+							violate(c, lc.localPort(), "%s: long-lived connection to %s (still a backend) failed at %s: %q %v", c.Name, host, time.Now().Format("15:04:05.000"), h, err)
 						} else {
 							endedOnRemoval.Add(1)
 						}
@@ -238,6 +269,7 @@ func TestEndpointChurn(t *testing.T) {
 	}
 	start := time.Now()
 	var took []time.Duration
+	var timeline []string
 	for i := 0; i < *churnChanges; i++ {
 		var name string
 		mu.Lock()
@@ -273,6 +305,8 @@ func TestEndpointChurn(t *testing.T) {
 		}
 		at := waitChosen(want)
 		took = append(took, at.Sub(t0))
+		timeline = append(timeline, fmt.Sprintf("%s %s: patched %s, bridges done %s", name,
+			map[bool]string{true: "joins", false: "leaves"}[want[name]], t0.Format("15:04:05.000"), at.Format("15:04:05.000")))
 		if !want[name] {
 			mu.Lock()
 			removedAt[name] = at
@@ -293,7 +327,12 @@ func TestEndpointChurn(t *testing.T) {
 		len(took), time.Since(start).Round(time.Second), (total / time.Duration(len(took))).Round(time.Millisecond), worst.Round(time.Millisecond),
 		newConns.Load(), longRequests.Load(), endedOnRemoval.Load(), endedLeaving.Load())
 	if len(violations) > 0 {
-		t.Fatalf("%d violations:\n  %s\n%s\n%s", len(violations), strings.Join(violations, "\n  "), churnEvidence(bed, svc.Spec.ClusterIP), tf.Logs(40))
+		// The violations come last: CI keeps only the tail of the output.
+		t.Logf("what the bridges say now:\n%s", churnEvidence(bed, svc.Spec.ClusterIP, violationPorts))
+		t.Logf("logs:\n%s", tf.Logs(20))
+		t.Logf("changes:\n  %s", strings.Join(timeline, "\n  "))
+		verdict = fmt.Sprintf("%d violations (the changes, logs and bridges' state above):\n  %s", len(violations), strings.Join(violations, "\n  "))
+		t.Fatal(verdict)
 	}
 	if endedOnRemoval.Load() == 0 || newConns.Load() < int64(len(took)) {
 		t.Fatalf("the load saw too little: %d new connections, %d long-lived ones ended", newConns.Load(), endedOnRemoval.Load())
@@ -333,19 +372,41 @@ func hostnameOnce(c framework.Pod, addr string) (host string, port int, err erro
 	return host, lc.localPort(), err
 }
 
-// flushed says whether the client's connection from port to the Service
-// address was ended by a conntrack flush: its entry in the client node's
-// zone is gone, or the connection was picked up again mid-stream
-// (BE_LIBERAL) after the flush. Flushes end only connections to removed
-// backends; a failed connection to a backend that stays keeps its entry.
-func flushed(bed *testbed.Testbed, clientIP, vip string, port int) bool {
-	ct, err := bed.OVS.Appctl("dpctl/dump-conntrack", "-m")
-	if err != nil {
-		return false
+// connEntries is the conntrack entries (dpctl/dump-conntrack -m) of
+// client c's connection from port to the Service address, in the OVS of
+// c's node (the bed's shared one, or the node's own on the encap bed).
+func connEntries(bed *testbed.Testbed, c framework.Pod, vip string, port int) []string {
+	var ovs *ovsenv.Env
+	for _, n := range bed.Nodes {
+		if n.Name == c.Node {
+			ovs = n.OVS
+		}
 	}
-	key := fmt.Sprintf("orig=(src=%s,dst=%s,sport=%d,", clientIP, vip, port)
+	if ovs == nil {
+		return nil
+	}
+	ct, err := ovs.Appctl("dpctl/dump-conntrack", "-m")
+	if err != nil {
+		return []string{"(dump-conntrack: " + err.Error() + ")"}
+	}
+	key := fmt.Sprintf("orig=(src=%s,dst=%s,sport=%d,", c.IP, vip, port)
+	var entries []string
 	for _, l := range strings.Split(ct, "\n") {
-		if strings.Contains(l, key) && !strings.Contains(l, "BE_LIBERAL") {
+		if strings.Contains(l, key) {
+			entries = append(entries, strings.TrimSpace(l))
+		}
+	}
+	return entries
+}
+
+// flushed says whether a connection with these conntrack entries was
+// ended by a conntrack flush: its entry in the client node's zone is gone,
+// or the connection was picked up again mid-stream (BE_LIBERAL) after the
+// flush. Flushes end only connections to removed backends; a failed
+// connection to a backend that stays keeps its entry.
+func flushed(entries []string) bool {
+	for _, l := range entries {
+		if !strings.Contains(l, "BE_LIBERAL") {
 			return false
 		}
 	}
@@ -400,8 +461,9 @@ func (k *keepAlive) localPort() int {
 
 // churnEvidence is what the bridges say after a failed run: the drop
 // flows that dropped packets, the conntrack entries of the Service's
-// address and the fabric's MAC table.
-func churnEvidence(bed *testbed.Testbed, vip string) string {
+// address from the violations' ports (all of them are too many to read:
+// the rest only counted by zone and state) and the fabric's MAC table.
+func churnEvidence(bed *testbed.Testbed, vip string, ports map[int]bool) string {
 	var b strings.Builder
 	for _, n := range bed.Nodes {
 		flows, _ := n.Bridge.DumpFlowsWithStats(-1)
@@ -421,10 +483,32 @@ func churnEvidence(bed *testbed.Testbed, vip string) string {
 		}
 		seen[n.OVS] = true
 		ct, _ := n.OVS.Appctl("dpctl/dump-conntrack", "-m")
+		counts := map[string]int{}
 		for _, l := range strings.Split(ct, "\n") {
-			if strings.Contains(l, vip) {
-				fmt.Fprintf(&b, "%s conntrack: %s\n", n.Name, l)
+			if !strings.Contains(l, "dst="+vip+",") {
+				continue
 			}
+			if m := sportRe.FindStringSubmatch(l); m != nil {
+				if p, _ := strconv.Atoi(m[1]); ports[p] {
+					fmt.Fprintf(&b, "%s conntrack: %s\n", n.Name, strings.TrimSpace(l))
+				}
+			}
+			zone, state := "0", "?"
+			if m := zoneRe.FindStringSubmatch(l); m != nil {
+				zone = m[1]
+			}
+			if m := stateRe.FindStringSubmatch(l); m != nil {
+				state = m[1]
+			}
+			counts["zone="+zone+" "+state]++
+		}
+		keys := make([]string, 0, len(counts))
+		for k := range counts {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			fmt.Fprintf(&b, "%s conntrack of %s: %s: %d\n", n.Name, vip, k, counts[k])
 		}
 	}
 	if bed.Fabric != nil {
@@ -433,3 +517,9 @@ func churnEvidence(bed *testbed.Testbed, vip string) string {
 	}
 	return b.String()
 }
+
+var (
+	sportRe = regexp.MustCompile(`orig=\(src=[^,]*,dst=[^,]*,sport=(\d+),`)
+	zoneRe  = regexp.MustCompile(`zone=(\d+)`)
+	stateRe = regexp.MustCompile(`state(?:_orig)?=(\w+)`)
+)
