@@ -304,24 +304,20 @@ func queueKey(ref model.PolicyRef) model.PolicyRef {
 // the engine has applied an event of that object.
 func (c *Controller) handlerFuncs(kind string, upsert func(w compute.Writer, obj interface{}), del func(w compute.Writer, m metav1.Object), after func(m metav1.Object)) cache.ResourceEventHandlerFuncs {
 	objects := c.metrics.apiObjects.WithLabelValues(kind)
-	latency := c.metrics.syncDuration.WithLabelValues(kind, "engine")
-	queue := func(m metav1.Object, apply func(compute.Writer)) {
-		var follow func()
-		if after != nil {
-			follow = func() { after(m) }
-		}
-		c.events.push(eventKey{kind: kind, namespace: m.GetNamespace(), name: m.GetName()}, apply, follow, latency)
+	k := &eventKind{kind: kind, upsert: upsert, del: del, after: after, observer: c.metrics.syncDuration.WithLabelValues(kind, "engine")}
+	queue := func(m metav1.Object, deleted bool) {
+		c.events.push(eventKey{kind: kind, namespace: m.GetNamespace(), name: m.GetName()}, k, m, deleted)
 	}
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj interface{}) {
 			objects.Inc()
 			if m, ok := obj.(metav1.Object); ok {
-				queue(m, func(w compute.Writer) { upsert(w, obj) })
+				queue(m, false)
 			}
 		},
 		UpdateFunc: func(_, obj interface{}) {
 			if m, ok := obj.(metav1.Object); ok {
-				queue(m, func(w compute.Writer) { upsert(w, obj) })
+				queue(m, false)
 			}
 		},
 		DeleteFunc: func(obj interface{}) {
@@ -330,7 +326,7 @@ func (c *Controller) handlerFuncs(kind string, upsert func(w compute.Writer, obj
 			}
 			objects.Dec()
 			if m, ok := obj.(metav1.Object); ok {
-				queue(m, func(w compute.Writer) { del(w, m) })
+				queue(m, true)
 			}
 		},
 	}
