@@ -95,6 +95,12 @@ type Engine struct {
 	pendingList    []pendingChange
 	pendingDeleted map[pendingKey]int
 
+	// podRun is the array of the last Batch's run of pod upserts, kept
+	// for the next one (emptied): an informer's initial list comes as
+	// a hundred batches of a thousand pods, and growing a new array for
+	// each was 30 MiB of garbage.
+	podRun []podUpdate
+
 	// Deliveries: batches queue up in the order of the calls that made
 	// them; one goroutine at a time delivers them, without holding mu, so
 	// subscribers may call back into the engine.
@@ -212,8 +218,14 @@ func (e *Engine) queuePending() {
 // lock) and must not keep b.
 func (e *Engine) Batch(fn func(b *Batch)) {
 	e.update(func() {
-		b := &Batch{e: e}
-		defer func() { b.e = nil }()
+		b := &Batch{e: e, pods: e.podRun}
+		defer func() {
+			b.e = nil
+			clear(b.pods) // empty unless fn panicked
+			if e.podRun = b.pods[:0]; cap(e.podRun) > 4096 {
+				e.podRun = nil // an unusually long run's array
+			}
+		}()
 		fn(b)
 		b.applyPods()
 	})

@@ -189,7 +189,7 @@ func (e *Engine) addMatchingPodsOf(g *group, ns *nsState) {
 		}
 	}
 	if !ns.podLabels.candidates(g.hint(), visit) {
-		for p := range ns.pods.all() {
+		for _, p := range ns.pods.pods {
 			visit(p)
 		}
 	}

@@ -144,6 +144,50 @@ func (s *set[T]) has(v T) bool {
 	return ok
 }
 
+// podList is a set of pods in which every pod knows its own position (in
+// the int32 field pos names), for sets a pod is in at most one of: a
+// namespace's pods, a node's. Adding appends and removing moves the last
+// pod into the hole, with no hashing: as Go maps of hundreds of pods per
+// namespace and per node, these two sets were about a fifth of applying
+// a new pod (every insert a probe of a table too large for the cache,
+// which grew by rehashing).
+type podList struct{ pods []*podState }
+
+// add appends p, which must not be in the list.
+func (l *podList) add(p *podState, pos func(*podState) *int32) {
+	*pos(p) = int32(len(l.pods))
+	l.pods = append(l.pods, p)
+}
+
+// remove takes p out of the list and reports whether it was there.
+func (l *podList) remove(p *podState, pos func(*podState) *int32) bool {
+	i := int(*pos(p))
+	if i < 0 || i >= len(l.pods) || l.pods[i] != p {
+		return false
+	}
+	last := len(l.pods) - 1
+	moved := l.pods[last]
+	l.pods[i] = moved
+	*pos(moved) = int32(i)
+	l.pods[last] = nil
+	l.pods = l.pods[:last]
+	switch {
+	case last == 0:
+		l.pods = nil
+	case cap(l.pods) > 64 && last < cap(l.pods)/4:
+		// Let a list that shrank a lot give its array back.
+		l.pods = append([]*podState(nil), l.pods...)
+	}
+	return true
+}
+
+func (l *podList) len() int { return len(l.pods) }
+
+// nsPos and nodePos name a pod's positions in its namespace's and its
+// node's podList.
+func nsPos(p *podState) *int32   { return &p.nsPos }
+func nodePos(p *podState) *int32 { return &p.nodePos }
+
 // counts is a positive count per key; a key whose count drops to zero is
 // removed.
 type counts[K comparable] struct{ smallMap[K, int] }

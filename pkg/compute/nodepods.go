@@ -32,7 +32,7 @@ import (
 // nodePodsState is one node's NodePods object.
 type nodePodsState struct {
 	name  string
-	pods  set[*podState]
+	pods  podList // nodePos
 	slot  pendSlot
 	gen   int64
 	cache *model.NodePods
@@ -84,7 +84,7 @@ func (e *Engine) setPodInfo(p *podState, node string, ips []netip.Addr, ports []
 			n = &nodePodsState{name: node}
 			e.nodePods[node] = n
 		}
-		n.pods.add(p)
+		n.pods.add(p, nodePos)
 	}
 	if moved || changedIPs {
 		e.touchPodEntry(p)
@@ -132,7 +132,7 @@ func (e *Engine) leaveNodePods(p *podState) {
 	if n == nil {
 		return
 	}
-	n.pods.remove(p)
+	n.pods.remove(p, nodePos)
 	n.cache = nil
 	if n.pods.len() == 0 {
 		e.record(&n.slot, KindNodePods, Deleted, n.name, n.gen)
@@ -179,7 +179,7 @@ func (e *Engine) nodePodsModel(n *nodePodsState) *model.NodePods {
 		return n.cache
 	}
 	out := &model.NodePods{Meta: model.Meta{ID: n.name, Generation: n.gen, Span: []string{n.name}}, Pods: make([]model.NodePod, 0, n.pods.len())}
-	for p := range n.pods.all() {
+	for _, p := range n.pods.pods {
 		out.Pods = append(out.Pods, model.NodePod{Pod: *p.member.Pod,
 			UID: p.uid, IPs: e.entryIPs(p), Generation: p.entryGen})
 	}

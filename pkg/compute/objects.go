@@ -21,8 +21,8 @@ const metadataNameLabel = "kubernetes.io/metadata.name"
 type nsState struct {
 	name      string
 	labels    map[string]string
-	known     bool // an UpsertNamespace was seen (and no delete since)
-	pods      set[*podState]
+	known     bool    // an UpsertNamespace was seen (and no delete since)
+	pods      podList // nsPos
 	podLabels labelIndex[*podState]
 	groups    selectorIndex[*group] // groups fixed to this namespace, by pod selector
 	nGroups   int
@@ -48,6 +48,9 @@ type podState struct {
 	groups    set[*group]
 	// entryGen is the generation of the pod's NodePods entry.
 	entryGen int64
+	// nsPos and nodePos are its positions in its namespace's pods and
+	// its node's (podList).
+	nsPos, nodePos int32
 }
 
 type nodeState struct {
@@ -138,7 +141,7 @@ func (e *Engine) relabelNamespace(st *nsState, lbls map[string]string) {
 		case now && !was:
 			e.addMatchingPodsOf(g, st)
 		case was && !now:
-			for p := range st.pods.all() {
+			for _, p := range st.pods.pods {
 				e.removePod(g, p)
 			}
 		}
@@ -360,7 +363,7 @@ func (e *Engine) applyPodMatched(u podUpdate, ns *nsState, matches []*group) {
 		p = &podState{ns: ns, labels: lbls, labelSet: ls, uid: u.uid, statusIPs: u.ips}
 		p.member.Pod = &model.PodRef{Namespace: key.namespace, Name: key.name}
 		e.setPodInfo(p, node, ips, ports)
-		ns.pods.add(p)
+		ns.pods.add(p, nsPos)
 		ns.podLabels.add(p.labels, p)
 		e.pods[key] = p
 		if !matched {
@@ -573,7 +576,7 @@ func (e *Engine) removePodState(key podKey) {
 	for g := range p.groups.all() {
 		e.removePod(g, p)
 	}
-	p.ns.pods.remove(p)
+	p.ns.pods.remove(p, nsPos)
 	p.ns.podLabels.remove(p.labels, p)
 	e.releasePodLabels(p)
 	delete(e.pods, key)

@@ -304,24 +304,20 @@ func queueKey(ref model.PolicyRef) model.PolicyRef {
 // the engine has applied an event of that object.
 func (c *Controller) handlerFuncs(kind string, upsert func(w compute.Writer, obj interface{}), del func(w compute.Writer, m metav1.Object), after func(m metav1.Object)) cache.ResourceEventHandlerFuncs {
 	objects := c.metrics.apiObjects.WithLabelValues(kind)
-	latency := c.metrics.syncDuration.WithLabelValues(kind, "engine")
-	queue := func(m metav1.Object, apply func(compute.Writer)) {
-		var follow func()
-		if after != nil {
-			follow = func() { after(m) }
-		}
-		c.events.push(eventKey{kind: kind, namespace: m.GetNamespace(), name: m.GetName()}, apply, follow, latency)
+	k := &eventKind{kind: kind, upsert: upsert, del: del, after: after, observer: c.metrics.syncDuration.WithLabelValues(kind, "engine")}
+	queue := func(m metav1.Object, deleted bool) {
+		c.events.push(eventKey{kind: kind, namespace: m.GetNamespace(), name: m.GetName()}, k, m, deleted)
 	}
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj interface{}) {
 			objects.Inc()
 			if m, ok := obj.(metav1.Object); ok {
-				queue(m, func(w compute.Writer) { upsert(w, obj) })
+				queue(m, false)
 			}
 		},
 		UpdateFunc: func(_, obj interface{}) {
 			if m, ok := obj.(metav1.Object); ok {
-				queue(m, func(w compute.Writer) { upsert(w, obj) })
+				queue(m, false)
 			}
 		},
 		DeleteFunc: func(obj interface{}) {
@@ -330,7 +326,7 @@ func (c *Controller) handlerFuncs(kind string, upsert func(w compute.Writer, obj
 			}
 			objects.Dec()
 			if m, ok := obj.(metav1.Object); ok {
-				queue(m, func(w compute.Writer) { del(w, m) })
+				queue(m, true)
 			}
 		},
 	}
@@ -366,8 +362,8 @@ func (c *Controller) registerCoreHandlers() error {
 		func(w compute.Writer, m metav1.Object) { w.DeletePod(m.GetNamespace(), m.GetName()) }, nil))
 	add(c.kubeFactory.Core().V1().Nodes().Informer(), c.handlerFuncs("Node",
 		func(w compute.Writer, obj interface{}) {
-			if n, ok := obj.(*corev1.Node); ok {
-				w.UpsertNode(n)
+			if n, ok := obj.(*cachedNode); ok {
+				w.UpsertNode(n.Node())
 			}
 		},
 		func(w compute.Writer, m metav1.Object) { w.DeleteNode(m.GetName()) }, nil))
@@ -387,8 +383,26 @@ func (c *Controller) networkPolicyHandler() cache.ResourceEventHandlerFuncs {
 		},
 		func(w compute.Writer, m metav1.Object) { w.DeleteNetworkPolicy(m.GetNamespace(), m.GetName()) },
 		func(m metav1.Object) {
-			c.queue.Add(model.PolicyRef{Kind: model.KindNetworkPolicy, Namespace: m.GetNamespace(), Name: m.GetName()})
+			// Every change of what the engine computed for a policy
+			// reaches resolveChanges, which queues the policy when it has
+			// findings to report. Here only a policy with findings on
+			// record is queued (its Events may need correcting, or its
+			// record dropping): the initial list of 10,000 clean
+			// NetworkPolicies queues nothing.
+			ref := model.PolicyRef{Kind: model.KindNetworkPolicy, Namespace: m.GetNamespace(), Name: m.GetName()}
+			if c.hasFindingsRecord(ref) {
+				c.queue.Add(ref)
+			}
 		})
+}
+
+// hasFindingsRecord reports whether Events were emitted for a
+// NetworkPolicy's findings (and not yet withdrawn).
+func (c *Controller) hasFindingsRecord(ref model.PolicyRef) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, had := c.npFindings[ref]
+	return had
 }
 
 // onEngineChanges notes every policy whose computed form changed: its
@@ -475,8 +489,17 @@ func (c *Controller) resolveChanges(ctx context.Context) {
 			}
 			ref := queueKey(*p.Source)
 			c.refs[id] = knownPolicy{source: p.Source, generation: p.Generation}
+			// A NetworkPolicy's status is its findings' Events: one with
+			// none, and none on record, has nothing to sync (at a start,
+			// nearly all of them). syncNetworkPolicyEvents records
+			// findings only of the generation seen here, so none it read
+			// before this change is left on record.
+			_, had := c.npFindings[ref]
+			quiet := ref.Kind == model.KindNetworkPolicy && len(p.Conditions) == 0 && !had
 			c.mu.Unlock()
-			c.queue.Add(ref)
+			if !quiet {
+				c.queue.Add(ref)
+			}
 		}
 	}
 }

@@ -2,10 +2,12 @@ package controller
 
 import (
 	"context"
+	"hash/maphash"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tierflow/tierflow/pkg/compute"
 )
@@ -26,20 +28,64 @@ type eventKey struct {
 	namespace, name string
 }
 
+// eventSeed seeds the hashes by which the queue finds an object's pending
+// event.
+var eventSeed = maphash.MakeSeed()
+
+// hashEventKey hashes a key for the queue's index (a variable: a test
+// makes keys collide).
+var hashEventKey = eventKey.hash
+
+// hash is k's hash for the queue's index.
+func (k eventKey) hash() uint64 {
+	var h maphash.Hash
+	h.SetSeed(eventSeed)
+	h.WriteString(k.kind)
+	h.WriteByte(0)
+	h.WriteString(k.namespace)
+	h.WriteByte(0)
+	h.WriteString(k.name)
+	return h.Sum64()
+}
+
+// eventKind is how the events of one kind reach the engine (one per kind,
+// shared by its events: an event holds its object and this, not closures
+// of its own, which were two allocations per event of an initial list).
+type eventKind struct {
+	kind string
+	// upsert and del feed an upsert or a delete into the engine.
+	upsert func(w compute.Writer, obj interface{})
+	del    func(w compute.Writer, m metav1.Object)
+	// after, if set, runs once the engine has applied an event of the
+	// object (status sync queueing: the sync reads what the engine
+	// computed).
+	after func(m metav1.Object)
+	// observer times events from arrival until applied (nil: untimed).
+	observer prometheus.Observer
+}
+
 // queuedEvent is the latest pending event of one object.
 type queuedEvent struct {
-	key eventKey
-	// apply feeds the event into the engine (an upsert or a delete).
-	apply func(compute.Writer)
-	// after runs once the engine has applied it (status sync queueing:
-	// the sync reads what the engine computed).
-	after func()
+	key  eventKey
+	hash uint64 // key.hash()
+	kind *eventKind
+	// obj is the object upserted or, when deleted, deleted.
+	obj     metav1.Object
+	deleted bool
 	// seq is the sequence number of the object's first event still
 	// pending: every event merged into this entry has a higher one.
 	seq uint64
 	// arrived is when that first event reached the controller.
-	arrived  time.Time
-	observer prometheus.Observer
+	arrived time.Time
+}
+
+// apply feeds the event into the engine.
+func (ev *queuedEvent) apply(w compute.Writer) {
+	if ev.deleted {
+		ev.kind.del(w, ev.obj)
+		return
+	}
+	ev.kind.upsert(w, ev.obj)
 }
 
 // eventQueue carries informer events to the engine. Handlers only queue
@@ -54,8 +100,15 @@ type eventQueue struct {
 
 	mu      sync.Mutex
 	pending []*queuedEvent
-	byKey   map[eventKey]*queuedEvent
-	seq     uint64 // last sequence number handed out
+	// byHash finds the latest pending entry of an object by its key's
+	// hash (a map of integers: one of keys hashed three strings for each
+	// lookup and rehash and held 56-byte slots). Two objects whose keys
+	// share a hash share a slot, which names the later one's entry: an
+	// event of the other then starts an entry of its own behind its
+	// pending one, so it only coalesces less, and its events still apply
+	// in order.
+	byHash map[uint64]*queuedEvent
+	seq    uint64 // last sequence number handed out
 	// inflight is the first sequence number of the batch being applied
 	// (0: none).
 	inflight uint64
@@ -63,25 +116,23 @@ type eventQueue struct {
 }
 
 func newEventQueue(e *compute.Engine) *eventQueue {
-	return &eventQueue{engine: e, byKey: map[eventKey]*queuedEvent{}, wake: make(chan struct{}, 1)}
+	return &eventQueue{engine: e, byHash: map[uint64]*queuedEvent{}, wake: make(chan struct{}, 1)}
 }
 
-// push queues one object's event; a pending event of the same object is
-// replaced (keeping its place in line).
-func (q *eventQueue) push(key eventKey, apply func(compute.Writer), after func(), observer prometheus.Observer) {
+// push queues an event of obj (of kind k, named key): an upsert, or a
+// delete when deleted. A pending event of the same object is replaced
+// (keeping its place in line).
+func (q *eventQueue) push(key eventKey, k *eventKind, obj metav1.Object, deleted bool) {
+	h := hashEventKey(key)
 	q.mu.Lock()
 	q.seq++
-	if ev := q.byKey[key]; ev != nil {
-		// The latest event stands for the object; its follow-up is the
-		// same for every event of one object (queue its status sync).
-		ev.apply = apply
-		if after != nil {
-			ev.after = after
-		}
+	if ev := q.byHash[h]; ev != nil && ev.key == key {
+		// The latest event stands for the object.
+		ev.obj, ev.deleted = obj, deleted
 	} else {
-		ev := &queuedEvent{key: key, apply: apply, after: after, seq: q.seq, arrived: time.Now(), observer: observer}
+		ev := &queuedEvent{key: key, hash: h, kind: k, obj: obj, deleted: deleted, seq: q.seq, arrived: time.Now()}
 		q.pending = append(q.pending, ev)
-		q.byKey[key] = ev
+		q.byHash[h] = ev
 	}
 	q.mu.Unlock()
 	select {
@@ -104,15 +155,17 @@ func (q *eventQueue) take() []*queuedEvent {
 	clear(q.pending[:n])
 	q.pending = q.pending[n:]
 	if len(q.pending) == 0 {
-		// Let a large backing array go, and byKey's table with it (it
-		// names exactly the pending events, so it is empty now): a Go map
+		// Let a large backing array go, and byHash's table with it (it
+		// names only pending events, so it is empty now): a Go map
 		// never shrinks, and after an initial list of 100,000 pods and
 		// 75,000 NetworkPolicies it held 14 MiB of empty slots for good.
 		q.pending = nil
-		q.byKey = map[eventKey]*queuedEvent{}
+		q.byHash = map[uint64]*queuedEvent{}
 	} else {
 		for _, ev := range batch {
-			delete(q.byKey, ev.key)
+			if q.byHash[ev.hash] == ev {
+				delete(q.byHash, ev.hash)
+			}
 		}
 	}
 	q.inflight = batch[0].seq
@@ -156,11 +209,11 @@ func (q *eventQueue) applyBatch() bool {
 	q.mu.Unlock()
 	now := time.Now()
 	for _, ev := range batch {
-		if ev.after != nil {
-			ev.after()
+		if ev.kind.after != nil {
+			ev.kind.after(ev.obj)
 		}
-		if ev.observer != nil {
-			ev.observer.Observe(now.Sub(ev.arrived).Seconds())
+		if ev.kind.observer != nil {
+			ev.kind.observer.Observe(now.Sub(ev.arrived).Seconds())
 		}
 	}
 	return true

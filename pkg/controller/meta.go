@@ -9,7 +9,7 @@ import (
 )
 
 // cachedMeta is the metadata the controller's caches keep of a pod, a
-// NetworkPolicy or a namespace: the fields the controller and the
+// NetworkPolicy, a namespace or a node: the fields the controller and the
 // informers read (see CoreTransform). It implements metav1.Object (and
 // runtime.Object's GetObjectKind), as the informers' key
 // functions and stores require, in 80 bytes instead of metav1.ObjectMeta's

@@ -121,10 +121,13 @@ func (c *Controller) syncNetworkPolicyEvents(ref model.PolicyRef) error {
 	if !ok {
 		return nil
 	}
-	accepted, findings, current := c.engineView(ref, string(np.UID), np.Generation)
-	if !current || !accepted {
-		return nil
+	// The engine computes a policy from every NetworkPolicy: its findings
+	// are the policy's conditions.
+	st, ok := c.engine.PolicyStatus(string(np.UID))
+	if !ok || st.SourceGeneration != np.Generation {
+		return nil // not applied yet: the change that applies it queues it again
 	}
+	findings := st.Conditions
 	if len(findings) == 0 {
 		// Nothing to report, now or (with no recorded findings) before:
 		// the common case, settled without a fingerprint.
@@ -145,6 +148,14 @@ func (c *Controller) syncNetworkPolicyEvents(ref model.PolicyRef) error {
 		return err
 	}
 	c.mu.Lock()
+	if k, known := c.refs[string(np.UID)]; known && k.generation != st.Generation {
+		// The engine has moved on since it was read: resolveChanges
+		// decides on the newer policy (and queues it if there is anything
+		// to report); recording these findings could leave stale ones on
+		// record for a policy it saw none on.
+		c.mu.Unlock()
+		return nil
+	}
 	same := c.npFindings[ref] == string(fp)
 	c.npFindings[ref] = string(fp)
 	c.mu.Unlock()

@@ -270,6 +270,75 @@ func TestNetworkPolicyFindingsBecomeEvents(t *testing.T) {
 	}
 }
 
+// TestNetworkPolicyFindingsFollowUpdates checks Events across updates of
+// one NetworkPolicy: none while it is clean, one when an update gives it
+// a finding, none when the finding is fixed, and one more when it comes
+// back (the controller queues a NetworkPolicy only when it has findings
+// to report or findings on record).
+func TestNetworkPolicyFindingsFollowUpdates(t *testing.T) {
+	c := kubeapi.Start(t)
+	startController(t, c, "ctl")
+	ctx := context.Background()
+	c.CreateNamespace(t, "shop", nil)
+	egressOnly := []networkingv1.PolicyType{networkingv1.PolicyTypeEgress}
+	created, err := c.Kube.NetworkingV1().NetworkPolicies("shop").Create(ctx, &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "flip", Namespace: "shop"},
+		Spec:       networkingv1.NetworkPolicySpec{PolicyTypes: egressOnly},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	selector := fields.Set{
+		"involvedObject.kind": "NetworkPolicy",
+		"involvedObject.name": "flip",
+		"involvedObject.uid":  string(created.UID),
+	}.AsSelector().String()
+	// count is how many RulesIgnored events were emitted for the policy
+	// (a repeated event is one object with a count).
+	count := func() (int32, error) {
+		list, err := c.Kube.CoreV1().Events("shop").List(ctx, metav1.ListOptions{FieldSelector: selector})
+		if err != nil {
+			return 0, err
+		}
+		var n int32
+		for _, e := range list.Items {
+			if e.Reason == "RulesIgnored" {
+				n += max(e.Count, 1)
+			}
+		}
+		return n, nil
+	}
+	setIngress := func(rules []networkingv1.NetworkPolicyIngressRule) {
+		t.Helper()
+		np, err := c.Kube.NetworkingV1().NetworkPolicies("shop").Get(ctx, "flip", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		np.Spec.Ingress = rules // ignored: policyTypes has no Ingress
+		if _, err := c.Kube.NetworkingV1().NetworkPolicies("shop").Update(ctx, np, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := func(what string, n int32) {
+		t.Helper()
+		eventually(t, what, func() error {
+			if got, err := count(); err != nil || got != n {
+				return fmt.Errorf("%d RulesIgnored events (err %v), want %d", got, err, n)
+			}
+			return nil
+		})
+	}
+	time.Sleep(time.Second)
+	want("no event while clean", 0)
+	setIngress([]networkingv1.NetworkPolicyIngressRule{{}})
+	want("an event for the new finding", 1)
+	setIngress(nil)
+	time.Sleep(2 * time.Second)
+	want("no event when the finding is fixed", 1)
+	setIngress([]networkingv1.NetworkPolicyIngressRule{{}, {}})
+	want("another event when a finding comes back", 2)
+}
+
 // TestMissingCRDsArePickedUpLater starts the controller with no policy CRD
 // installed, then installs them one by one.
 func TestMissingCRDsArePickedUpLater(t *testing.T) {

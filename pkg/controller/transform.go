@@ -7,7 +7,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/tierflow/tierflow/pkg/compute"
@@ -35,16 +34,16 @@ import (
 // the cache (client-go's transform runs before the object is stored or
 // handed to a handler); pods are cached as cachedPod, NetworkPolicies as
 // cachedNetworkPolicy (metadata and the engine's compilation), namespaces
-// as cachedNamespace, their metadata as cachedMeta (meta.go). A new field
+// as cachedNamespace, nodes as cachedNode, their metadata as cachedMeta
+// (meta.go). A new field
 // the engine reads must be kept here too: TestSlimObjectsComputeAlike
 // compares the engine's results on full and on slimmed objects.
 
 // CoreTransform is the transform of the controller's core informers
 // (benchmarks that reproduce the controller's informers use it too). A pod
 // becomes a cachedPod, a NetworkPolicy a cachedNetworkPolicy, a namespace
-// a cachedNamespace; a node is trimmed in place (client-go
-// hands the transform the object it decoded, which nothing else holds: a
-// copy would double the memory of an initial list while it is stored).
+// a cachedNamespace, a node a cachedNode (each keeps what it needs of the
+// object client-go decoded, which nothing else holds, and drops the rest).
 // From an apiserver that streams initial lists (kube-apiserver's WatchList,
 // on by default from 1.34; client-go's reflectors ask for it), each object
 // is transformed as it arrives and the decoded list is never held whole;
@@ -56,14 +55,12 @@ func CoreTransform(obj interface{}) (interface{}, error) {
 	case *corev1.Namespace:
 		return &cachedNamespace{newCachedMeta(&o.ObjectMeta)}, nil
 	case *corev1.Node:
-		*o = corev1.Node{ObjectMeta: slimMeta(&o.ObjectMeta), Spec: corev1.NodeSpec{PodCIDR: o.Spec.PodCIDR, PodCIDRs: o.Spec.PodCIDRs},
-			Status: corev1.NodeStatus{Addresses: o.Status.Addresses}}
+		return &cachedNode{cachedMeta: newCachedMeta(&o.ObjectMeta), podCIDR: o.Spec.PodCIDR, podCIDRs: o.Spec.PodCIDRs, addresses: o.Status.Addresses}, nil
 	case *networkingv1.NetworkPolicy:
 		return &cachedNetworkPolicy{cachedMeta: newCachedMeta(&o.ObjectMeta), compiled: compute.CompileNetworkPolicy(o)}, nil
 	default:
 		return stripManagedFields(obj)
 	}
-	return obj, nil
 }
 
 // cachedNamespace is what the namespace informer's cache holds: the
@@ -82,6 +79,31 @@ func (ns *cachedNamespace) Namespace() *corev1.Namespace {
 // DeepCopyObject implements runtime.Object.
 func (ns *cachedNamespace) DeepCopyObject() runtime.Object {
 	return &cachedNamespace{ns.copied()}
+}
+
+// cachedNode is what the node informer's cache holds: the node's name,
+// labels, pod CIDRs and addresses (160 bytes; a trimmed corev1.Node kept
+// its 768).
+type cachedNode struct {
+	cachedMeta
+	podCIDR   string
+	podCIDRs  []string
+	addresses []corev1.NodeAddress
+}
+
+// Node is the node as the engine reads it (a new object; its labels,
+// CIDRs and addresses are the cache's: never modified).
+func (n *cachedNode) Node() *corev1.Node {
+	return &corev1.Node{ObjectMeta: n.objectMeta(), Spec: corev1.NodeSpec{PodCIDR: n.podCIDR, PodCIDRs: n.podCIDRs},
+		Status: corev1.NodeStatus{Addresses: n.addresses}}
+}
+
+// DeepCopyObject implements runtime.Object.
+func (n *cachedNode) DeepCopyObject() runtime.Object {
+	c := *n
+	c.cachedMeta = n.copied()
+	c.podCIDRs, c.addresses = slices.Clone(n.podCIDRs), slices.Clone(n.addresses)
+	return &c
 }
 
 // cachedNetworkPolicy is what the NetworkPolicy informer's cache holds:
@@ -103,13 +125,6 @@ func (np *cachedNetworkPolicy) DeepCopyObject() runtime.Object {
 	c := *np
 	c.cachedMeta = np.copied()
 	return &c
-}
-
-// slimMeta keeps the metadata fields the controller or the informers read
-// (a namespace's or node's: those caches hold API objects).
-func slimMeta(m *metav1.ObjectMeta) metav1.ObjectMeta {
-	c := newCachedMeta(m)
-	return c.objectMeta()
 }
 
 // cachedPod is what the pod informer's cache holds of a pod: the fields

@@ -127,7 +127,15 @@ func TestSlimObjectsComputeAlike(t *testing.T) {
 			e.UpsertNamespace(cached.Namespace())
 		}
 		for _, o := range nodes {
-			e.UpsertNode(trim(o.DeepCopy()).(*corev1.Node))
+			if !slim {
+				e.UpsertNode(o.DeepCopy())
+				continue
+			}
+			cached := trim(o.DeepCopy()).(*cachedNode)
+			if c := cached.DeepCopyObject().(*cachedNode); !reflect.DeepEqual(c, cached) {
+				t.Fatal("cached node changes in a deep copy")
+			}
+			e.UpsertNode(cached.Node())
 		}
 		for _, o := range pods {
 			var p *corev1.Pod
