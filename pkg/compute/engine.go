@@ -79,12 +79,12 @@ type Engine struct {
 	// ipOwners the pods claiming each address.
 	nodePods map[string]*nodePodsState
 	reported map[string]map[podKey]reportedPod
-	ipOwners map[netip.Addr]*set[*podState]
+	ipOwners map[netip.Addr]addressOwners
 
-	policies     map[model.PolicyRef]*policyState // by ref without UID
+	policies     map[policyKey]*policyState // by API object, whatever its UID
 	policyByID   map[string]*policyState
 	byPriority   map[prioKey]*set[*policyState]
-	ignoredConds map[model.PolicyRef][]model.Condition // objects that produce no Policy
+	ignoredConds map[policyKey][]model.Condition // objects that produce no Policy
 
 	// pendingList collects the changes of the current call; each object
 	// finds its entry through its pendSlot (no map lookup: one pod event
@@ -148,11 +148,11 @@ func New() *Engine {
 		nsLabels:         newLabelIndex[*nsState](),
 		nodePods:         map[string]*nodePodsState{},
 		reported:         map[string]map[podKey]reportedPod{},
-		ipOwners:         map[netip.Addr]*set[*podState]{},
-		policies:         map[model.PolicyRef]*policyState{},
+		ipOwners:         map[netip.Addr]addressOwners{},
+		policies:         map[policyKey]*policyState{},
 		policyByID:       map[string]*policyState{},
 		byPriority:       map[prioKey]*set[*policyState]{},
-		ignoredConds:     map[model.PolicyRef][]model.Condition{},
+		ignoredConds:     map[policyKey][]model.Condition{},
 		epoch:            1,
 		pendingDeleted:   map[pendingKey]int{},
 		subscribers:      map[int]func([]Change){},
@@ -323,7 +323,7 @@ func (b *Batch) UpsertCompiled(c Compiled) {
 }
 func (b *Batch) DeleteNetworkPolicy(namespace, name string) {
 	b.run(nil)
-	b.e.setPolicy(model.PolicyRef{Kind: model.KindNetworkPolicy, Namespace: namespace, Name: name}, nil, nil)
+	b.e.setPolicy(policyKey{kind: model.KindNetworkPolicy, namespace: namespace, name: name}, nil, nil)
 }
 func (b *Batch) UpsertAdminNetworkPolicy(anp *v1alpha1.AdminNetworkPolicy) {
 	b.run(nil)
@@ -334,7 +334,7 @@ func (b *Batch) UpsertAdminNetworkPolicy(anp *v1alpha1.AdminNetworkPolicy) {
 }
 func (b *Batch) DeleteAdminNetworkPolicy(name string) {
 	b.run(nil)
-	b.e.setPolicy(model.PolicyRef{Kind: model.KindAdminNetworkPolicy, Name: name}, nil, nil)
+	b.e.setPolicy(policyKey{kind: model.KindAdminNetworkPolicy, name: name}, nil, nil)
 }
 func (b *Batch) UpsertBaselineAdminNetworkPolicy(banp *v1alpha1.BaselineAdminNetworkPolicy) {
 	b.run(nil)
@@ -356,7 +356,7 @@ func (b *Batch) UpsertClusterNetworkPolicy(cnp *v1alpha2.ClusterNetworkPolicy) {
 }
 func (b *Batch) DeleteClusterNetworkPolicy(name string) {
 	b.run(nil)
-	b.e.setPolicy(model.PolicyRef{Kind: model.KindClusterNetworkPolicy, Name: name}, nil, nil)
+	b.e.setPolicy(policyKey{kind: model.KindClusterNetworkPolicy, name: name}, nil, nil)
 }
 
 func (e *Engine) deliver() {

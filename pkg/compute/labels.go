@@ -86,15 +86,19 @@ func (ls *labelSets) release(s *labelSet) {
 // the controller's memory). The table is process-wide, as the caches are;
 // an entry lives as long as a prepared pod holds it: the table points to
 // it weakly, and a cleanup forgets it once it is collected.
-var preparedLabels = labelInterner{byHash: map[uint64][]weak.Pointer[sharedLabels]{}}
+var preparedLabels = labelInterner{byHash: map[uint64]weak.Pointer[sharedLabels]{}}
 
 // sharedLabels is one label map shared by prepared pods; nothing may
 // modify it.
 type sharedLabels struct{ labels map[string]string }
 
+// labelInterner holds one entry per hash in byHash (nearly every hash
+// has one label set; a slice per hash took 8 bytes of an allocation and
+// 16 more of the map's slot for each) and the rare others in more.
 type labelInterner struct {
 	mu     sync.Mutex
-	byHash map[uint64][]weak.Pointer[sharedLabels]
+	byHash map[uint64]weak.Pointer[sharedLabels]
+	more   map[uint64][]weak.Pointer[sharedLabels]
 }
 
 // intern returns the shared labels equal to m (whose labelsHash is h),
@@ -103,25 +107,58 @@ type labelInterner struct {
 func (in *labelInterner) intern(m map[string]string, h uint64) *sharedLabels {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	for _, w := range in.byHash[h] {
+	first, taken := in.byHash[h]
+	if s := first.Value(); s != nil && maps.Equal(s.labels, m) {
+		return s
+	}
+	for _, w := range in.more[h] {
 		if s := w.Value(); s != nil && maps.Equal(s.labels, m) {
 			return s
 		}
 	}
 	s := &sharedLabels{labels: m}
-	in.byHash[h] = append(in.byHash[h], weak.Make(s))
-	runtime.AddCleanup(s, in.forget, h)
+	if !taken || first.Value() == nil {
+		in.byHash[h] = weak.Make(s)
+	} else {
+		if in.more == nil {
+			in.more = map[uint64][]weak.Pointer[sharedLabels]{}
+		}
+		in.more[h] = append(in.more[h], weak.Make(s))
+	}
+	runtime.AddCleanup(s, forgetPreparedLabels, h)
 	return s
 }
+
+// forgetPreparedLabels drops preparedLabels' collected entries of hash h
+// (a function, not the method value, which would take an allocation of
+// its own for every entry).
+func forgetPreparedLabels(h uint64) { preparedLabels.forget(h) }
 
 // forget drops the collected entries of hash h.
 func (in *labelInterner) forget(h uint64) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	live := slices.DeleteFunc(in.byHash[h], func(w weak.Pointer[sharedLabels]) bool { return w.Value() == nil })
-	if len(live) == 0 {
+	if w, ok := in.byHash[h]; ok && w.Value() == nil {
 		delete(in.byHash, h)
-	} else {
-		in.byHash[h] = live
 	}
+	if len(in.more[h]) == 0 {
+		return
+	}
+	live := slices.DeleteFunc(in.more[h], func(w weak.Pointer[sharedLabels]) bool { return w.Value() == nil })
+	if len(live) == 0 {
+		delete(in.more, h)
+	} else {
+		in.more[h] = live
+	}
+}
+
+// held counts the entries of hash h (live or not yet forgotten).
+func (in *labelInterner) held(h uint64) int {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	n := len(in.more[h])
+	if _, ok := in.byHash[h]; ok {
+		n++
+	}
+	return n
 }

@@ -63,23 +63,42 @@ func TestPreparedPodLabelsShared(t *testing.T) {
 		t.Fatalf("after delete: %d pods, %d label maps", len(e.pods), len(e.labelSets.byHash))
 	}
 	h := labelsHash(a.Labels())
-	preparedLabels.mu.Lock()
-	held := len(preparedLabels.byHash[h])
-	preparedLabels.mu.Unlock()
-	if held != 1 {
+	if held := preparedLabels.held(h); held != 1 {
 		t.Fatalf("the table holds %d maps of a's labels, want 1", held)
 	}
 	runtime.KeepAlive(c)
 	a, b, c, e = PreparedPod{}, PreparedPod{}, PreparedPod{}, nil
 	for range 100 {
 		runtime.GC()
-		preparedLabels.mu.Lock()
-		n := len(preparedLabels.byHash[h])
-		preparedLabels.mu.Unlock()
-		if n == 0 {
+		if preparedLabels.held(h) == 0 {
 			return
 		}
 		time.Sleep(10 * time.Millisecond) // cleanups run on their own goroutine
 	}
 	t.Fatal("the shared labels are still in the table after their last prepared pod was collected")
+}
+
+// TestPreparedLabelsOfOneHash: label sets whose hashes collide are told
+// apart (and each shared), and forgotten once unused.
+func TestPreparedLabelsOfOneHash(t *testing.T) {
+	const h = 42 // as if both sets hashed alike
+	x, y := map[string]string{"app": "x"}, map[string]string{"app": "y"}
+	a, b := preparedLabels.intern(x, h), preparedLabels.intern(y, h)
+	if a == b || preparedLabels.intern(maps.Clone(x), h) != a || preparedLabels.intern(maps.Clone(y), h) != b {
+		t.Fatal("label sets of one hash are not told apart, or not shared")
+	}
+	if n := preparedLabels.held(h); n != 2 {
+		t.Fatalf("the table holds %d label sets of the hash, want 2", n)
+	}
+	runtime.KeepAlive(a)
+	runtime.KeepAlive(b)
+	a, b = nil, nil
+	for range 100 {
+		runtime.GC()
+		if preparedLabels.held(h) == 0 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond) // cleanups run on their own goroutine
+	}
+	t.Fatal("label sets of one hash are still in the table after they were collected")
 }

@@ -9,6 +9,28 @@ import (
 	"github.com/tierflow/tierflow/pkg/model"
 )
 
+// The Isolates lists of NetworkPolicies, shared: compiled policies and
+// the model objects made of them are immutable (a list of its own took 16
+// or 32 bytes of every policy).
+var (
+	isolatesIn   = []model.Direction{model.DirectionIn}
+	isolatesOut  = []model.Direction{model.DirectionOut}
+	isolatesBoth = []model.Direction{model.DirectionIn, model.DirectionOut}
+)
+
+// isolation is the Isolates list of a NetworkPolicy of the given types.
+func isolation(ingress, egress bool) []model.Direction {
+	switch {
+	case ingress && egress:
+		return isolatesBoth
+	case ingress:
+		return isolatesIn
+	case egress:
+		return isolatesOut
+	}
+	return nil
+}
+
 // compileNetworkPolicy translates a NetworkPolicy (tier NetworkPolicy, all
 // rules Allow).
 func compileNetworkPolicy(np *networkingv1.NetworkPolicy) *compiledPolicy {
@@ -29,12 +51,7 @@ func compileNetworkPolicy(np *networkingv1.NetworkPolicy) *compiledPolicy {
 	c.subject = podGroupInNamespace(np.Namespace, podSel)
 
 	ingress, egress := npPolicyTypes(k, np)
-	if ingress {
-		c.isolates = append(c.isolates, model.DirectionIn)
-	}
-	if egress {
-		c.isolates = append(c.isolates, model.DirectionOut)
-	}
+	c.isolates = isolation(ingress, egress)
 	if !ingress && len(np.Spec.Ingress) > 0 {
 		k.warnf(ReasonRulesIgnored, "spec.ingress has %d rules but policyTypes does not include Ingress; they are ignored", len(np.Spec.Ingress))
 	}

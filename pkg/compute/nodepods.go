@@ -1,6 +1,7 @@
 package compute
 
 import (
+	"iter"
 	"net/netip"
 	"slices"
 	"strings"
@@ -70,12 +71,8 @@ func (e *Engine) setPodInfo(p *podState, node string, ips []netip.Addr, ports []
 	if changedIPs {
 		for _, ip := range ips {
 			owners := e.ipOwners[ip]
-			if owners == nil {
-				owners = &set[*podState]{}
-				e.ipOwners[ip] = owners
-			}
 			e.touchOwners(owners)
-			owners.add(p)
+			e.ipOwners[ip] = owners.with(p)
 		}
 	}
 	if moved {
@@ -91,9 +88,81 @@ func (e *Engine) setPodInfo(p *podState, node string, ips []netip.Addr, ports []
 	}
 }
 
+// addressOwners are the pods claiming one address: nearly always one,
+// held in place (a set of its own took two allocations for every pod
+// address); a set only while several do (a reused address whose previous
+// pod is still in the engine).
+type addressOwners struct {
+	one  *podState       // the owner, when there is exactly one
+	many *set[*podState] // the owners, when there are several
+}
+
+func (o addressOwners) len() int {
+	switch {
+	case o.many != nil:
+		return o.many.len()
+	case o.one != nil:
+		return 1
+	}
+	return 0
+}
+
+// all visits the owners.
+func (o addressOwners) all() iter.Seq[*podState] {
+	return func(yield func(*podState) bool) {
+		if o.many == nil {
+			if o.one != nil {
+				yield(o.one)
+			}
+			return
+		}
+		for q := range o.many.all() {
+			if !yield(q) {
+				return
+			}
+		}
+	}
+}
+
+// with is o with p among the owners.
+func (o addressOwners) with(p *podState) addressOwners {
+	switch {
+	case o.many != nil:
+		o.many.add(p)
+	case o.one == nil || o.one == p:
+		o.one = p
+	default:
+		o.many = &set[*podState]{}
+		o.many.add(o.one)
+		o.many.add(p)
+		o.one = nil
+	}
+	return o
+}
+
+// without is o without p, and whether p was an owner.
+func (o addressOwners) without(p *podState) (addressOwners, bool) {
+	switch {
+	case o.many != nil:
+		if !o.many.remove(p) {
+			return o, false
+		}
+		if o.many.len() == 1 {
+			for q := range o.many.all() {
+				o.one = q
+			}
+			o.many = nil
+		}
+		return o, true
+	case o.one != nil && o.one == p:
+		return addressOwners{}, true
+	}
+	return o, false
+}
+
 // touchOwners notes a change of the pods claiming one address (one joins
 // or leaves): those whose conflict starts or ends see their entry change.
-func (e *Engine) touchOwners(owners *set[*podState]) {
+func (e *Engine) touchOwners(owners addressOwners) {
 	if owners.len() > 2 {
 		return // conflicting before and after
 	}
@@ -104,13 +173,15 @@ func (e *Engine) touchOwners(owners *set[*podState]) {
 
 // releaseAddress takes p off the owners of ip.
 func (e *Engine) releaseAddress(ip netip.Addr, p *podState) {
-	owners := e.ipOwners[ip]
-	if owners == nil || !owners.remove(p) {
+	owners, had := e.ipOwners[ip].without(p)
+	if !had {
 		return
 	}
 	e.touchOwners(owners)
 	if owners.len() == 0 {
 		delete(e.ipOwners, ip)
+	} else {
+		e.ipOwners[ip] = owners
 	}
 }
 
@@ -156,7 +227,7 @@ func (e *Engine) dropPodEntry(p *podState) {
 // the engine: neither may be admitted with it).
 func (e *Engine) entryIPs(p *podState) []netip.Addr {
 	for _, ip := range p.ips() {
-		if owners := e.ipOwners[ip]; owners != nil && owners.len() > 1 {
+		if e.ipOwners[ip].len() > 1 {
 			return nil
 		}
 	}

@@ -30,10 +30,17 @@ type policyState struct {
 	prioConds []model.Condition
 }
 
-// refKey identifies an API object regardless of its UID.
-func refKey(r model.PolicyRef) model.PolicyRef {
-	r.UID = ""
-	return r
+// policyKey identifies an API object regardless of its UID: the key of
+// Engine.policies (a PolicyRef without its UID would take 16 bytes more
+// of each of the map's slots).
+type policyKey struct {
+	kind            model.PolicyKind
+	namespace, name string
+}
+
+// refKey is the key of the API object r refers to.
+func refKey(r model.PolicyRef) policyKey {
+	return policyKey{kind: r.Kind, namespace: r.Namespace, name: r.Name}
 }
 
 func (e *Engine) touchPolicy(p *policyState) {
@@ -43,7 +50,7 @@ func (e *Engine) touchPolicy(p *policyState) {
 
 // setPolicy installs the compilation of one API object (nil: the object is
 // gone or produces no policy) and records what changed.
-func (e *Engine) setPolicy(key model.PolicyRef, c *compiledPolicy, ignored []model.Condition) {
+func (e *Engine) setPolicy(key policyKey, c *compiledPolicy, ignored []model.Condition) {
 	if ignored != nil {
 		e.ignoredConds[key] = ignored
 	} else {
@@ -82,7 +89,7 @@ func (e *Engine) setPolicy(key model.PolicyRef, c *compiledPolicy, ignored []mod
 	e.touchPolicy(old)
 }
 
-func (e *Engine) removePolicy(key model.PolicyRef, p *policyState) {
+func (e *Engine) removePolicy(key policyKey, p *policyState) {
 	atg, ags := p.atg, p.ags
 	p.atg, p.ags = nil, nil
 	e.releaseGroups(p, atg, ags)
@@ -273,7 +280,7 @@ func (e *Engine) UpsertNetworkPolicy(np *networkingv1.NetworkPolicy) {
 // DeleteNetworkPolicy removes a NetworkPolicy.
 func (e *Engine) DeleteNetworkPolicy(namespace, name string) {
 	e.update(func() {
-		e.setPolicy(model.PolicyRef{Kind: model.KindNetworkPolicy, Namespace: namespace, Name: name}, nil, nil)
+		e.setPolicy(policyKey{kind: model.KindNetworkPolicy, namespace: namespace, name: name}, nil, nil)
 	})
 }
 
@@ -288,7 +295,7 @@ func (e *Engine) UpsertAdminNetworkPolicy(anp *v1alpha1.AdminNetworkPolicy) {
 
 // DeleteAdminNetworkPolicy removes an AdminNetworkPolicy.
 func (e *Engine) DeleteAdminNetworkPolicy(name string) {
-	e.update(func() { e.setPolicy(model.PolicyRef{Kind: model.KindAdminNetworkPolicy, Name: name}, nil, nil) })
+	e.update(func() { e.setPolicy(policyKey{kind: model.KindAdminNetworkPolicy, name: name}, nil, nil) })
 }
 
 // UpsertBaselineAdminNetworkPolicy adds or updates a
@@ -302,13 +309,13 @@ func (e *Engine) UpsertBaselineAdminNetworkPolicy(banp *v1alpha1.BaselineAdminNe
 	e.update(func() { e.setPolicy(banpKey(banp.Name), c, ignored) })
 }
 
-func banpKey(name string) model.PolicyRef {
-	return model.PolicyRef{Kind: model.KindBaselineAdminNetworkPolicy, Name: name}
+func banpKey(name string) policyKey {
+	return policyKey{kind: model.KindBaselineAdminNetworkPolicy, name: name}
 }
 
 // DeleteBaselineAdminNetworkPolicy removes a BaselineAdminNetworkPolicy.
 func (e *Engine) DeleteBaselineAdminNetworkPolicy(name string) {
-	e.update(func() { e.setPolicy(model.PolicyRef{Kind: model.KindBaselineAdminNetworkPolicy, Name: name}, nil, nil) })
+	e.update(func() { e.setPolicy(banpKey(name), nil, nil) })
 }
 
 // UpsertClusterNetworkPolicy adds or updates a ClusterNetworkPolicy.
@@ -322,7 +329,7 @@ func (e *Engine) UpsertClusterNetworkPolicy(cnp *v1alpha2.ClusterNetworkPolicy) 
 
 // DeleteClusterNetworkPolicy removes a ClusterNetworkPolicy.
 func (e *Engine) DeleteClusterNetworkPolicy(name string) {
-	e.update(func() { e.setPolicy(model.PolicyRef{Kind: model.KindClusterNetworkPolicy, Name: name}, nil, nil) })
+	e.update(func() { e.setPolicy(policyKey{kind: model.KindClusterNetworkPolicy, name: name}, nil, nil) })
 }
 
 // Policy returns the computed policy with the given ID.

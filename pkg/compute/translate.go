@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -167,7 +168,37 @@ func (k *compiler) finish(r *ruleBuilder) {
 	for _, g := range r.peers {
 		k.addPeer(g)
 	}
+	if len(r.rule.Ports) == 1 {
+		r.rule.Ports = onePortList(r.rule.Ports[0])
+	}
 	k.c.rules = append(k.c.rules, r.rule)
+}
+
+// onePortLists are the port lists of rules with one port, shared: most
+// rules list one port, and a few (TCP 80, TCP 443) recur across
+// thousands of policies; compiled rules and the model objects made of
+// them are immutable, so many rules may hold one list (each took 48
+// bytes of its own). Bounded: when full it starts over.
+var onePortLists = struct {
+	sync.Mutex
+	m map[model.Port][]model.Port
+}{m: map[model.Port][]model.Port{}}
+
+const onePortListsSize = 1024
+
+// onePortList is the shared list of the one port p.
+func onePortList(p model.Port) []model.Port {
+	onePortLists.Lock()
+	defer onePortLists.Unlock()
+	if l, ok := onePortLists.m[p]; ok {
+		return l
+	}
+	if len(onePortLists.m) >= onePortListsSize {
+		clear(onePortLists.m)
+	}
+	l := []model.Port{p}
+	onePortLists.m[p] = l
+	return l
 }
 
 func (k *compiler) addPeer(g groupSpec) {
