@@ -6,7 +6,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
+	"sync/atomic"
 
 	networkingv1 "k8s.io/api/networking/v1"
 	"sigs.k8s.io/network-policy-api/apis/v1alpha1"
@@ -465,9 +465,16 @@ func (e *Engine) Snapshot() *model.Snapshot {
 		}
 	}
 	if len(e.nodePods) > 0 {
-		s.NodePods = make(map[string]*model.NodePods, len(e.nodePods))
-		for name, n := range e.nodePods {
-			s.NodePods[name] = e.nodePodsModel(n)
+		// Each node's object is built from its own pods (and reads of
+		// the address owners): on every core too.
+		nodes := make([]*nodePodsState, 0, len(e.nodePods))
+		for _, n := range e.nodePods {
+			nodes = append(nodes, n)
+		}
+		inParallel(len(nodes), func(i int) { e.nodePodsModel(nodes[i]) })
+		s.NodePods = make(map[string]*model.NodePods, len(nodes))
+		for _, n := range nodes {
+			s.NodePods[n.name] = n.cache
 		}
 	}
 	return s
@@ -477,8 +484,15 @@ func (e *Engine) Snapshot() *model.Snapshot {
 // goroutines cost more than small builds save.
 const parallelMin = 256
 
+// parallelChunk is how many indexes an inParallel worker takes at a time.
+const parallelChunk = 32
+
 // inParallel calls fn for every index below n, on every core when n is
 // large; fn must be safe to call concurrently for different indexes.
+// The caller works too, and the indexes are handed out in small chunks
+// as the workers ask: when the other cores are busy (during a start, with
+// the informers' goroutines), a worker that is not scheduled takes no
+// share the caller then waits for, it leaves the work to the others.
 func inParallel(n int, fn func(i int)) {
 	workers := min(runtime.GOMAXPROCS(0), n/parallelMin)
 	if workers <= 1 {
@@ -487,19 +501,30 @@ func inParallel(n int, fn func(i int)) {
 		}
 		return
 	}
-	var wg sync.WaitGroup
-	chunk := (n + workers - 1) / workers
-	for w := 0; w < workers; w++ {
-		lo, hi := w*chunk, min((w+1)*chunk, n)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	var next, done atomic.Int64
+	finished := make(chan struct{})
+	work := func() {
+		for {
+			lo := int(next.Add(parallelChunk)) - parallelChunk
+			if lo >= n {
+				return
+			}
+			hi := min(lo+parallelChunk, n)
 			for i := lo; i < hi; i++ {
 				fn(i)
 			}
-		}()
+			// The worker that completes the last chunk says so; the
+			// atomic count orders every chunk's work before it.
+			if done.Add(int64(hi-lo)) == int64(n) {
+				close(finished)
+			}
+		}
 	}
-	wg.Wait()
+	for w := 1; w < workers; w++ {
+		go work()
+	}
+	work()
+	<-finished
 }
 
 func (e *Engine) atgByIDLocked(id string) *group {

@@ -176,16 +176,28 @@ func newCachedPod(p *corev1.Pod) *cachedPod {
 		phase:       p.Status.Phase,
 		prepared:    prepared,
 	}
-	api := podFields{
-		podIP:        p.Status.PodIP,
-		podIPs:       p.Status.PodIPs,
-		ports:        namedPorts(p.Spec.Containers, false),
-		sidecarPorts: namedPorts(p.Spec.InitContainers, true),
-	}
-	if !api.rebuiltBy(prepared) {
-		c.api = &api
+	// The fields as the object has them are checked against the
+	// preparation on the stack (the ports in a buffer there): only a pod
+	// whose fields the preparation does not give back has them made on
+	// the heap (making them there for every pod, to drop them, was two
+	// allocations per pod of an initial list).
+	var buf [4]corev1.ContainerPort
+	if f := apiPodFields(p, buf[:0]); !f.rebuiltBy(prepared) {
+		f := apiPodFields(p, nil)
+		c.api = &f
 	}
 	return c
+}
+
+// apiPodFields are the pod's addresses and named ports as its object has
+// them, the ports appended to ports.
+func apiPodFields(p *corev1.Pod, ports []corev1.ContainerPort) podFields {
+	return podFields{
+		podIP:        p.Status.PodIP,
+		podIPs:       p.Status.PodIPs,
+		ports:        appendNamedPorts(ports, p.Spec.Containers, false),
+		sidecarPorts: appendNamedPorts(nil, p.Spec.InitContainers, true),
+	}
 }
 
 // podFieldsOf rebuilds a pod's addresses and named ports from its
@@ -288,10 +300,9 @@ func (p *cachedPod) DeepCopyObject() runtime.Object {
 	return &c
 }
 
-// namedPorts lists the named ports of the containers (of the sidecars
-// only, when sidecars): name, protocol and number.
-func namedPorts(cs []corev1.Container, sidecars bool) []corev1.ContainerPort {
-	var out []corev1.ContainerPort
+// appendNamedPorts appends to out the named ports of the containers (of
+// the sidecars only, when sidecars): name, protocol and number.
+func appendNamedPorts(out []corev1.ContainerPort, cs []corev1.Container, sidecars bool) []corev1.ContainerPort {
 	for i := range cs {
 		c := &cs[i]
 		if sidecars && (c.RestartPolicy == nil || *c.RestartPolicy != corev1.ContainerRestartPolicyAlways) {

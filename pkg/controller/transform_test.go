@@ -240,8 +240,8 @@ func TestCachedPodRebuildsItsFields(t *testing.T) {
 	for _, p := range pods {
 		c := newCachedPod(p.DeepCopy())
 		kept := *c
-		kept.api = &podFields{podIP: p.Status.PodIP, podIPs: p.Status.PodIPs,
-			ports: namedPorts(p.Spec.Containers, false), sidecarPorts: namedPorts(p.Spec.InitContainers, true)}
+		api := apiPodFields(p, nil)
+		kept.api = &api
 		got, want := c.Pod(), kept.Pod()
 		// Readers see an empty list and a nil one alike.
 		if len(want.Status.PodIPs) == 0 {
