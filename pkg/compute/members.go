@@ -124,21 +124,23 @@ func patchSorted[T any](old []T, dropIdx []int, adds []T, cmp func(a, b T) int) 
 }
 
 // spanList is a span as a sorted list of node names, kept the way member
-// lists are: the last built list (shared by model objects, immutable),
-// whether it is still the span (valid) and, when not, the nodes whose
-// count went to or from zero since. A group of 1,000 nodes whose span
-// gains or loses one node is patched, not re-sorted. (A flag, not a
-// second slice holding the valid list: every group has two spans, and
-// the 32 bytes took it from the 512-byte size class to 576.)
+// lists are: the last built list (shared by model objects, immutable)
+// and the nodes whose count went to or from zero since. A group of 1,000
+// nodes whose span gains or loses one node is patched, not re-sorted.
+// The list is the span (valid) while it is built (never nil once built)
+// and no node is noted: no flag of its own (every group has two spans,
+// and the flags' 16 bytes took a group from the 480-byte size class to
+// 512), nor a second slice holding the valid list (32 bytes more).
 type spanList struct {
 	base  []string
 	delta map[string]struct{}
-	valid bool
 }
+
+// valid reports whether base is the span.
+func (s *spanList) valid() bool { return s.base != nil && s.delta == nil }
 
 // changed notes that node entered or left the span.
 func (s *spanList) changed(node string) {
-	s.valid = false
 	if s.base == nil {
 		return
 	}
@@ -153,7 +155,7 @@ func (s *spanList) changed(node string) {
 
 // get returns the span of the nodes with a positive count.
 func (s *spanList) get(counts *counts[string]) []string {
-	if s.valid {
+	if s.valid() {
 		return s.base
 	}
 	var out []string
@@ -183,7 +185,7 @@ func (s *spanList) get(counts *counts[string]) []string {
 		}
 		slices.Sort(out)
 	}
-	s.base, s.delta, s.valid = out, nil, true
+	s.base, s.delta = out, nil // out is never nil: the span is valid
 	return out
 }
 
