@@ -230,8 +230,17 @@ func podNamedPorts(pod *corev1.Pod) []model.NamedPort {
 		}
 		return int(a.Port - b.Port)
 	})
-	return slices.Compact(ports)
+	ports = slices.Compact(ports)
+	if len(ports) == 1 {
+		// Most pods name one port, and a workload's pods the same one:
+		// they share its list (immutable; 48 bytes of each pod's).
+		return oneNamedPortLists.list(ports[0])
+	}
+	return ports
 }
+
+// oneNamedPortLists are the shared lists of pods that name one port.
+var oneNamedPortLists = newOneItemLists[model.NamedPort]()
 
 // UpsertPod adds or updates a pod. A pod that cannot take part in policy
 // (not scheduled, host network, terminated) is treated as absent.

@@ -31,16 +31,15 @@ var everything = newSel(labels.Everything())
 
 // selectorCache remembers parsed selectors: policies repeat the same few
 // selectors many times, and parsing (with validation) is the costliest part
-// of translating a policy. It is bounded: when full it starts over.
+// of translating a policy. It is bounded: when full it starts over. The
+// selectors that fail to parse (few) are kept apart, so that an entry of
+// the many that parse is a pointer alone (a result with room for an error
+// took 16 bytes more of every slot).
 var selectorCache = struct {
 	sync.Mutex
-	m map[string]selResult
-}{m: map[string]selResult{}}
-
-type selResult struct {
-	s   *sel
-	err error
-}
+	m   map[string]*sel
+	bad map[string]error
+}{m: map[string]*sel{}, bad: map[string]error{}}
 
 const selectorCacheSize = 16384
 
@@ -52,24 +51,28 @@ func selector(ls *metav1.LabelSelector) (*sel, error) {
 	}
 	key := selectorCacheKey(ls)
 	selectorCache.Lock()
-	r, ok := selectorCache.m[key]
+	s, ok := selectorCache.m[key]
+	err, bad := selectorCache.bad[key]
 	selectorCache.Unlock()
-	if ok {
-		return r.s, r.err
+	if ok || bad {
+		return s, err
 	}
 	parsed, err := metav1.LabelSelectorAsSelector(ls)
 	if err == nil {
-		r = selResult{s: newSel(parsed)}
-	} else {
-		r = selResult{err: err}
+		s = newSel(parsed)
 	}
 	selectorCache.Lock()
-	if len(selectorCache.m) >= selectorCacheSize {
+	if len(selectorCache.m)+len(selectorCache.bad) >= selectorCacheSize {
 		clear(selectorCache.m)
+		clear(selectorCache.bad)
 	}
-	selectorCache.m[key] = r
+	if err == nil {
+		selectorCache.m[key] = s
+	} else {
+		selectorCache.bad[key] = err
+	}
 	selectorCache.Unlock()
-	return r.s, r.err
+	return s, err
 }
 
 // selectorCacheKey encodes a selector unambiguously (length-prefixed

@@ -169,7 +169,7 @@ func (k *compiler) finish(r *ruleBuilder) {
 		k.addPeer(g)
 	}
 	if len(r.rule.Ports) == 1 {
-		r.rule.Ports = onePortList(r.rule.Ports[0])
+		r.rule.Ports = onePortLists.list(r.rule.Ports[0])
 	}
 	k.c.rules = append(k.c.rules, r.rule)
 }
@@ -178,26 +178,34 @@ func (k *compiler) finish(r *ruleBuilder) {
 // rules list one port, and a few (TCP 80, TCP 443) recur across
 // thousands of policies; compiled rules and the model objects made of
 // them are immutable, so many rules may hold one list (each took 48
-// bytes of its own). Bounded: when full it starts over.
-var onePortLists = struct {
-	sync.Mutex
-	m map[model.Port][]model.Port
-}{m: map[model.Port][]model.Port{}}
+// bytes of its own).
+var onePortLists = newOneItemLists[model.Port]()
 
-const onePortListsSize = 1024
+// oneItemLists shares immutable one-item lists, one per item value.
+// Bounded: when full it starts over.
+type oneItemLists[T comparable] struct {
+	mu sync.Mutex
+	m  map[T][]T
+}
 
-// onePortList is the shared list of the one port p.
-func onePortList(p model.Port) []model.Port {
-	onePortLists.Lock()
-	defer onePortLists.Unlock()
-	if l, ok := onePortLists.m[p]; ok {
+const oneItemListsSize = 1024
+
+func newOneItemLists[T comparable]() *oneItemLists[T] {
+	return &oneItemLists[T]{m: map[T][]T{}}
+}
+
+// list is the shared list of the one item v (never modify it).
+func (o *oneItemLists[T]) list(v T) []T {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if l, ok := o.m[v]; ok {
 		return l
 	}
-	if len(onePortLists.m) >= onePortListsSize {
-		clear(onePortLists.m)
+	if len(o.m) >= oneItemListsSize {
+		clear(o.m)
 	}
-	l := []model.Port{p}
-	onePortLists.m[p] = l
+	l := []T{v}
+	o.m[v] = l
 	return l
 }
 
