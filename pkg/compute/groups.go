@@ -139,9 +139,9 @@ func (e *Engine) getGroup(spec groupSpec) *group {
 	e.byKeyHash[h] = g
 	switch spec.kind {
 	case groupNamedPort:
-		e.namedPortGroups[spec.portName] = g
+		e.namedPortGroups[spec.portName()] = g
 		for _, p := range e.pods {
-			if hasNamedPort(p.ports(), spec.portName) {
+			if hasNamedPort(p.ports(), spec.portName()) {
 				e.addPod(g, p)
 			}
 		}
@@ -212,7 +212,7 @@ func (e *Engine) maybeDropGroup(g *group) {
 	}
 	switch {
 	case g.spec.kind == groupNamedPort:
-		delete(e.namedPortGroups, g.spec.portName)
+		delete(e.namedPortGroups, g.spec.portName())
 	case g.spec.kind == groupNodes:
 		e.nodeGroups.remove(g.hint(), g)
 	case g.spec.nsSel == nil:

@@ -68,6 +68,13 @@ func TestPreparedPodLabelsShared(t *testing.T) {
 	}
 	runtime.KeepAlive(c)
 	a, b, c, e = PreparedPod{}, PreparedPod{}, PreparedPod{}, nil
+	waitForgotten(t, h, "the shared labels are still in the table after their last prepared pod was collected")
+}
+
+// waitForgotten fails t (with msg) unless the prepared-labels table
+// forgets every label set of hash h within a second of collections.
+func waitForgotten(t *testing.T, h uint64, msg string) {
+	t.Helper()
 	for range 100 {
 		runtime.GC()
 		if preparedLabels.held(h) == 0 {
@@ -75,7 +82,7 @@ func TestPreparedPodLabelsShared(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond) // cleanups run on their own goroutine
 	}
-	t.Fatal("the shared labels are still in the table after their last prepared pod was collected")
+	t.Fatal(msg)
 }
 
 // TestPreparedLabelsOfOneHash: label sets whose hashes collide are told
@@ -93,12 +100,5 @@ func TestPreparedLabelsOfOneHash(t *testing.T) {
 	runtime.KeepAlive(a)
 	runtime.KeepAlive(b)
 	a, b = nil, nil
-	for range 100 {
-		runtime.GC()
-		if preparedLabels.held(h) == 0 {
-			return
-		}
-		time.Sleep(10 * time.Millisecond) // cleanups run on their own goroutine
-	}
-	t.Fatal("label sets of one hash are still in the table after they were collected")
+	waitForgotten(t, h, "label sets of one hash are still in the table after they were collected")
 }

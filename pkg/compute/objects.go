@@ -476,7 +476,7 @@ func (e *Engine) podMatches(g *group, p *podState) bool {
 // lbls and named ports ports.
 func selectsPod(g *group, ns *nsState, lbls map[string]string, ports []model.NamedPort) bool {
 	if g.spec.kind == groupNamedPort {
-		return hasNamedPort(ports, g.spec.portName)
+		return hasNamedPort(ports, g.spec.portName())
 	}
 	if g.spec.kind != groupPods || !g.spec.podSel.Matches(labels.Set(lbls)) {
 		return false

@@ -235,7 +235,7 @@ func (e *Engine) policy(p *policyState) *model.Policy {
 		Tier:             c.tier,
 		Priority:         c.priority,
 		AppliedToGroups:  []string{p.atg.atgID},
-		Isolates:         c.isolates,
+		Isolates:         c.isolates.directions(),
 		Rules:            c.rules,
 		Conditions:       conds,
 	}

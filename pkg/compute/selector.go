@@ -155,12 +155,23 @@ type groupSpec struct {
 	nsSel     *sel
 	podSel    *sel
 	nodeSel   *sel
-	portName  string
 	key       string
 }
 
+// namedPortKeyPrefix starts the key of a named-port group; the port's
+// name follows (a field of its own took 16 bytes of every groupSpec).
+const namedPortKeyPrefix = "namedPort="
+
 func namedPortGroup(name string) groupSpec {
-	return groupSpec{kind: groupNamedPort, portName: name, key: "namedPort=" + name}
+	return groupSpec{kind: groupNamedPort, key: namedPortKeyPrefix + name}
+}
+
+// portName is the port name of a named-port group ("" for the others).
+func (s *groupSpec) portName() string {
+	if s.kind != groupNamedPort {
+		return ""
+	}
+	return strings.TrimPrefix(s.key, namedPortKeyPrefix)
 }
 
 func podGroupInNamespace(ns string, podSel *sel) groupSpec {

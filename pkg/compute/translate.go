@@ -55,8 +55,8 @@ type compiledPolicy struct {
 	priority  int32
 	// prioritized policies take part in same-priority warnings.
 	prioritized bool
+	isolates    isolation
 	subject     groupSpec
-	isolates    []model.Direction
 	rules       []model.Rule
 	// peers are the groups the rules' AddressGroups refer to, one per ID.
 	peers []groupSpec
@@ -76,7 +76,7 @@ func (c *compiledPolicy) sameAs(o *compiledPolicy) bool {
 			return false
 		}
 	}
-	return reflect.DeepEqual(c.isolates, o.isolates) && reflect.DeepEqual(c.rules, o.rules) &&
+	return c.isolates == o.isolates && reflect.DeepEqual(c.rules, o.rules) &&
 		reflect.DeepEqual(c.conds, o.conds)
 }
 
