@@ -537,7 +537,8 @@ var podRunMin = 2 * parallelMin
 // for all of them at once and on every core: finding them only reads the
 // engine (pod upserts change no group, selector index or namespace), and
 // on a large cluster's start, with pods the bulk of the engine's work, it
-// is about half of a new pod's cost. Applying stays in order on one core.
+// is about half of a new pod's cost. Applying stays on one core, in
+// order within each namespace.
 func (e *Engine) applyPods(us []podUpdate) {
 	if len(us) < podRunMin {
 		for _, u := range us {
@@ -560,8 +561,17 @@ func (e *Engine) applyPods(us []podUpdate) {
 		e.eachMatchingGroup(ns, u.labels, u.ports, func(g *group) { ms = append(ms, g) })
 		pre[i] = found{ns, ms}
 	})
-	for i, u := range us {
-		f := pre[i]
+	// Applied namespace by namespace (in order within one: a pod that
+	// comes twice keeps its order): streamed initial lists reach the
+	// handlers in a map's order, and pods of one namespace in a row find
+	// its pod lists and label index, and its groups, still in the cache.
+	order := make([]int32, len(us))
+	for i := range order {
+		order[i] = int32(i)
+	}
+	slices.SortStableFunc(order, func(a, b int32) int { return strings.Compare(us[a].key.namespace, us[b].key.namespace) })
+	for _, i := range order {
+		u, f := us[i], pre[i]
 		if f.ns == nil || e.namespaces[u.key.namespace] != f.ns || e.pods[u.key] != nil {
 			// Not a new pod (it came twice in the run), or its namespace
 			// state is another than the one its groups were found in.
