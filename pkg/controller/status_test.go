@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/network-policy-api/apis/v1alpha1"
 	"sigs.k8s.io/network-policy-api/apis/v1alpha2"
 
@@ -205,6 +206,15 @@ func TestStatusConditionsOnInvalidPolicies(t *testing.T) {
 	}
 }
 
+// npEventsSelector selects the Events of the NetworkPolicy name with uid.
+func npEventsSelector(name string, uid types.UID) string {
+	return fields.Set{
+		"involvedObject.kind": "NetworkPolicy",
+		"involvedObject.name": name,
+		"involvedObject.uid":  string(uid),
+	}.AsSelector().String()
+}
+
 // TestNetworkPolicyFindingsBecomeEvents checks that a NetworkPolicy
 // finding (it has no status) is reported as an Event, once.
 func TestNetworkPolicyFindingsBecomeEvents(t *testing.T) {
@@ -224,11 +234,7 @@ func TestNetworkPolicyFindingsBecomeEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	selector := fields.Set{
-		"involvedObject.kind": "NetworkPolicy",
-		"involvedObject.name": "egress-only",
-		"involvedObject.uid":  string(created.UID),
-	}.AsSelector().String()
+	selector := npEventsSelector("egress-only", created.UID)
 	var events []corev1.Event
 	eventually(t, "event for the ignored rules", func() error {
 		list, err := c.Kube.CoreV1().Events("shop").List(ctx, metav1.ListOptions{FieldSelector: selector})
@@ -288,11 +294,7 @@ func TestNetworkPolicyFindingsFollowUpdates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	selector := fields.Set{
-		"involvedObject.kind": "NetworkPolicy",
-		"involvedObject.name": "flip",
-		"involvedObject.uid":  string(created.UID),
-	}.AsSelector().String()
+	selector := npEventsSelector("flip", created.UID)
 	// count is how many RulesIgnored events were emitted for the policy
 	// (a repeated event is one object with a count).
 	count := func() (int32, error) {

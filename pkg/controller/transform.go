@@ -216,9 +216,14 @@ func podFieldsOf(prepared compute.PreparedPod) podFields {
 		f.podIP = f.podIPs[0].IP
 	}
 	for _, np := range prepared.NamedPorts() {
-		f.ports = append(f.ports, corev1.ContainerPort{Name: np.Name, Protocol: corev1.Protocol(np.Protocol), ContainerPort: np.Port})
+		f.ports = append(f.ports, containerPortOf(np))
 	}
 	return f
+}
+
+// containerPortOf is a prepared named port as a container's port.
+func containerPortOf(np model.NamedPort) corev1.ContainerPort {
+	return corev1.ContainerPort{Name: np.Name, Protocol: corev1.Protocol(np.Protocol), ContainerPort: np.Port}
 }
 
 // rebuiltBy reports whether podFieldsOf(prepared) gives readers exactly f
@@ -251,7 +256,7 @@ func (f *podFields) rebuiltBy(prepared compute.PreparedPod) bool {
 		return false
 	}
 	for i, np := range ports {
-		if f.ports[i] != (corev1.ContainerPort{Name: np.Name, Protocol: corev1.Protocol(np.Protocol), ContainerPort: np.Port}) {
+		if f.ports[i] != containerPortOf(np) {
 			return false
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/network-policy-api/apis/v1alpha1"
 
@@ -115,27 +116,28 @@ func TestSlimObjectsComputeAlike(t *testing.T) {
 			}
 			return out
 		}
+		// cachedForm is what the informer's cache holds of o (a copy of
+		// it, trimmed), which a deep copy must keep as it is.
+		cachedForm := func(o runtime.Object) runtime.Object {
+			cached := trim(o.DeepCopyObject()).(runtime.Object)
+			if c := cached.DeepCopyObject(); !reflect.DeepEqual(c, cached) {
+				t.Fatalf("cached %T changes in a deep copy", cached)
+			}
+			return cached
+		}
 		for _, o := range nss {
 			if !slim {
 				e.UpsertNamespace(o.DeepCopy())
 				continue
 			}
-			cached := trim(o.DeepCopy()).(*cachedNamespace)
-			if c := cached.DeepCopyObject().(*cachedNamespace); !reflect.DeepEqual(c, cached) {
-				t.Fatal("cached namespace changes in a deep copy")
-			}
-			e.UpsertNamespace(cached.Namespace())
+			e.UpsertNamespace(cachedForm(o).(*cachedNamespace).Namespace())
 		}
 		for _, o := range nodes {
 			if !slim {
 				e.UpsertNode(o.DeepCopy())
 				continue
 			}
-			cached := trim(o.DeepCopy()).(*cachedNode)
-			if c := cached.DeepCopyObject().(*cachedNode); !reflect.DeepEqual(c, cached) {
-				t.Fatal("cached node changes in a deep copy")
-			}
-			e.UpsertNode(cached.Node())
+			e.UpsertNode(cachedForm(o).(*cachedNode).Node())
 		}
 		for _, o := range pods {
 			var p *corev1.Pod
