@@ -2,6 +2,7 @@ package compute
 
 import (
 	"maps"
+	"math/bits"
 	"net/netip"
 	"slices"
 	"strings"
@@ -551,8 +552,13 @@ func (e *Engine) applyPods(us []podUpdate) {
 		matches []*group
 	}
 	pre := make([]found, len(us))
+	// order holds each pod's place in the run in its low bits and its
+	// namespace name's hash above them.
+	shift := bits.Len(uint(len(us)))
+	order := make([]uint64, len(us))
 	inParallel(len(us), func(i int) {
 		u := &us[i]
+		order[i] = nsHash(u.key.namespace)<<shift | uint64(i)
 		ns := e.namespaces[u.key.namespace]
 		if u.delete || ns == nil || e.pods[u.key] != nil {
 			return // applied the usual way
@@ -565,12 +571,15 @@ func (e *Engine) applyPods(us []podUpdate) {
 	// comes twice keeps its order): streamed initial lists reach the
 	// handlers in a map's order, and pods of one namespace in a row find
 	// its pod lists and label index, and its groups, still in the cache.
-	order := make([]int32, len(us))
-	for i := range order {
-		order[i] = int32(i)
-	}
-	slices.SortStableFunc(order, func(a, b int32) int { return strings.Compare(us[a].key.namespace, us[b].key.namespace) })
-	for _, i := range order {
+	// The namespaces come in the order of their names' hashes: any order
+	// that keeps a namespace's pods together does, and sorting numbers is
+	// cheaper than comparing names (a stable sort by name was an eighth of
+	// the instructions of applying a run, on the engine's one goroutine).
+	// Two namespaces whose names share the hash's kept bits are applied
+	// interleaved, each still in order: only the cache notices.
+	slices.Sort(order)
+	for _, o := range order {
+		i := o & (1<<shift - 1)
 		u, f := us[i], pre[i]
 		if f.ns == nil || e.namespaces[u.key.namespace] != f.ns || e.pods[u.key] != nil {
 			// Not a new pod (it came twice in the run), or its namespace
@@ -580,6 +589,17 @@ func (e *Engine) applyPods(us []podUpdate) {
 		}
 		e.applyPodMatched(u, f.ns, f.matches)
 	}
+}
+
+// nsHash is a namespace name's 64-bit FNV-1a hash: fixed, so a run is
+// applied in the same order in every process.
+func nsHash(name string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(name); i++ {
+		h ^= uint64(name[i])
+		h *= 1099511628211
+	}
+	return h
 }
 
 // DeletePod removes a pod from every group.
