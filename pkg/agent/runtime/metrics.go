@@ -38,7 +38,7 @@ func newAgentMetrics(a *Agent) *agentMetrics {
 		}, []string{"trigger"}),
 		ofErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tierflow_agent_openflow_errors_total",
-			Help: "OpenFlow operations that failed: flow (the switch rejected a flow of a bundle), bundle (the bundle failed otherwise), stats, check, replay, start.",
+			Help: "OpenFlow operations that failed: flow (the switch rejected a flow of a bundle), bundle (the bundle failed otherwise), stats, check, replay, start, conntrack-flush (ending removed Service endpoints' connections), revalidator-wait (asking the switch whether its datapath flows were revalidated, before the second flush).",
 		}, []string{"op"}),
 		ofConnects: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tierflow_agent_openflow_connections_total",
