@@ -20,6 +20,7 @@ type agentMetrics struct {
 	ofErrors     *prometheus.CounterVec
 	ofConnects   prometheus.Counter
 	stateUpdates *prometheus.CounterVec
+	svcFlushes   *prometheus.CounterVec
 }
 
 func newAgentMetrics(a *Agent) *agentMetrics {
@@ -48,8 +49,12 @@ func newAgentMetrics(a *Agent) *agentMetrics {
 			Name: "tierflow_agent_state_updates_total",
 			Help: "Policy state updates applied, by kind: full (controller snapshot or restored state) or delta.",
 		}, []string{"kind"}),
+		svcFlushes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tierflow_agent_service_conntrack_flushes_total",
+			Help: "Conntrack flushes of removed Service endpoints and frontends, by when: bundle (right after the bundle that removed them), revalidated (again once the switch revalidated its datapath flows), back (that second flush left out: installed again by then).",
+		}, []string{"when"}),
 	}
-	m.reg.MustRegister(m.realizeTime, m.realizeErrs, m.ofErrors, m.ofConnects, m.stateUpdates,
+	m.reg.MustRegister(m.realizeTime, m.realizeErrs, m.ofErrors, m.ofConnects, m.stateUpdates, m.svcFlushes,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "tierflow_agent_controller_connected",

@@ -183,6 +183,7 @@ func (d *ovsDatapath) flushServicesLocked(ctx context.Context, out *proxy.Output
 		d.log.Warn("service proxy: ending connections of removed endpoints", "err", err)
 		return
 	}
+	d.m.svcFlushes.WithLabelValues("bundle").Add(float64(len(out.Flushes)))
 	if d.svcLate != nil {
 		d.svcLate.add(out.Flushes)
 	}
@@ -291,6 +292,8 @@ func (d *ovsDatapath) startLateFlushes(ctx context.Context, revalidated func(con
 				d.m.ofErrors.WithLabelValues("conntrack-flush").Inc()
 				d.log.Warn("service proxy: ending connections of removed endpoints (after revalidation)", "err", err)
 			default:
+				d.m.svcFlushes.WithLabelValues("revalidated").Add(float64(len(left)))
+				d.m.svcFlushes.WithLabelValues("back").Add(float64(len(batch) - len(left)))
 				d.log.Debug("service proxy: connections of removed endpoints ended again after revalidation", "flushes", len(left), "back", len(batch)-len(left))
 			}
 		}
