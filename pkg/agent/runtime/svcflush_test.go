@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -36,7 +37,9 @@ import (
 //     entry to it is left, the connections fail;
 //   - an endpoint leaves and comes back before the revalidation: the
 //     second flush leaves it out, its connection opened after its return
-//     goes on.
+//     goes on;
+//   - an agent that cannot reach ovs-vswitchd's control socket counts
+//     that (revalidator-wait) and flushes again after a fixed wait.
 func TestServiceFlushAfterRevalidation(t *testing.T) {
 	c := livecluster.New(t)
 	kubeconfig := agentKubeconfig(t, c)
@@ -105,7 +108,8 @@ func TestServiceFlushAfterRevalidation(t *testing.T) {
 	opts.Config.Kubeconfig = kubeconfig
 	ag := livecluster.StartAgent(t, "n1", opts)
 	ag.RealizedOn(t)
-	flushes := flushCounter(t, ag)
+	metric := metricReader(t, ag)
+	flushes := func(when string) int { return metric("tierflow_agent_service_conntrack_flushes_total", "when", when) }
 
 	vip := netip.MustParseAddrPort(svc.Spec.ClusterIP + ":80")
 	livecluster.Eventually(t, 60*time.Second, "the Service answers", func() error { return a.ProbeTCP(vip, 3*time.Second) })
@@ -245,11 +249,28 @@ func TestServiceFlushAfterRevalidation(t *testing.T) {
 	if ep, state := endpointOf(toE); ep != e.IPv4() || state != "ESTABLISHED" {
 		t.Errorf("the connection to e: conntrack to %v %s, want e ESTABLISHED", ep, state)
 	}
+
+	// 3. No control socket: the second flush comes after a fixed wait.
+	ag.Stop()
+	opts.VswitchdCtl = filepath.Join(t.TempDir(), "no-such.ctl")
+	ag = livecluster.StartAgent(t, "n1", opts)
+	ag.RealizedOn(t)
+	metric = metricReader(t, ag)
+	flushes = func(when string) int { return metric("tierflow_agent_service_conntrack_flushes_total", "when", when) }
+	setEndpoints(b)
+	livecluster.Eventually(t, 30*time.Second, "the second flush without a control socket", func() error {
+		if n := flushes("revalidated"); n == 0 {
+			return fmt.Errorf("no second flush yet (first: %d)", flushes("bundle"))
+		}
+		return nil
+	})
+	if n := metric("tierflow_agent_openflow_errors_total", "op", "revalidator-wait"); n == 0 {
+		t.Errorf("the failed revalidator/wait is not counted")
+	}
 }
 
-// flushCounter reads the agent's tierflow_agent_service_conntrack_flushes_total
-// by label "when".
-func flushCounter(t *testing.T, ag *livecluster.Agent) func(when string) int {
+// metricReader reads one of the agent's counters with one label.
+func metricReader(t *testing.T, ag *livecluster.Agent) func(name, label, value string) int {
 	t.Helper()
 	var addr string
 	livecluster.Eventually(t, 10*time.Second, "agent answers", func() error {
@@ -263,7 +284,7 @@ func flushCounter(t *testing.T, ag *livecluster.Agent) func(when string) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return func(when string) int {
+	return func(name, label, value string) int {
 		t.Helper()
 		resp, err := http.Get("http://127.0.0.1:" + port + "/metrics")
 		if err != nil {
@@ -274,7 +295,7 @@ func flushCounter(t *testing.T, ag *livecluster.Agent) func(when string) int {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m := regexp.MustCompile(`(?m)^tierflow_agent_service_conntrack_flushes_total\{when="` + when + `"\} (\d+)$`).FindSubmatch(body)
+		m := regexp.MustCompile(`(?m)^` + name + `\{` + label + `="` + value + `"\} (\d+)$`).FindSubmatch(body)
 		if m == nil {
 			return 0
 		}
