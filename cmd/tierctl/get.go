@@ -91,12 +91,12 @@ func (o *getOptions) run(cmd *cobra.Command, what string) error {
 					continue
 				}
 				cp := *g
-				cp.MembersByNode = map[string][]model.GroupMember{o.node: g.MembersByNode[o.node]}
+				cp.MembersByNode = model.MembersByNode{{Node: o.node, Members: g.MembersByNode.Get(o.node)}}
 				g = &cp
 			}
 			var members []model.GroupMember
-			for _, ms := range g.MembersByNode {
-				members = append(members, ms...)
+			for _, e := range g.MembersByNode {
+				members = append(members, e.Members...)
 			}
 			if nsSet && !hasNamespace(members, ns) {
 				continue
@@ -107,8 +107,8 @@ func (o *getOptions) run(cmd *cobra.Command, what string) error {
 		if o.output == "table" {
 			return writeGroups(w, len(out), func(i int) (model.Meta, string, []model.GroupMember) {
 				var members []model.GroupMember
-				for _, n := range sortedKeys(out[i].MembersByNode) {
-					members = append(members, out[i].MembersByNode[n]...)
+				for _, e := range out[i].MembersByNode { // sorted by node
+					members = append(members, e.Members...)
 				}
 				return out[i].Meta, out[i].Selector, members
 			})
@@ -155,15 +155,6 @@ func hasNamespace(members []model.GroupMember, ns string) bool {
 		}
 	}
 	return false
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
 }
 
 func spanText(span []string) string {

@@ -123,13 +123,15 @@ func checkSnapshot(t *testing.T, s *model.Snapshot) {
 		if !slices.IsSorted(g.Span) || g.ID != id {
 			t.Fatalf("group %s: span %v", id, g.Span)
 		}
-		for n := range g.MembersByNode {
-			if !slices.Contains(g.Span, n) {
-				t.Fatalf("group %s has members on %s outside span %v", id, n, g.Span)
-			}
-		}
+		// One entry per node of the span, in the span's (sorted) order,
+		// none empty.
 		if len(g.MembersByNode) != len(g.Span) {
 			t.Fatalf("group %s: span %v but members on %d nodes", id, g.Span, len(g.MembersByNode))
+		}
+		for i, e := range g.MembersByNode {
+			if e.Node != g.Span[i] || len(e.Members) == 0 {
+				t.Fatalf("group %s: entry %d is node %s with %d members, span %v", id, i, e.Node, len(e.Members), g.Span)
+			}
 		}
 	}
 }

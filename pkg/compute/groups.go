@@ -347,7 +347,7 @@ func (e *Engine) appliedToGroup(g *group) *model.AppliedToGroup {
 	if g.atgCache != nil {
 		return g.atgCache
 	}
-	var byNode map[string][]model.GroupMember
+	var byNode model.MembersByNode
 	if g.atgBase != nil {
 		byNode = g.patchedMembersByNode(g.atgBase.MembersByNode, g.atgDelta)
 	} else {

@@ -133,8 +133,9 @@ func atgPods(t testing.TB, s *model.Snapshot, id string) []string {
 		t.Fatalf("applied-to group %s not in snapshot", id)
 	}
 	var out []string
-	for node, ms := range g.MembersByNode {
-		for _, m := range ms {
+	for _, e := range g.MembersByNode {
+		node := e.Node
+		for _, m := range e.Members {
 			if m.Node != node {
 				t.Errorf("member %v listed under node %s", m, node)
 			}

@@ -1,7 +1,6 @@
 package compute
 
 import (
-	"maps"
 	"slices"
 	"strings"
 
@@ -189,62 +188,72 @@ func (s *spanList) get(counts *counts[string]) []string {
 	return out
 }
 
-// podMembersByNode builds an applied-to group's members from scratch.
-// The lists share one backing array, carved by the per-node counts (most
-// nodes hold one or two of a group's pods: one allocation instead of one
-// per node); each is capped, so appending to one cannot overwrite the next.
-func (g *group) podMembersByNode() map[string][]model.GroupMember {
-	byNode := make(map[string][]model.GroupMember, g.podsPerNode.len())
+// podMembersByNode builds an applied-to group's members from scratch, one
+// entry per node of its span (sorted, as the list must be). The lists
+// share one backing array, carved by the per-node counts (most nodes hold
+// one or two of a group's pods: one allocation instead of one per node);
+// each is capped, so appending to one cannot overwrite the next.
+func (g *group) podMembersByNode() model.MembersByNode {
+	span := g.atgSpan()
+	byNode := make(model.MembersByNode, len(span))
 	all := make([]model.GroupMember, g.pods.len())
 	off := 0
-	for n := range g.podsPerNode.keys() {
+	for i, n := range span {
 		c := g.podsPerNode.count(n)
-		byNode[n] = all[off : off : off+c]
+		byNode[i] = model.NodeMembers{Node: n, Members: all[off : off : off+c]}
 		off += c
 	}
 	for p := range g.pods.all() {
-		byNode[p.node()] = append(byNode[p.node()], p.member)
+		i, _ := byNode.Index(p.node())
+		byNode[i].Members = append(byNode[i].Members, p.member)
 	}
-	for _, ms := range byNode {
-		slices.SortFunc(ms, comparePodMembers)
+	for _, e := range byNode {
+		slices.SortFunc(e.Members, comparePodMembers)
 	}
 	return byNode
 }
 
 // patchedMembersByNode patches base's members with the noted pods: only
 // the lists of the nodes those pods were or are on are copied.
-func (g *group) patchedMembersByNode(base map[string][]model.GroupMember, delta map[*podState]podDelta) map[string][]model.GroupMember {
+func (g *group) patchedMembersByNode(base model.MembersByNode, delta map[*podState]podDelta) model.MembersByNode {
 	drops := map[string][]podKey{}
 	adds := map[string][]model.GroupMember{}
+	var touched []string
 	for p, was := range delta {
 		if was.member {
+			if _, seen := drops[was.node]; !seen {
+				touched = append(touched, was.node)
+			}
 			drops[was.node] = append(drops[was.node], p.key())
 		}
 		if g.pods.has(p) {
+			if _, seen := adds[p.node()]; !seen {
+				touched = append(touched, p.node())
+			}
 			adds[p.node()] = append(adds[p.node()], p.member)
 		}
 	}
-	byNode := maps.Clone(base)
-	if byNode == nil {
-		byNode = map[string][]model.GroupMember{}
-	}
-	patch := func(node string) {
-		ms := patchMembers(base[node], drops[node], adds[node])
-		if len(ms) == 0 {
-			delete(byNode, node)
-		} else {
-			byNode[node] = ms
+	slices.Sort(touched)
+	touched = slices.Compact(touched)
+	// Merge base's entries with the touched nodes' patched lists, in node
+	// order; a node left with no member has no entry.
+	byNode := make(model.MembersByNode, 0, len(base)+len(touched))
+	b := 0
+	for _, node := range touched {
+		for b < len(base) && base[b].Node < node {
+			byNode = append(byNode, base[b])
+			b++
+		}
+		var old []model.GroupMember
+		if b < len(base) && base[b].Node == node {
+			old = base[b].Members
+			b++
+		}
+		if ms := patchMembers(old, drops[node], adds[node]); len(ms) > 0 {
+			byNode = append(byNode, model.NodeMembers{Node: node, Members: ms})
 		}
 	}
-	for node := range drops {
-		patch(node)
-	}
-	for node := range adds {
-		if _, done := drops[node]; !done {
-			patch(node)
-		}
-	}
-	return byNode
+	return append(byNode, base[b:]...)
 }
 
 // addressMembers builds an address group's members from scratch.

@@ -85,7 +85,7 @@ spec:
 		equalStrings(t, "address group span", s.AddressGroups[id].Span, []string{"n1"})
 	}
 	// Named ports travel with members.
-	web := s.AppliedToGroups[p.AppliedToGroups[0]].MembersByNode["n1"][0]
+	web := s.AppliedToGroups[p.AppliedToGroups[0]].MembersByNode.Get("n1")[0]
 	if len(web.Ports) != 1 || web.Ports[0] != (model.NamedPort{Name: "http", Protocol: "TCP", Port: 8080}) {
 		t.Errorf("named ports of prod/web: %+v", web.Ports)
 	}

@@ -91,8 +91,8 @@ func appliedPods(s *model.Snapshot, p *model.Policy) []string {
 		if g == nil {
 			continue
 		}
-		for _, members := range g.MembersByNode {
-			for _, m := range members {
+		for _, e := range g.MembersByNode {
+			for _, m := range e.Members {
 				if m.Pod != nil {
 					out = append(out, m.Pod.String())
 				}

@@ -115,7 +115,8 @@ func NewEvaluator(snap *model.Snapshot, inv *Inventory) (*Evaluator, error) {
 	}
 	for id, g := range snap.AppliedToGroups {
 		members := map[model.PodRef]*model.GroupMember{}
-		for _, ms := range g.MembersByNode {
+		for _, e := range g.MembersByNode {
+			ms := e.Members
 			for i := range ms {
 				if ms[i].Pod != nil {
 					members[*ms[i].Pod] = &ms[i]

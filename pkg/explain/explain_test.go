@@ -46,10 +46,10 @@ func (w *world) member(ref string) model.GroupMember {
 
 // atg adds an applied-to group of the named pods and returns its ID.
 func (w *world) atg(id string, refs ...string) string {
-	g := &model.AppliedToGroup{Meta: model.Meta{ID: id}, MembersByNode: map[string][]model.GroupMember{}}
+	g := &model.AppliedToGroup{Meta: model.Meta{ID: id}, MembersByNode: model.MembersByNode{}}
 	for _, r := range refs {
 		m := w.member(r)
-		g.MembersByNode[m.Node] = append(g.MembersByNode[m.Node], m)
+		g.MembersByNode.Append(m.Node, m)
 	}
 	w.snap.AppliedToGroups[id] = g
 	return id

@@ -239,8 +239,8 @@ type AppliedToGroup struct {
 	Meta
 	// Selector describes the group in words, for tooling.
 	Selector string `json:"selector"`
-	// MembersByNode maps a node name to the group's pods on that node.
-	MembersByNode map[string][]GroupMember `json:"membersByNode"`
+	// MembersByNode are the group's pods on each node.
+	MembersByNode MembersByNode `json:"membersByNode"`
 }
 
 // AddressGroup is a set of addresses a rule's peers resolve to.

@@ -85,10 +85,10 @@ func policyInput(node string, pods []pipeline.LocalPod, nPolicies int) policyflo
 	in := policyflows.Input{Node: node, Pods: pods,
 		AppliedToGroups: map[string]*model.AppliedToGroup{}, AddressGroups: map[string]*model.AddressGroup{}}
 	atg := &model.AppliedToGroup{Meta: model.Meta{ID: "atg-local", Generation: 1, Span: []string{node}}, Selector: "bench local pods",
-		MembersByNode: map[string][]model.GroupMember{}}
+		MembersByNode: model.MembersByNode{}}
 	for _, p := range pods {
 		pr := p.Pod
-		atg.MembersByNode[node] = append(atg.MembersByNode[node], model.GroupMember{Pod: &pr, Node: node, IPs: p.IPs, Ports: p.Ports})
+		atg.MembersByNode.Append(node, model.GroupMember{Pod: &pr, Node: node, IPs: p.IPs, Ports: p.Ports})
 	}
 	in.AppliedToGroups[atg.ID] = atg
 	actions := []model.Action{model.ActionAllow, model.ActionDeny, model.ActionPass}

@@ -30,8 +30,8 @@ import (
 func computedPods(s *model.Snapshot) int {
 	seen := map[model.PodRef]struct{}{}
 	for _, g := range s.AppliedToGroups {
-		for _, ms := range g.MembersByNode {
-			for _, m := range ms {
+		for _, e := range g.MembersByNode {
+			for _, m := range e.Members {
 				if m.Pod != nil {
 					seen[*m.Pod] = struct{}{}
 				}

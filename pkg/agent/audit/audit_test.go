@@ -23,9 +23,9 @@ func TestMatchesNothing(t *testing.T) {
 	remote := model.PodRef{Namespace: "ns", Name: "remote"}
 	snap := &model.Snapshot{
 		AppliedToGroups: map[string]*model.AppliedToGroup{
-			"at-web":       {MembersByNode: map[string][]model.GroupMember{"n1": {{Pod: &local, Node: "n1", Ports: []model.NamedPort{web}}}}},
-			"at-plain":     {MembersByNode: map[string][]model.GroupMember{"n1": {{Pod: &local, Node: "n1"}}}},
-			"at-elsewhere": {MembersByNode: map[string][]model.GroupMember{"n2": {{Pod: &remote, Node: "n2"}}}},
+			"at-web":       {MembersByNode: model.MembersByNode{{Node: "n1", Members: []model.GroupMember{{Pod: &local, Node: "n1", Ports: []model.NamedPort{web}}}}}},
+			"at-plain":     {MembersByNode: model.MembersByNode{{Node: "n1", Members: []model.GroupMember{{Pod: &local, Node: "n1"}}}}},
+			"at-elsewhere": {MembersByNode: model.MembersByNode{{Node: "n2", Members: []model.GroupMember{{Pod: &remote, Node: "n2"}}}}},
 		},
 		AddressGroups: map[string]*model.AddressGroup{
 			"empty":     {},
@@ -88,7 +88,7 @@ func TestCheck(t *testing.T) {
 	gone := &model.Policy{Meta: model.Meta{ID: "p2", Generation: 1, Span: []string{"n1"}}, Tier: model.TierAdmin,
 		Source: model.PolicyRef{Kind: model.KindAdminNetworkPolicy, Name: "gone"}, AppliedToGroups: []string{"g"}}
 	snap := &model.Snapshot{Policies: []*model.Policy{p, gone},
-		AppliedToGroups: map[string]*model.AppliedToGroup{"g": {MembersByNode: map[string][]model.GroupMember{"n1": {{Pod: &pod, Node: "n1"}}}}}}
+		AppliedToGroups: map[string]*model.AppliedToGroup{"g": {MembersByNode: model.MembersByNode{{Node: "n1", Members: []model.GroupMember{{Pod: &pod, Node: "n1"}}}}}}}
 	action := pipeline.Cookie(3, pipeline.RoleAction, 1)
 	static := pipeline.Cookie(3, pipeline.RolePipeline, 0)
 	in := Input{Node: "n1", Bridge: "br", Snapshot: snap,

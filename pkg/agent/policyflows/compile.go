@@ -444,7 +444,7 @@ func appliedPods(in Input, pods map[model.PodRef]pipeline.LocalPod, p *model.Pol
 		if g == nil {
 			continue
 		}
-		members := g.MembersByNode[in.Node]
+		members := g.MembersByNode.Get(in.Node)
 		if out == nil {
 			out = make([]appliedPod, 0, len(members))
 		}

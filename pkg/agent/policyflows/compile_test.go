@@ -31,11 +31,11 @@ func newFixture(localPods int) *fixture {
 }
 
 func (f *fixture) atg(id string, ports map[int][]model.NamedPort, idx ...int) string {
-	g := &model.AppliedToGroup{Meta: model.Meta{ID: id}, MembersByNode: map[string][]model.GroupMember{}}
+	g := &model.AppliedToGroup{Meta: model.Meta{ID: id}, MembersByNode: model.MembersByNode{}}
 	for _, i := range idx {
 		p := f.pods[i-1]
 		ref := p.Pod
-		g.MembersByNode["n1"] = append(g.MembersByNode["n1"], model.GroupMember{Pod: &ref, Node: "n1", IPs: p.IPs, Ports: ports[i]})
+		g.MembersByNode.Append("n1", model.GroupMember{Pod: &ref, Node: "n1", IPs: p.IPs, Ports: ports[i]})
 	}
 	f.in.AppliedToGroups[id] = g
 	return id
@@ -332,7 +332,7 @@ func TestCacheFollowsContent(t *testing.T) {
 	if changed := render(); !strings.Contains(changed, "192.168.9.9") {
 		t.Fatalf("new address-group member not in the flows:\n%s", changed)
 	}
-	f.in.AppliedToGroups[atg].MembersByNode["n1"][0].Ports[0].Port = 8081
+	f.in.AppliedToGroups[atg].MembersByNode.Get("n1")[0].Ports[0].Port = 8081
 	if changed := render(); !strings.Contains(changed, "tcp_dst=8081") {
 		t.Fatalf("changed named port not in the flows:\n%s", changed)
 	}

@@ -66,7 +66,7 @@ func flowsString(fs []openflow.Flow) string {
 // every tier over them and remote peers.
 func randomInput(rng *rand.Rand) policyflows.Input {
 	in := policyflows.Input{Node: "n1", AppliedToGroups: map[string]*model.AppliedToGroup{}, AddressGroups: map[string]*model.AddressGroup{}}
-	atg := &model.AppliedToGroup{Meta: model.Meta{ID: "atg"}, MembersByNode: map[string][]model.GroupMember{}}
+	atg := &model.AppliedToGroup{Meta: model.Meta{ID: "atg"}, MembersByNode: model.MembersByNode{}}
 	for i := 1; i <= 6; i++ {
 		ref := model.PodRef{Namespace: "ns", Name: fmt.Sprintf("p%d", i)}
 		ip := netip.AddrFrom4([4]byte{10, 0, 0, byte(i)})
@@ -74,7 +74,7 @@ func randomInput(rng *rand.Rand) policyflows.Input {
 			in.Pods = append(in.Pods, pipeline.LocalPod{Pod: ref, OFPort: uint32(i), MAC: net.HardwareAddr{2, 0, 0, 0, 0, byte(i)}, IPs: []netip.Addr{ip}})
 		}
 		if rng.IntN(2) == 0 {
-			atg.MembersByNode["n1"] = append(atg.MembersByNode["n1"], model.GroupMember{Pod: &ref, Node: "n1", IPs: []netip.Addr{ip}})
+			atg.MembersByNode.Append("n1", model.GroupMember{Pod: &ref, Node: "n1", IPs: []netip.Addr{ip}})
 		}
 	}
 	in.AppliedToGroups[atg.ID] = atg
@@ -182,12 +182,12 @@ func benchInput() policyflows.Input { return benchInputOf(8, 100, 900) }
 // pods, each with its own peers remote peers.
 func benchInputOf(localPods, peers, policies int) policyflows.Input {
 	in := policyflows.Input{Node: "n1", AppliedToGroups: map[string]*model.AppliedToGroup{}, AddressGroups: map[string]*model.AddressGroup{}}
-	atg := &model.AppliedToGroup{Meta: model.Meta{ID: "atg"}, MembersByNode: map[string][]model.GroupMember{}}
+	atg := &model.AppliedToGroup{Meta: model.Meta{ID: "atg"}, MembersByNode: model.MembersByNode{}}
 	for i := 1; i <= localPods; i++ {
 		ref := model.PodRef{Namespace: "bench", Name: fmt.Sprintf("p%d", i)}
 		ip := netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)})
 		in.Pods = append(in.Pods, pipeline.LocalPod{Pod: ref, OFPort: uint32(i), MAC: net.HardwareAddr{2, 0, 0, 0, byte(i >> 8), byte(i)}, IPs: []netip.Addr{ip}})
-		atg.MembersByNode["n1"] = append(atg.MembersByNode["n1"], model.GroupMember{Pod: &ref, Node: "n1", IPs: []netip.Addr{ip}})
+		atg.MembersByNode.Append("n1", model.GroupMember{Pod: &ref, Node: "n1", IPs: []netip.Addr{ip}})
 	}
 	in.AppliedToGroups[atg.ID] = atg
 	actions := []model.Action{model.ActionAllow, model.ActionDeny, model.ActionPass}

@@ -127,10 +127,10 @@ func newState() *state {
 // atg returns the ID of an applied-to group holding pods.
 func (s *state) atg(pods ...*testPod) string {
 	var names []string
-	g := &model.AppliedToGroup{MembersByNode: map[string][]model.GroupMember{}}
+	g := &model.AppliedToGroup{MembersByNode: model.MembersByNode{}}
 	for _, p := range pods {
 		names = append(names, p.ref.String())
-		g.MembersByNode[p.node] = append(g.MembersByNode[p.node], p.member())
+		g.MembersByNode.Append(p.node, p.member())
 	}
 	g.ID = "atg:" + strings.Join(names, ",")
 	g.Selector = g.ID

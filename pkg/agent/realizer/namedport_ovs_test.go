@@ -57,7 +57,7 @@ func nodeInput(snap *model.Snapshot, n *node) policyflows.Input {
 		}
 	}
 	for _, g := range st.AppliedToGroups {
-		for _, m := range g.MembersByNode[n.name] {
+		for _, m := range g.MembersByNode.Get(n.name) {
 			add(m)
 		}
 	}

@@ -32,7 +32,7 @@ func namedPorts(st *wire.NodeState) map[model.PodRef][]model.NamedPort {
 		}
 	}
 	for _, g := range st.AppliedToGroups {
-		for _, m := range g.MembersByNode[st.Node] {
+		for _, m := range g.MembersByNode.Get(st.Node) {
 			add(m)
 		}
 	}

@@ -117,8 +117,8 @@ func hasAddressMember(st *wire.NodeState, pod string) bool {
 
 func hasAppliedMember(st *wire.NodeState, pod string) bool {
 	for _, g := range st.AppliedToGroups {
-		for _, ms := range g.MembersByNode {
-			for _, m := range ms {
+		for _, e := range g.MembersByNode {
+			for _, m := range e.Members {
 				if m.Pod != nil && m.Pod.Name == pod {
 					return true
 				}

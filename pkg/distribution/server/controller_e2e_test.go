@@ -223,7 +223,7 @@ func snapshotHas(snap *model.Snapshot, pod, node string, addressGroups bool) boo
 		return false
 	}
 	for _, g := range snap.AppliedToGroups {
-		for _, m := range g.MembersByNode[node] {
+		for _, m := range g.MembersByNode.Get(node) {
 			if m.Pod != nil && m.Pod.Name == pod {
 				return true
 			}

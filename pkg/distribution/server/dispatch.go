@@ -278,7 +278,7 @@ func (s *Server) queueDelta(ss *session, r *round, now time.Time) {
 			continue
 		}
 		ng := wire.AppliedToGroupForNode(g, ss.node)
-		if had && old.Selector == ng.Selector && wire.MembersEqual(old.MembersByNode[ss.node], ng.MembersByNode[ss.node]) {
+		if had && old.Selector == ng.Selector && wire.MembersEqual(old.MembersByNode.Get(ss.node), ng.MembersByNode.Get(ss.node)) {
 			continue
 		}
 		ss.atgs[id] = ng

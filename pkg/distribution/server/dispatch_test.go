@@ -106,7 +106,7 @@ func member(name, node string) model.GroupMember {
 func TestGroupMovingBetweenPoliciesInOneRound(t *testing.T) {
 	src := newMemSource()
 	src.snap.AppliedToGroups["atg"] = &model.AppliedToGroup{Meta: model.Meta{ID: "atg", Span: []string{"n1"}},
-		MembersByNode: map[string][]model.GroupMember{"n1": {member("a", "n1")}}}
+		MembersByNode: model.MembersByNode{{Node: "n1", Members: []model.GroupMember{member("a", "n1")}}}}
 	src.snap.AddressGroups["ag"] = &model.AddressGroup{Meta: model.Meta{ID: "ag"}, Members: []model.GroupMember{member("b", "n2")}}
 	pol := func(id string) *model.Policy {
 		return &model.Policy{Meta: model.Meta{ID: id, Generation: 1, Span: []string{"n1"}}, AppliedToGroups: []string{"atg"},
@@ -152,7 +152,7 @@ func TestGroupMovingBetweenPoliciesInOneRound(t *testing.T) {
 func TestRecreatedPolicyWithSameGeneration(t *testing.T) {
 	src := newMemSource()
 	src.snap.AppliedToGroups["atg"] = &model.AppliedToGroup{Meta: model.Meta{ID: "atg", Span: []string{"n1"}},
-		MembersByNode: map[string][]model.GroupMember{"n1": {member("a", "n1")}}}
+		MembersByNode: model.MembersByNode{{Node: "n1", Members: []model.GroupMember{member("a", "n1")}}}}
 	pol := func(prio int32) *model.Policy {
 		return &model.Policy{Meta: model.Meta{ID: "p", Generation: 1, Span: []string{"n1"}}, Priority: prio, AppliedToGroups: []string{"atg"}}
 	}

@@ -108,8 +108,8 @@ func TestSpanAndDeltas(t *testing.T) {
 	// Applied-to groups carry only the node's own members.
 	for _, a := range agents {
 		for _, g := range a.State().AppliedToGroups {
-			for n := range g.MembersByNode {
-				if n != a.Node() {
+			for _, e := range g.MembersByNode {
+				if n := e.Node; n != a.Node() {
 					t.Errorf("agent %s received members of node %s in group %s", a.Node(), n, g.ID)
 				}
 			}

@@ -109,10 +109,10 @@ func AppliedToGroupForNode(g *model.AppliedToGroup, node string) *model.AppliedT
 	c := model.AppliedToGroup{
 		Meta:          model.Meta{ID: g.ID},
 		Selector:      g.Selector,
-		MembersByNode: map[string][]model.GroupMember{},
+		MembersByNode: model.MembersByNode{},
 	}
-	if ms := g.MembersByNode[node]; len(ms) > 0 {
-		c.MembersByNode[node] = SortedMembers(ms)
+	if ms := g.MembersByNode.Get(node); len(ms) > 0 {
+		c.MembersByNode = model.MembersByNode{{Node: node, Members: SortedMembers(ms)}}
 	}
 	return &c
 }
@@ -371,7 +371,7 @@ func deletions[T any](ids []string, held map[string]T, upserted []T, id func(T) 
 func normalizeATG(g *model.AppliedToGroup) *model.AppliedToGroup {
 	if g.MembersByNode == nil {
 		c := *g
-		c.MembersByNode = map[string][]model.GroupMember{}
+		c.MembersByNode = model.MembersByNode{}
 		return &c
 	}
 	return g

@@ -62,9 +62,9 @@ func TestForNodeFiltersSpanAndMembers(t *testing.T) {
 				Rules: []model.Rule{{Peer: model.Peer{AddressGroups: []string{"ag2"}}}}},
 		},
 		AppliedToGroups: map[string]*model.AppliedToGroup{
-			"g1": {Meta: model.Meta{ID: "g1", Generation: 7, Span: []string{"n1", "n2"}}, MembersByNode: map[string][]model.GroupMember{
-				"n1": {member("a", "n1", "10.0.0.1")}, "n2": {member("b", "n2", "10.0.0.2")}}},
-			"g2": {Meta: model.Meta{ID: "g2", Span: []string{"n2"}}, MembersByNode: map[string][]model.GroupMember{"n2": {member("c", "n2", "10.0.0.3")}}},
+			"g1": {Meta: model.Meta{ID: "g1", Generation: 7, Span: []string{"n1", "n2"}}, MembersByNode: model.MembersByNodeOf(map[string][]model.GroupMember{
+				"n1": {member("a", "n1", "10.0.0.1")}, "n2": {member("b", "n2", "10.0.0.2")}})},
+			"g2": {Meta: model.Meta{ID: "g2", Span: []string{"n2"}}, MembersByNode: model.MembersByNode{{Node: "n2", Members: []model.GroupMember{member("c", "n2", "10.0.0.3")}}}},
 		},
 		AddressGroups: map[string]*model.AddressGroup{
 			"ag1": {Meta: model.Meta{ID: "ag1", Span: []string{"n1", "n2"}}, Members: []model.GroupMember{member("z", "n9", "10.9.0.1")}},
@@ -76,7 +76,7 @@ func TestForNodeFiltersSpanAndMembers(t *testing.T) {
 		t.Fatalf("policies %v", st.Policies)
 	}
 	g := st.AppliedToGroups["g1"]
-	if len(st.AppliedToGroups) != 1 || len(g.MembersByNode) != 1 || g.MembersByNode["n1"][0].Pod.Name != "a" || g.Generation != 0 {
+	if len(st.AppliedToGroups) != 1 || len(g.MembersByNode) != 1 || g.MembersByNode.Get("n1")[0].Pod.Name != "a" || g.Generation != 0 {
 		t.Fatalf("applied-to groups %+v", st.AppliedToGroups)
 	}
 	if len(st.AddressGroups) != 1 || len(st.AddressGroups["ag1"].Members) != 1 {

@@ -385,8 +385,8 @@ func BenchmarkControllerFromInformerStart(b *testing.B) {
 			}
 			members := 0
 			for _, g := range s.AppliedToGroups {
-				for _, ms := range g.MembersByNode {
-					members += len(ms)
+				for _, e := range g.MembersByNode {
+					members += len(e.Members)
 				}
 			}
 			if members == 0 {

@@ -22,8 +22,8 @@ func sampleState() *wire.NodeState {
 			IPBlocks:      []model.IPBlock{{CIDR: netip.MustParsePrefix("10.0.0.0/8"), Except: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/16")}}},
 		}}},
 	}
-	st.AppliedToGroups["g1"] = &model.AppliedToGroup{Meta: model.Meta{ID: "g1"}, MembersByNode: map[string][]model.GroupMember{
-		"n1": {{Pod: &model.PodRef{Namespace: "ns", Name: "a"}, Node: "n1", IPs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}}},
+	st.AppliedToGroups["g1"] = &model.AppliedToGroup{Meta: model.Meta{ID: "g1"}, MembersByNode: model.MembersByNode{
+		{Node: "n1", Members: []model.GroupMember{{Pod: &model.PodRef{Namespace: "ns", Name: "a"}, Node: "n1", IPs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}}}},
 	}}
 	st.AddressGroups["ag1"] = &model.AddressGroup{Meta: model.Meta{ID: "ag1", Generation: 2}, Members: []model.GroupMember{
 		{Pod: &model.PodRef{Namespace: "ns", Name: "b"}, Node: "n2", IPs: []netip.Addr{netip.MustParseAddr("fd00::2")},
