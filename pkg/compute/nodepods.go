@@ -88,29 +88,6 @@ func (e *Engine) setPodInfo(p *podState, node string, ips []netip.Addr, ports []
 	}
 }
 
-// joinPodInfo is setPodInfo for a new pod whose node, addresses and named
-// ports are set already (p.member) but in none of the engine's shared
-// structures yet: what setPodInfo does from a pod with none.
-func (e *Engine) joinPodInfo(p *podState) {
-	node, ips := p.node(), p.ips()
-	for _, ip := range ips {
-		owners := e.ipOwners[ip]
-		e.touchOwners(owners)
-		e.ipOwners[ip] = owners.with(p)
-	}
-	if node != "" {
-		n := e.nodePods[node]
-		if n == nil {
-			n = &nodePodsState{name: node}
-			e.nodePods[node] = n
-		}
-		n.pods.add(p, nodePos)
-	}
-	if node != "" || len(ips) > 0 {
-		e.touchPodEntry(p)
-	}
-}
-
 // addressOwners are the pods claiming one address: nearly always one,
 // held in place (a set of its own took two allocations for every pod
 // address); a set only while several do (a reused address whose previous

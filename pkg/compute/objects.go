@@ -300,6 +300,15 @@ func (p PreparedPod) Labels() map[string]string {
 // and NamedPorts hold what the engine reads.
 func (p PreparedPod) Eligible() bool { return p.ok && !p.u.delete }
 
+// Node is the node of the pod p was prepared from when Eligible (else
+// "").
+func (p PreparedPod) Node() string {
+	if !p.Eligible() {
+		return ""
+	}
+	return p.u.node
+}
+
 // IPs are the pod's status addresses as the engine reads them: parsed,
 // unmapped, without duplicates, sorted (shared: never modify).
 func (p PreparedPod) IPs() []netip.Addr { return p.u.ips }
@@ -321,15 +330,17 @@ func (e *Engine) UpsertPreparedPod(p PreparedPod) {
 // podUpdate is a pod event, read from the object: an upsert, or a delete
 // for a pod that cannot take part in policy.
 type podUpdate struct {
-	key    podKey
+	key podKey
+	// delete and labelsImmutable share a word (a prepared pod is in every
+	// cached pod: 8 bytes of each).
 	delete bool
 	// labels is the object's own map, read (under the engine's lock)
 	// before the call returns and never kept unless labelsImmutable (a
 	// prepared pod's shared map, which nothing modifies: the engine keeps
 	// it rather than a copy); labelsHash its labelsHash.
+	labelsImmutable bool
 	labels          map[string]string
 	labelsHash      uint64
-	labelsImmutable bool
 	node            string
 	uid             types.UID
 	ips             []netip.Addr // status
@@ -533,30 +544,12 @@ func (e *Engine) eachMatchingGroup(ns *nsState, lbls map[string]string, ports []
 var podRunMin = 2 * parallelMin
 
 // applyPods applies a run of pod upserts (no deletes), as applyPod each
-// in order. A long run's new pods (the bulk of a large cluster's start)
-// are applied in phases, most of them on every core:
-//
-//  1. for each pod, in parallel: the groups it joins, found on the
-//     engine's current groups and namespace (pod upserts change no group,
-//     selector index or namespace), and its state, made with its own
-//     group set (finding and making only read the engine);
-//  2. one at a time: each in the engine's pod table (which tells a pod
-//     that comes twice in the run: applied the usual way afterwards);
-//  3. per namespace, in parallel: the namespace's pod list and label
-//     index;
-//  4. per group, in parallel: the group's pods, per-node counts and
-//     member notes;
-//  5. one at a time, what is shared: node lists and address owners, the
-//     nodes that joined a group's span, and the records of changes (one
-//     change list, one generation clock).
-//
-// Applying them one at a time, on one core, was most of the time between
-// the end of the pods' initial list and the controller's sync. Pods are
-// taken namespace by namespace (in order within one): streamed initial
-// lists reach the handlers in a map's order, and pods of one namespace in
-// a row find its pod lists and label index, and its groups, still in the
-// cache. Every list keeps the order the pods would have been added one at
-// a time in that order.
+// in order. For a long run, the groups each new pod joins are found first,
+// for all of them at once and on every core: finding them only reads the
+// engine (pod upserts change no group, selector index or namespace), and
+// on a large cluster's start, with pods the bulk of the engine's work, it
+// is about half of a new pod's cost. Applying stays on one core, in
+// order within each namespace.
 func (e *Engine) applyPods(us []podUpdate) {
 	if len(us) < podRunMin {
 		for _, u := range us {
@@ -566,127 +559,37 @@ func (e *Engine) applyPods(us []podUpdate) {
 	}
 	type found struct {
 		ns      *nsState
-		matches []*group // without repeats
-		p       *podState
+		matches []*group
 	}
 	pre := make([]found, len(us))
 	inParallel(len(us), func(i int) {
 		u := &us[i]
 		ns := e.namespaces[u.key.namespace]
-		if u.delete || ns == nil || !u.labelsImmutable || u.labels == nil || e.pods[u.key] != nil {
+		if u.delete || ns == nil || e.pods[u.key] != nil {
 			return // applied the usual way
 		}
-		p := &podState{ns: ns, labels: u.labels, uid: u.uid, statusIPs: u.ips}
-		p.member = model.GroupMember{
-			Pod:   &model.PodRef{Namespace: u.key.namespace, Name: u.key.name},
-			Node:  u.node,
-			IPs:   e.effectiveIPs(*u),
-			Ports: u.ports,
-		}
 		var ms []*group
-		e.eachMatchingGroup(ns, u.labels, u.ports, func(g *group) {
-			if p.groups.add(g) {
-				ms = append(ms, g)
-			}
-		})
-		pre[i] = found{ns, ms, p}
+		e.eachMatchingGroup(ns, u.labels, u.ports, func(g *group) { ms = append(ms, g) })
+		pre[i] = found{ns, ms}
 	})
+	// Applied namespace by namespace (in order within one: a pod that
+	// comes twice keeps its order): streamed initial lists reach the
+	// handlers in a map's order, and pods of one namespace in a row find
+	// its pod lists and label index, and its groups, still in the cache.
 	order := make([]int32, len(us))
 	for i := range order {
 		order[i] = int32(i)
 	}
 	slices.SortStableFunc(order, func(a, b int32) int { return strings.Compare(us[a].key.namespace, us[b].key.namespace) })
-
-	// 2: the new pods, in order; the others (not new, or not prepared) wait.
-	fresh, later := order[:0:0], order[:0:0]
-	memberships := 0
 	for _, i := range order {
-		u, f := &us[i], &pre[i]
-		if f.p == nil || e.namespaces[u.key.namespace] != f.ns || e.pods[u.key] != nil {
-			later = append(later, i)
+		u, f := us[i], pre[i]
+		if f.ns == nil || e.namespaces[u.key.namespace] != f.ns || e.pods[u.key] != nil {
+			// Not a new pod (it came twice in the run), or its namespace
+			// state is another than the one its groups were found in.
+			e.applyPod(u)
 			continue
 		}
-		e.pods[u.key] = f.p
-		fresh = append(fresh, i)
-		memberships += len(f.matches)
-	}
-
-	// 3: namespace by namespace.
-	var nsRuns []int // start of each namespace's run in fresh, then len(fresh)
-	for k, i := range fresh {
-		if k == 0 || pre[i].ns != pre[fresh[k-1]].ns {
-			nsRuns = append(nsRuns, k)
-		}
-	}
-	nsRuns = append(nsRuns, len(fresh))
-	inParallelWeighed(len(nsRuns)-1, len(fresh), 1, func(r int) {
-		for _, i := range fresh[nsRuns[r]:nsRuns[r+1]] {
-			p := pre[i].p
-			p.ns.pods.add(p, nsPos)
-			p.ns.podLabels.add(p.labels, p)
-		}
-	})
-
-	// 4: group by group. The pods joining each group, in order: a
-	// counting sort by the group's place in groups.
-	var groups []*group
-	place := make(map[*group]int32)
-	at := make([]int32, 0, memberships) // each membership's group's place
-	for _, i := range fresh {
-		for _, g := range pre[i].matches {
-			j, ok := place[g]
-			if !ok {
-				j = int32(len(groups))
-				place[g] = j
-				groups = append(groups, g)
-			}
-			at = append(at, j)
-		}
-	}
-	start := make([]int32, len(groups)+1)
-	for _, j := range at {
-		start[j+1]++
-	}
-	for j := range groups {
-		start[j+1] += start[j]
-	}
-	joining := make([]*podState, memberships)
-	next := slices.Clone(start[:len(groups)])
-	k := 0
-	for _, i := range fresh {
-		for range pre[i].matches {
-			j := at[k]
-			joining[next[j]] = pre[i].p
-			next[j]++
-			k++
-		}
-	}
-	// spans[j] are the nodes that joined groups[j]'s span, in order.
-	spans := make([][]string, len(groups))
-	inParallelWeighed(len(groups), memberships, 1, func(j int) {
-		g := groups[j]
-		for _, p := range joining[start[j]:start[j+1]] {
-			g.notePod(p)
-			g.pods.add(p)
-			if g.podsPerNode.add(p.node(), 1) == 1 {
-				spans[j] = append(spans[j], p.node())
-			}
-		}
-	})
-
-	// 5: what the pods share.
-	for _, i := range fresh {
-		e.joinPodInfo(pre[i].p)
-	}
-	for j, g := range groups {
-		for _, node := range spans[j] {
-			e.atgSpanChanged(g, node, 1)
-		}
-		e.touchGroup(g)
-	}
-
-	for _, i := range later {
-		e.applyPod(us[i])
+		e.applyPodMatched(u, f.ns, f.matches)
 	}
 }
 

@@ -493,13 +493,8 @@ const parallelChunk = 32
 // as the workers ask: when the other cores are busy (during a start, with
 // the informers' goroutines), a worker that is not scheduled takes no
 // share the caller then waits for, it leaves the work to the others.
-func inParallel(n int, fn func(i int)) { inParallelWeighed(n, n, parallelChunk, fn) }
-
-// inParallelWeighed is inParallel for n items of uneven size that hold
-// about work units of work between them (workers only when work is at
-// least parallelMin per worker), handed out chunk indexes at a time.
-func inParallelWeighed(n, work, chunk int, fn func(i int)) {
-	workers := min(runtime.GOMAXPROCS(0), work/parallelMin, n)
+func inParallel(n int, fn func(i int)) {
+	workers := min(runtime.GOMAXPROCS(0), n/parallelMin)
 	if workers <= 1 {
 		for i := 0; i < n; i++ {
 			fn(i)
@@ -508,13 +503,13 @@ func inParallelWeighed(n, work, chunk int, fn func(i int)) {
 	}
 	var next, done atomic.Int64
 	finished := make(chan struct{})
-	worker := func() {
+	work := func() {
 		for {
-			lo := int(next.Add(int64(chunk))) - chunk
+			lo := int(next.Add(parallelChunk)) - parallelChunk
 			if lo >= n {
 				return
 			}
-			hi := min(lo+chunk, n)
+			hi := min(lo+parallelChunk, n)
 			for i := lo; i < hi; i++ {
 				fn(i)
 			}
@@ -526,9 +521,9 @@ func inParallelWeighed(n, work, chunk int, fn func(i int)) {
 		}
 	}
 	for w := 1; w < workers; w++ {
-		go worker()
+		go work()
 	}
-	worker()
+	work()
 	<-finished
 }
 
