@@ -301,6 +301,15 @@ func (p PreparedPod) Labels() map[string]string {
 // and NamedPorts hold what the engine reads.
 func (p PreparedPod) Eligible() bool { return p.ok && !p.u.delete }
 
+// Node is the node of the pod p was prepared from when Eligible (else
+// "").
+func (p PreparedPod) Node() string {
+	if !p.Eligible() {
+		return ""
+	}
+	return p.u.node
+}
+
 // IPs are the pod's status addresses as the engine reads them: parsed,
 // unmapped, without duplicates, sorted (shared: never modify).
 func (p PreparedPod) IPs() []netip.Addr { return p.u.ips }
@@ -322,15 +331,17 @@ func (e *Engine) UpsertPreparedPod(p PreparedPod) {
 // podUpdate is a pod event, read from the object: an upsert, or a delete
 // for a pod that cannot take part in policy.
 type podUpdate struct {
-	key    podKey
+	key podKey
+	// delete and labelsImmutable share a word (a prepared pod is in every
+	// cached pod: 8 bytes of each).
 	delete bool
 	// labels is the object's own map, read (under the engine's lock)
 	// before the call returns and never kept unless labelsImmutable (a
 	// prepared pod's shared map, which nothing modifies: the engine keeps
 	// it rather than a copy); labelsHash its labelsHash.
+	labelsImmutable bool
 	labels          map[string]string
 	labelsHash      uint64
-	labelsImmutable bool
 	node            string
 	uid             types.UID
 	ips             []netip.Addr // status

@@ -134,16 +134,15 @@ func (np *cachedNetworkPolicy) DeepCopyObject() runtime.Object {
 // corev1.Pod tierctl's queries read.
 type cachedPod struct {
 	cachedMeta
-	nodeName    string
-	hostNetwork bool
-	phase       corev1.PodPhase
-	// api holds the pod's addresses and named ports as the API object
-	// wrote them, kept only when its preparation does not give them back
-	// exactly (podFieldsOf): a pod that takes no part in policy, IPs
-	// not in the preparation's order or form, sidecar ports. For the
-	// others (nearly every pod) they are read from the preparation,
-	// which holds them anyway: about 180 bytes less per pod (three
-	// allocations, and a size class of 288 bytes instead of 384).
+	phase corev1.PodPhase
+	// api holds the pod's node, host-network flag, addresses and named
+	// ports as the API object wrote them, kept only when its preparation
+	// does not give them back exactly (podFieldsOf): a pod that takes no
+	// part in policy but has a node (host network, terminated), IPs not
+	// in the preparation's order or form, sidecar ports. For the others
+	// (nearly every pod) they are read from the preparation, which holds
+	// them anyway: about 210 bytes less per pod (three allocations, and
+	// a size class of 256 bytes instead of 384).
 	api *podFields
 	// prepared is the pod as the engine reads it, prepared as it arrives
 	// on the informer's goroutine: the engine's goroutine then neither
@@ -152,10 +151,13 @@ type cachedPod struct {
 	prepared compute.PreparedPod
 }
 
-// podFields are the addresses and named ports a cachedPod's readers see.
+// podFields are the node, host-network flag, addresses and named ports a
+// cachedPod's readers see.
 type podFields struct {
-	podIP  string
-	podIPs []corev1.PodIP
+	nodeName    string
+	hostNetwork bool
+	podIP       string
+	podIPs      []corev1.PodIP
 	// ports are the named ports of the containers, sidecarPorts those of
 	// the sidecars (init containers with restartPolicy Always, which serve
 	// ports for the pod's whole life); which container declares a port
@@ -170,11 +172,9 @@ func newCachedPod(p *corev1.Pod) *cachedPod {
 		meta.Labels = l // shared with the pods of equal labels
 	}
 	c := &cachedPod{
-		cachedMeta:  meta,
-		nodeName:    p.Spec.NodeName,
-		hostNetwork: p.Spec.HostNetwork,
-		phase:       p.Status.Phase,
-		prepared:    prepared,
+		cachedMeta: meta,
+		phase:      p.Status.Phase,
+		prepared:   prepared,
 	}
 	// The fields as the object has them are checked against the
 	// preparation on the stack (the ports in a buffer there): only a pod
@@ -193,6 +193,8 @@ func newCachedPod(p *corev1.Pod) *cachedPod {
 // them, the ports appended to ports.
 func apiPodFields(p *corev1.Pod, ports []corev1.ContainerPort) podFields {
 	return podFields{
+		nodeName:     p.Spec.NodeName,
+		hostNetwork:  p.Spec.HostNetwork,
 		podIP:        p.Status.PodIP,
 		podIPs:       p.Status.PodIPs,
 		ports:        appendNamedPorts(ports, p.Spec.Containers, false),
@@ -200,15 +202,17 @@ func apiPodFields(p *corev1.Pod, ports []corev1.ContainerPort) podFields {
 	}
 }
 
-// podFieldsOf rebuilds a pod's addresses and named ports from its
+// podFieldsOf rebuilds a pod's node, addresses and named ports from its
 // preparation: the addresses in its order (the first one primary), the
 // ports as its containers' (none for a pod that takes no part in
-// policy, whose preparation holds neither).
+// policy, whose preparation holds none of them). A pod that does is not
+// on the host network.
 func podFieldsOf(prepared compute.PreparedPod) podFields {
 	var f podFields
 	if !prepared.Eligible() {
 		return f
 	}
+	f.nodeName = prepared.Node()
 	for _, ip := range prepared.IPs() {
 		f.podIPs = append(f.podIPs, corev1.PodIP{IP: ip.String()})
 	}
@@ -231,7 +235,7 @@ func containerPortOf(np model.NamedPort) corev1.ContainerPort {
 // rebuilt fields for every pod of an informer's initial list, only to
 // drop them, was garbage on the controller's busiest path.
 func (f *podFields) rebuiltBy(prepared compute.PreparedPod) bool {
-	if len(f.sidecarPorts) > 0 {
+	if len(f.sidecarPorts) > 0 || f.hostNetwork || f.nodeName != prepared.Node() {
 		return false
 	}
 	var ips []netip.Addr
@@ -277,7 +281,7 @@ func (p *cachedPod) Pod() *corev1.Pod {
 	f := p.fields()
 	pod := &corev1.Pod{
 		ObjectMeta: p.objectMeta(),
-		Spec:       corev1.PodSpec{NodeName: p.nodeName, HostNetwork: p.hostNetwork},
+		Spec:       corev1.PodSpec{NodeName: f.nodeName, HostNetwork: f.hostNetwork},
 		Status:     corev1.PodStatus{Phase: p.phase, PodIP: f.podIP, PodIPs: f.podIPs},
 	}
 	pod.Labels = maps.Clone(p.Labels) // the cache's map is shared with other pods

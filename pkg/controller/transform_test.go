@@ -238,6 +238,14 @@ func TestCachedPodRebuildsItsFields(t *testing.T) {
 		p.Spec.Containers[0].Ports = []corev1.ContainerPort{{Name: "a", ContainerPort: 2, Protocol: corev1.ProtocolTCP},
 			{Name: "z", ContainerPort: 1, Protocol: corev1.ProtocolUDP}}
 	})
+	// Pods that take no part in policy: their node and host-network flag
+	// are not in their preparation.
+	variant("host-network", func(p *corev1.Pod) { p.Spec.HostNetwork = true })
+	variant("succeeded", func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded })
+	variant("unscheduled", func(p *corev1.Pod) { p.Spec.NodeName, p.Status.PodIP, p.Status.PodIPs = "", "", nil })
+	variant("unscheduled-no-ports", func(p *corev1.Pod) {
+		p.Spec.NodeName, p.Status.PodIP, p.Status.PodIPs, p.Spec.Containers = "", "", nil, nil
+	})
 	rebuilt := 0
 	for _, p := range pods {
 		c := newCachedPod(p.DeepCopy())

@@ -41,14 +41,21 @@ var churnChanges = flag.Int("churn-changes", 20, "backend changes TestEndpointCh
 //   - a connection to a backend that left ends (its next request fails;
 //     the backend may be back by the time the failure shows on a loaded
 //     machine: a failure is excused iff the backend left since the last
-//     request that succeeded began);
+//     request that succeeded began), within removedBound of the removal:
+//     no request on it succeeds later than that while the backend is out,
+//     and just before the backend is put back (it is out for removedBound
+//     at least) no ESTABLISHED conntrack entry of the Service's address
+//     to it is left on any node (the agents flush its connections right
+//     after the bundle, and again once the switch revalidated the
+//     datapath flows cached from the old tables, which can pick a
+//     flushed connection up again mid-stream);
 //   - new connections (one every 40 ms per client) succeed, except those
 //     the switch balanced to a backend that was leaving (just before its
 //     bundle, or through datapath flows not yet revalidated): the
-//     conntrack flush after the bundle ends them, as every connection to
-//     a removed backend, and the client sees a timeout or a reset. The
-//     bridges show which: such a connection's entry is gone or was picked
-//     up again mid-stream (BE_LIBERAL); any other failure is a violation;
+//     conntrack flushes end them, as every connection to a removed
+//     backend, and the client sees a timeout or a reset. The bridges show
+//     which: such a connection's entry is gone or was picked up again
+//     mid-stream (BE_LIBERAL); any other failure is a violation;
 //   - none started after the client's node stopped choosing a backend,
 //     and opened before the backend was put back, reaches it (the
 //     backends keep running: they would answer).
@@ -270,6 +277,22 @@ func TestEndpointChurn(t *testing.T) {
 							longRequests.Add(1)
 							noteSlow(sent)
 							lastOK = sent
+							// Sent while host was out, removedBound
+							// after its removal: the flushes missed it.
+							mu.Lock()
+							var since time.Time
+							if ws := outs[host]; len(ws) > 0 {
+								if last := ws[len(ws)-1]; !last.removed.IsZero() && sent.After(last.removed.Add(removedBound)) && (last.joined.IsZero() || sent.Before(last.joined)) {
+									since = last.removed
+								}
+							}
+							mu.Unlock()
+							if !since.IsZero() {
+								violate(c, lc.localPort(), "%s: long-lived connection to %s answered a request sent at %s, %v after its removal at %s",
+									c.Name, host, sent.Format("15:04:05.000"), sent.Sub(since).Round(time.Millisecond), since.Format("15:04:05.000"))
+								lc.Close()
+								break
+							}
 							continue
 						}
 						// The backend left since the last request that
@@ -304,12 +327,46 @@ func TestEndpointChurn(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// stillOutCheck: b, out since removed, has no connection left
+	// (called removedBound after that at least, while b is still out).
+	var outChecks int
+	stillOutCheck := func(b string, removed time.Time) {
+		outChecks++
+		if left := establishedTo(bed, svc.Spec.ClusterIP, ipOf[b]); len(left) > 0 {
+			violate(framework.Pod{}, 0, "%s, removed at %s, still out %v later: ESTABLISHED connections to it:\n    %s",
+				b, removed.Format("15:04:05.000"), time.Since(removed).Round(time.Millisecond), strings.Join(left, "\n    "))
+		}
+	}
 	start := time.Now()
 	var took []time.Duration
 	var timeline []string
 	for i := 0; i < *churnChanges; i++ {
 		var name string
 		mu.Lock()
+		if i%2 == 1 {
+			// The backend out the longest (one never in first) goes
+			// back in, once it is out for removedBound: first, its
+			// connections are gone.
+			var removed time.Time
+			for _, b := range backends {
+				if in[b] {
+					continue
+				}
+				var r time.Time
+				if ws := outs[b]; len(ws) > 0 {
+					r = ws[len(ws)-1].removed
+				}
+				if name == "" || r.Before(removed) {
+					name, removed = b, r
+				}
+			}
+			mu.Unlock()
+			if !removed.IsZero() {
+				time.Sleep(time.Until(removed.Add(removedBound)))
+				stillOutCheck(name, removed)
+			}
+			mu.Lock()
+		}
 		if i%2 == 0 {
 			// Out: the oldest backend in.
 			for _, b := range backends {
@@ -321,12 +378,6 @@ func TestEndpointChurn(t *testing.T) {
 			in[name] = false
 			outs[name] = append(outs[name], &outWindow{})
 		} else {
-			// In: one out for a second at least.
-			for _, b := range backends {
-				if ws := outs[b]; !in[b] && (len(ws) == 0 || ws[len(ws)-1].removed.Before(time.Now().Add(-time.Second))) {
-					name = b
-				}
-			}
 			in[name] = true
 			// From the patch on, a node may choose it again.
 			if ws := outs[name]; len(ws) > 0 {
@@ -359,15 +410,23 @@ func TestEndpointChurn(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
+	// The backends still out.
+	for _, b := range backends {
+		if ws := outs[b]; !in[b] && len(ws) > 0 {
+			removed := ws[len(ws)-1].removed
+			time.Sleep(time.Until(removed.Add(removedBound)))
+			stillOutCheck(b, removed)
+		}
+	}
 	var total time.Duration
 	var worst time.Duration
 	for _, d := range took {
 		total += d
 		worst = max(worst, d)
 	}
-	t.Logf("%d backend changes in %v (label change to flows on both nodes: mean %v, worst %v); %d new connections, %d requests on long-lived ones, %d long-lived connections ended with their backend, %d connections balanced to a leaving backend ended; slowest successful request %v",
+	t.Logf("%d backend changes in %v (label change to flows on both nodes: mean %v, worst %v); %d new connections, %d requests on long-lived ones, %d long-lived connections ended with their backend, %d connections balanced to a leaving backend ended; %d removals checked for connections left %v after; slowest successful request %v",
 		len(took), time.Since(start).Round(time.Second), (total / time.Duration(len(took))).Round(time.Millisecond), worst.Round(time.Millisecond),
-		newConns.Load(), longRequests.Load(), endedOnRemoval.Load(), endedLeaving.Load(), time.Duration(slowest.Load()).Round(time.Millisecond))
+		newConns.Load(), longRequests.Load(), endedOnRemoval.Load(), endedLeaving.Load(), outChecks, removedBound, time.Duration(slowest.Load()).Round(time.Millisecond))
 	if len(violations) > 0 {
 		// The violations come last: CI keeps only the tail of the output.
 		t.Logf("what the bridges say now:\n%s", churnEvidence(bed, svc.Spec.ClusterIP, violationPorts))
@@ -379,6 +438,38 @@ func TestEndpointChurn(t *testing.T) {
 	if endedOnRemoval.Load() == 0 || newConns.Load() < int64(len(took)) {
 		t.Fatalf("the load saw too little: %d new connections, %d long-lived ones ended", newConns.Load(), endedOnRemoval.Load())
 	}
+}
+
+// removedBound is how long after its removal (every bridge stopped
+// choosing it) a backend may still have a connection: the agent's second
+// flush waits for two dumps of ovs-vswitchd's revalidators (each well
+// under a second, every 500 ms when idle), and may have to wait for the
+// round before it; loaded CI machines are slow.
+const removedBound = 3 * time.Second
+
+// establishedTo is every node's ESTABLISHED conntrack entries of
+// connections to vip whose reply comes from backend (port 8080).
+func establishedTo(bed *testbed.Testbed, vip, backend string) []string {
+	seen := map[*ovsenv.Env]bool{}
+	var out []string
+	for _, n := range bed.Nodes {
+		if seen[n.OVS] {
+			continue
+		}
+		seen[n.OVS] = true
+		ct, err := n.OVS.Appctl("dpctl/dump-conntrack", "-m")
+		if err != nil {
+			out = append(out, n.Name+": dump-conntrack: "+err.Error())
+			continue
+		}
+		for _, l := range strings.Split(ct, "\n") {
+			if strings.Contains(l, ",dst="+vip+",") && strings.Contains(l, "reply=(src="+backend+",") && strings.Contains(l, ",sport=8080,") &&
+				strings.Contains(l, "=ESTABLISHED") {
+				out = append(out, n.Name+": "+strings.TrimSpace(l))
+			}
+		}
+	}
+	return out
 }
 
 // outWindow is a time a backend was out of TestEndpointChurn's Service,

@@ -129,17 +129,8 @@ func Start(t testing.TB, opts ...Option) *Env {
 	if out, err := exec.Command("ovsdb-tool", "create", e.DBPath(), SchemaPath).CombinedOutput(); err != nil {
 		t.Fatalf("ovsenv: ovsdb-tool create: %v: %s", err, out)
 	}
-	e.ovsdb, err = e.daemon("ovsdb-server", e.DBPath(),
-		"--remote=punix:"+e.DBSocketPath(),
-		"--pidfile="+filepath.Join(dir, "ovsdb-server.pid"),
-		"--unixctl="+filepath.Join(dir, "ovsdb-server.ctl"),
-		"--log-file="+filepath.Join(dir, "ovsdb-server.log"),
-		"--no-chdir")
-	if err != nil {
+	if err := e.StartOVSDB(); err != nil {
 		t.Fatalf("ovsenv: %v", err)
-	}
-	if err := waitForSocket(e.DBSocketPath(), startTimeout); err != nil {
-		t.Fatalf("ovsenv: ovsdb-server: %v\n%s", err, e.log("ovsdb-server"))
 	}
 	if _, err := e.Vsctl("--no-wait", "init"); err != nil {
 		t.Fatalf("ovsenv: %v", err)
@@ -282,6 +273,33 @@ func (e *Env) RestartVswitchd() error {
 		return err
 	}
 	return e.StartVswitchd()
+}
+
+// StartOVSDB starts ovsdb-server on the Env's database (Start already
+// did; use it after StopOVSDB, e.g. to change the database offline with
+// ovsdb-tool in between) and waits for its socket. A new server process
+// does not know its clients' last transactions: they resync from scratch.
+func (e *Env) StartOVSDB() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.ovsdb != nil {
+		return errors.New("ovsdb-server is running")
+	}
+	_ = os.Remove(e.DBSocketPath())
+	cmd, err := e.daemon("ovsdb-server", e.DBPath(),
+		"--remote=punix:"+e.DBSocketPath(),
+		"--pidfile="+filepath.Join(e.Dir, "ovsdb-server.pid"),
+		"--unixctl="+filepath.Join(e.Dir, "ovsdb-server.ctl"),
+		"--log-file="+filepath.Join(e.Dir, "ovsdb-server.log"),
+		"--no-chdir")
+	if err != nil {
+		return err
+	}
+	e.ovsdb = cmd
+	if err := waitForSocket(e.DBSocketPath(), startTimeout); err != nil {
+		return fmt.Errorf("ovsdb-server: %v\n%s", err, e.log("ovsdb-server"))
+	}
+	return nil
 }
 
 // StopOVSDB stops ovsdb-server the way a stopping OVS container does:

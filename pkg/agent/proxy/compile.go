@@ -905,3 +905,53 @@ func lessKey(a, b services.PortKey) bool {
 	}
 	return a.Port < b.Port
 }
+
+// StillOut keeps of flushes (Output.Flushes of earlier compilations)
+// those whose connections the installed compilation (the last Commit)
+// still does not balance: the frontend (protocol, destination address
+// and port) is gone, or the endpoint (reply source) is not among its
+// port's endpoints. The agent flushes a removed endpoint's connections a
+// second time once the switch has revalidated its datapath flows; an
+// endpoint or frontend that came back by then is left alone (its new
+// connections are legitimate). A frontend that came back counts as back
+// for every endpoint: a flush by frontend does not know the endpoints it
+// had. One pass over the installed frontends, whatever len(flushes).
+func (c *Compiler) StillOut(flushes []openflow.ConntrackFlush) []openflow.ConntrackFlush {
+	type fkey struct {
+		proto uint8
+		dst   netip.Addr
+		port  uint16
+	}
+	wanted := make(map[fkey][]*services.Port, len(flushes))
+	for _, f := range flushes {
+		wanted[fkey{f.IPProto, f.Orig.Dst, f.Orig.DstPort}] = nil
+	}
+	st := c.committed
+	for _, fr := range st.svcs {
+		for i := range fr.ports {
+			p := &fr.ports[i]
+			for _, fe := range p.Frontends {
+				for _, a := range frontendAddrs(fe, st.nodeAddrs) {
+					k := fkey{fe.Protocol, a, fe.Port}
+					if ps, ok := wanted[k]; ok {
+						wanted[k] = append(ps, p)
+					}
+				}
+			}
+		}
+	}
+	var out []openflow.ConntrackFlush
+	for _, f := range flushes {
+		back := false
+		for _, p := range wanted[fkey{f.IPProto, f.Orig.Dst, f.Orig.DstPort}] {
+			if !f.Reply.Src.IsValid() || hasEndpoint(*p, services.Endpoint{IP: f.Reply.Src, Port: f.Reply.SrcPort}) {
+				back = true
+				break
+			}
+		}
+		if !back {
+			out = append(out, f)
+		}
+	}
+	return out
+}

@@ -150,3 +150,56 @@ func TestCompileConflictsAndDecisions(t *testing.T) {
 		}
 	}
 }
+
+// TestStillOut: the flushes of an endpoint and a frontend that left stay
+// out while they are out (a compilation not yet committed does not count)
+// and are dropped once the endpoint, or the frontend, is installed again;
+// a NodePort's flushes follow the node addresses.
+func TestStillOut(t *testing.T) {
+	c := NewCompiler("n1", 9)
+	node := netip.MustParseAddr("172.18.0.2")
+	np := port("np", "10.96.0.3", "10.0.0.5:8080")
+	np.Frontends = append(np.Frontends, services.Frontend{Kind: services.NodePort, Protocol: services.ProtoTCP, Port: 30080})
+	all := Input{Ports: []services.Port{port("a", "10.96.0.1", "10.0.0.1:8080", "10.0.0.2:8080"), port("b", "10.96.0.2", "10.0.0.3:8080"), np},
+		NodeAddrs: []netip.Addr{node}}
+	c.Compile(all, 1)
+	c.Commit()
+
+	// a loses 10.0.0.2, b and np go.
+	less := Input{Ports: []services.Port{port("a", "10.96.0.1", "10.0.0.1:8080")}, NodeAddrs: all.NodeAddrs}
+	out := c.Compile(less, 1)
+	if len(out.Flushes) != 4 {
+		t.Fatalf("flushes %v, want a's endpoint, b's frontend, np's ClusterIP and NodePort", out.Flushes)
+	}
+	if got := c.StillOut(out.Flushes); len(got) != 0 {
+		t.Fatalf("before Commit the installed Services still balance them all: got %v", got)
+	}
+	c.Commit()
+	if got := c.StillOut(out.Flushes); len(got) != 4 {
+		t.Fatalf("after Commit all four are out: got %v", got)
+	}
+	// The endpoint comes back, and np with another node address: a's
+	// endpoint and np's ClusterIP are back; b and the NodePort on the
+	// old node address stay out.
+	back := Input{Ports: []services.Port{port("a", "10.96.0.1", "10.0.0.1:8080", "10.0.0.2:8080"), np},
+		NodeAddrs: []netip.Addr{netip.MustParseAddr("172.18.0.3")}}
+	c.Compile(back, 1)
+	c.Commit()
+	got := c.StillOut(out.Flushes)
+	want := []string{"zone 9 proto 6 orig dst 10.96.0.2:80", "zone 9 proto 6 orig dst 172.18.0.2:30080"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("still out %v, want %v", got, want)
+	}
+	// Another endpoint of the same frontend does not bring 10.0.0.2 back.
+	c.Compile(Input{Ports: []services.Port{port("a", "10.96.0.1", "10.0.0.1:8080", "10.0.0.9:8080")}, NodeAddrs: all.NodeAddrs}, 1)
+	c.Commit()
+	var ep []openflow.ConntrackFlush
+	for _, f := range out.Flushes {
+		if f.Reply.Src.IsValid() {
+			ep = append(ep, f)
+		}
+	}
+	if got := c.StillOut(ep); len(ep) != 1 || len(got) != 1 {
+		t.Fatalf("a's removed endpoint %v: still out %v", ep, got)
+	}
+}

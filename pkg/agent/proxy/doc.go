@@ -19,7 +19,8 @@
 //	  → pkg/agent/realizer: one atomic bundle (groups and flows), apart
 //	    from the policy flows (flowsync parts), of the changed Services'
 //	    flows and groups only (UpdateServiceChanges)
-//	  → then conntrack flushes of what left.
+//	  → then conntrack flushes of what left, and again once the switch
+//	    revalidated its datapath flows (pkg/agent/runtime).
 //
 // The tables, registers and cookies are pkg/agent/pipeline's; DESIGN.md
 // there has the whole picture ("Services"). In short: a local pod's new
@@ -42,5 +43,9 @@
 // the connections through it are deleted from conntrack (by original
 // destination and reply source, only this node's zone) after the bundle
 // that stopped choosing it, and the affinities learned for it go in that
-// bundle. Connections to endpoints that stay are never touched.
+// bundle; the agent flushes them again once the switch has revalidated
+// its datapath flows (a flow cached from the old tables can commit a
+// flushed connection's next packet to the endpoint again), except those
+// of endpoints and frontends that came back by then (Compiler.StillOut).
+// Connections to endpoints that stay are never touched.
 package proxy

@@ -20,6 +20,7 @@ type agentMetrics struct {
 	ofErrors     *prometheus.CounterVec
 	ofConnects   prometheus.Counter
 	stateUpdates *prometheus.CounterVec
+	svcFlushes   *prometheus.CounterVec
 }
 
 func newAgentMetrics(a *Agent) *agentMetrics {
@@ -38,7 +39,7 @@ func newAgentMetrics(a *Agent) *agentMetrics {
 		}, []string{"trigger"}),
 		ofErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tierflow_agent_openflow_errors_total",
-			Help: "OpenFlow operations that failed: flow (the switch rejected a flow of a bundle), bundle (the bundle failed otherwise), stats, check, replay, start.",
+			Help: "OpenFlow operations that failed: flow (the switch rejected a flow of a bundle), bundle (the bundle failed otherwise), stats, check, replay, start, conntrack-flush (ending removed Service endpoints' connections), revalidator-wait (asking the switch whether its datapath flows were revalidated, before the second flush).",
 		}, []string{"op"}),
 		ofConnects: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tierflow_agent_openflow_connections_total",
@@ -48,8 +49,12 @@ func newAgentMetrics(a *Agent) *agentMetrics {
 			Name: "tierflow_agent_state_updates_total",
 			Help: "Policy state updates applied, by kind: full (controller snapshot or restored state) or delta.",
 		}, []string{"kind"}),
+		svcFlushes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tierflow_agent_service_conntrack_flushes_total",
+			Help: "Conntrack flushes of removed Service endpoints and frontends, by when: bundle (right after the bundle that removed them), revalidated (again once the switch revalidated its datapath flows), back (that second flush left out: installed again by then).",
+		}, []string{"when"}),
 	}
-	m.reg.MustRegister(m.realizeTime, m.realizeErrs, m.ofErrors, m.ofConnects, m.stateUpdates,
+	m.reg.MustRegister(m.realizeTime, m.realizeErrs, m.ofErrors, m.ofConnects, m.stateUpdates, m.svcFlushes,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "tierflow_agent_controller_connected",

@@ -73,6 +73,9 @@ type ovsDatapath struct {
 	svcComp  *proxy.Compiler
 	svcInput func() proxy.Input
 	svcOut   *proxy.Output
+	// svcLate takes the flushes to repeat once the switch has
+	// revalidated its datapath flows (nil until the Service proxy runs).
+	svcLate *lateFlushes
 }
 
 func (d *ovsDatapath) setOnFlowsLost(f func()) {

@@ -3,10 +3,13 @@ package runtime
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/tierflow/tierflow/pkg/agent/proxy"
 	"github.com/tierflow/tierflow/pkg/agent/realizer"
+	"github.com/tierflow/tierflow/pkg/ovs/openflow"
+	"github.com/tierflow/tierflow/pkg/ovs/ovsctl"
 )
 
 // firstServicesWait bounds how long the first policy realization waits
@@ -24,6 +27,17 @@ func (a *Agent) runServiceProxy(ctx context.Context, d *ovsDatapath) error {
 	if err != nil {
 		return fmt.Errorf("service proxy: %w", err)
 	}
+	rundir, target := ovsRundir(a.cfg.OVSDBSocketPath()), vswitchdTarget(a.opts.VswitchdCtl)
+	d.startLateFlushes(ctx, func(ctx context.Context) error {
+		// Twice: the first returns at the end of a dump that may have
+		// begun before the bundle (see ovsctl.RevalidatorWaitArgs).
+		for i := 0; i < 2; i++ {
+			if _, err := ovsctl.Run(ctx, ovsEnv(rundir), "ovs-appctl", ovsctl.RevalidatorWaitArgs(target)...); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 	kick := make(chan struct{}, 1)
 	w := proxy.NewWatcher(kube, func() {
 		select {
@@ -163,8 +177,125 @@ func (d *ovsDatapath) flushServicesLocked(ctx context.Context, out *proxy.Output
 	d.log.Info("service proxy: ending the connections of removed endpoints and frontends", "flushes", fmt.Sprint(out.Flushes))
 	if err := d.of.FlushConntrack(ctx, out.Flushes...); err != nil {
 		// Connections to endpoints that left go on until they end by
-		// themselves (OVS before 3.1 has no NXT_CT_FLUSH).
+		// themselves (OVS before 3.1 has no NXT_CT_FLUSH; no second
+		// flush then: it would fail the same way).
 		d.m.ofErrors.WithLabelValues("conntrack-flush").Inc()
 		d.log.Warn("service proxy: ending connections of removed endpoints", "err", err)
+		return
 	}
+	d.m.svcFlushes.WithLabelValues("bundle").Add(float64(len(out.Flushes)))
+	if d.svcLate != nil {
+		d.svcLate.add(out.Flushes)
+	}
+}
+
+// revalidationFallback is how long the second flush waits when the
+// switch cannot be asked whether it revalidated (ovs-appctl missing, no
+// control socket): its revalidators dump the datapath flows at least
+// every 500 ms when idle, twice that covers a dump that started after
+// the bundle, and some more a loaded machine.
+const revalidationFallback = 2 * time.Second
+
+// lateFlushes are the flushes waiting for their second run. The first
+// flush, right after the bundle that stopped choosing an endpoint, is not
+// enough: until the switch's revalidators have checked its datapath flow
+// cache against the new tables, a cached flow of the old tables still
+// balances packets that conntrack calls new to the removed endpoint —
+// the next packet of a connection the flush just ended (userspace
+// conntrack takes a TCP connection up mid-stream) and a new connection
+// alike — and commits them again. Waiting for the revalidators under
+// d.mu would hold every realization for up to a second, so the first
+// flush stays where it is and a goroutine runs the second one once the
+// revalidators have finished a dump that began after the bundle.
+type lateFlushes struct {
+	mu      sync.Mutex
+	pending map[openflow.ConntrackFlush]bool
+	kick    chan struct{}
+}
+
+func (l *lateFlushes) add(fs []openflow.ConntrackFlush) {
+	l.mu.Lock()
+	for _, f := range fs {
+		l.pending[f] = true
+	}
+	l.mu.Unlock()
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+}
+
+// take empties the pending flushes: every one of them was added after
+// its bundle, so a revalidation that starts now covers them all.
+func (l *lateFlushes) take() []openflow.ConntrackFlush {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]openflow.ConntrackFlush, 0, len(l.pending))
+	for f := range l.pending {
+		out = append(out, f)
+	}
+	clear(l.pending)
+	return out
+}
+
+// startLateFlushes runs the second flushes until ctx ends: revalidated
+// returns once the switch's datapath flows have been revalidated against
+// the tables installed when it was called. Flushes that pile up while it
+// waits share the next wait. The flush itself runs under d.mu, after
+// dropping the endpoints and frontends the installed Services choose
+// again (their new connections are legitimate), so that no bundle
+// putting one back comes between that check and the flush.
+func (d *ovsDatapath) startLateFlushes(ctx context.Context, revalidated func(context.Context) error) {
+	l := &lateFlushes{pending: map[openflow.ConntrackFlush]bool{}, kick: make(chan struct{}, 1)}
+	d.mu.Lock()
+	d.svcLate = l
+	d.mu.Unlock()
+	go func() {
+		warned := false
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-l.kick:
+			}
+			batch := l.take()
+			if len(batch) == 0 {
+				continue
+			}
+			if err := revalidated(ctx); err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				d.m.ofErrors.WithLabelValues("revalidator-wait").Inc()
+				if !warned {
+					warned = true
+					d.log.Warn("service proxy: cannot wait for the switch's revalidators; the second flush of removed endpoints' connections waits a fixed time instead (logged once)",
+						"wait", revalidationFallback, "err", err)
+				}
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(revalidationFallback):
+				}
+			}
+			d.mu.Lock()
+			left := d.svcComp.StillOut(batch)
+			var err error
+			if len(left) > 0 {
+				err = d.of.FlushConntrack(ctx, left...)
+			}
+			d.mu.Unlock()
+			switch {
+			case err != nil && ctx.Err() != nil:
+				return
+			case err != nil:
+				d.m.ofErrors.WithLabelValues("conntrack-flush").Inc()
+				d.log.Warn("service proxy: ending connections of removed endpoints (after revalidation)", "err", err)
+			default:
+				d.m.svcFlushes.WithLabelValues("revalidated").Add(float64(len(left)))
+				d.m.svcFlushes.WithLabelValues("back").Add(float64(len(batch) - len(left)))
+				d.log.Debug("service proxy: connections of removed endpoints ended again after revalidation", "flushes", len(left), "back", len(batch)-len(left))
+			}
+		}
+	}()
 }

@@ -30,6 +30,21 @@ func TraceArgs(target, bridge, flow string) []string {
 	return append(args, "ofproto/trace", bridge, flow, "--ct-next", "trk,new", "--ct-next", "trk,new")
 }
 
+// RevalidatorWaitArgs are the ovs-appctl arguments that return once
+// ovs-vswitchd's revalidator threads have finished a dump of the datapath
+// flows that was going on when it was asked, or the next one (the dump
+// ending after the command): a datapath flow cached before an OpenFlow
+// change still acts until a dump that started after the change has
+// revalidated it, so callers that need that run it twice. target as in
+// TraceArgs.
+func RevalidatorWaitArgs(target string) []string {
+	var args []string
+	if target != "" {
+		args = append(args, "-t", target)
+	}
+	return append(args, "revalidator/wait")
+}
+
 // Timeout bounds one Run.
 const Timeout = 30 * time.Second
 

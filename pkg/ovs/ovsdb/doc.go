@@ -39,4 +39,9 @@
 //
 // A pod's ofport is 0 until ovs-vswitchd assigns one; the watcher reports
 // the assignment as a PortUpdated event (Event.OFPortAssigned).
+//
+// After a reconnection to an ovsdb-server that did not know the client's
+// last transaction (it restarted), libovsdb refills its cache without
+// delete events; the watcher then resyncs with the cache, so ports deleted
+// meanwhile are reported as PortRemoved (and changed ones as PortUpdated).
 package ovsdb

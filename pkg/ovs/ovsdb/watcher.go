@@ -113,6 +113,7 @@ func (e Event) OFPortAssigned() bool {
 
 // Watcher maps pods to OpenFlow ports from the Interface table.
 type Watcher struct {
+	c     *Client
 	mu    sync.Mutex
 	ports map[string]PortInfo // by interface name
 	// sorted is ports sorted by interface name, made by Ports when the
@@ -140,7 +141,7 @@ type Watcher struct {
 // without namespace) is not reported as a pod at all — the agent must not
 // apply policy for addresses nobody vouched for — and is listed by Invalid.
 func (c *Client) WatchPorts(ctx context.Context, handler func(Event)) (*Watcher, error) {
-	w := &Watcher{ports: map[string]PortInfo{}, handler: handler, invalid: map[string]error{},
+	w := &Watcher{c: c, ports: map[string]PortInfo{}, handler: handler, invalid: map[string]error{},
 		wake: make(chan struct{}, 1), stop: make(chan struct{})}
 	go w.deliver()
 	// Hold the lock while registering and listing: updates that arrive
@@ -171,7 +172,34 @@ func (c *Client) WatchPorts(ctx context.Context, handler func(Event)) (*Watcher,
 }
 
 func (w *Watcher) onChange(table string, old, cur model.Model) {
-	if table != tableInterface {
+	switch {
+	case table == tableInterface:
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if w.stopped {
+			return
+		}
+		w.apply(old, cur)
+	case table == tableOpenvSwitch && old == nil:
+		// The root row is added only when libovsdb refilled its cache
+		// (or it is the initial fill's, delivered late: harmless).
+		w.resync()
+	}
+}
+
+// resync makes the state the cache's Interface rows. libovsdb purges its
+// cache when it reconnects to a server that does not know the client's
+// last transaction (ovsdb-server restarted, a standalone database) and
+// fills it again with every row as added: a row deleted while the client
+// was away gets no delete event, and its port would stay here. resync
+// runs from the event of the refill's root row: libovsdb delivers events
+// after the refill, so the cache holds all of it (reading it waits while
+// a refill runs).
+func (w *Watcher) resync() {
+	var rows []Interface
+	if err := w.c.list(context.Background(), func(*Interface) bool { return true }, &rows); err != nil {
+		// Not expected (the cache is read in place); the next refill
+		// tries again.
 		return
 	}
 	w.mu.Lock()
@@ -179,7 +207,26 @@ func (w *Watcher) onChange(table string, old, cur model.Model) {
 	if w.stopped {
 		return
 	}
-	w.apply(old, cur)
+	present := make(map[string]bool, len(rows))
+	for i := range rows {
+		present[rows[i].Name] = true
+		w.apply(nil, &rows[i])
+	}
+	var gone []string
+	for name := range w.ports {
+		if !present[name] {
+			gone = append(gone, name)
+		}
+	}
+	for name := range w.invalid {
+		if !present[name] {
+			gone = append(gone, name)
+		}
+	}
+	sort.Strings(gone)
+	for _, name := range slices.Compact(gone) {
+		w.apply(&Interface{Name: name}, nil)
+	}
 }
 
 // apply updates the state for one Interface row change and calls the
