@@ -235,7 +235,7 @@ func (e *Engine) addPod(g *group, p *podState) {
 	g.notePod(p)
 	g.pods.add(p)
 	p.groups.add(g)
-	if g.podsPerNode.add(p.node(), 1) == 1 {
+	if g.podsPerNode.inc(p.node()) {
 		e.atgSpanChanged(g, p.node(), 1)
 	}
 	e.touchGroup(g)

@@ -204,6 +204,25 @@ func (c *counts[K]) add(k K, delta int) int {
 	return n
 }
 
+// inc adds one to k's count and reports whether k was absent (its count
+// is 1 now): add(k, 1) == 1 with one hash of k instead of two once the
+// counts are a Go map (a group's per-node counts take one per pod that
+// joins it).
+func (c *counts[K]) inc(k K) bool {
+	if c.m == nil {
+		for i := range c.small {
+			if c.small[i].key == k {
+				c.small[i].val++
+				return false
+			}
+		}
+		return c.put(k, 1)
+	}
+	n := len(c.m)
+	c.m[k]++
+	return len(c.m) > n
+}
+
 // count is k's count (0 when absent).
 func (c *counts[K]) count(k K) int {
 	n, _ := c.get(k)
