@@ -365,8 +365,9 @@ func preparePod(pod *corev1.Pod) (podUpdate, bool) {
 func (e *Engine) applyPod(u podUpdate) { e.applyPodMatched(u, nil, nil) }
 
 // applyPodMatched is applyPod. For a new pod of namespace state ns
-// (non-nil), matches are the groups that select it, as eachMatchingGroup
-// found them on the engine's current groups and namespace.
+// (non-nil: the caller found the pod in no state of the engine's),
+// matches are the groups that select it, as eachMatchingGroup found them
+// on the engine's current groups and namespace.
 func (e *Engine) applyPodMatched(u podUpdate, ns *nsState, matches []*group) {
 	if u.delete {
 		e.removePodState(u.key)
@@ -374,7 +375,10 @@ func (e *Engine) applyPodMatched(u podUpdate, ns *nsState, matches []*group) {
 	}
 	key, node, ports := u.key, u.node, u.ports
 	ips := e.effectiveIPs(u)
-	p := e.pods[key]
+	var p *podState
+	if ns == nil {
+		p = e.pods[key]
+	}
 	if p == nil {
 		matched := ns != nil
 		if !matched {
