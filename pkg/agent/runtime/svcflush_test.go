@@ -3,9 +3,6 @@ package runtime_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"net/netip"
 	"path/filepath"
 	"regexp"
@@ -269,37 +266,16 @@ func TestServiceFlushAfterRevalidation(t *testing.T) {
 	}
 }
 
-// metricReader reads one of the agent's counters with one label.
+// metricReader reads one of the agent's counters with one label (0 while
+// it has no such series), from a fresh scrape each time.
 func metricReader(t *testing.T, ag *livecluster.Agent) func(name, label, value string) int {
-	t.Helper()
-	var addr string
-	livecluster.Eventually(t, 10*time.Second, "agent answers", func() error {
-		st, err := ag.Q.Status(context.Background())
-		if err == nil {
-			addr = st.MetricsAddress
-		}
-		return err
-	})
-	_, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
 	return func(name, label, value string) int {
 		t.Helper()
-		resp, err := http.Get("http://127.0.0.1:" + port + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m := regexp.MustCompile(`(?m)^` + name + `\{` + label + `="` + value + `"\} (\d+)$`).FindSubmatch(body)
+		m := regexp.MustCompile(`(?m)^` + name + `\{` + label + `="` + value + `"\} (\d+)$`).FindStringSubmatch(scrape(t, ag))
 		if m == nil {
 			return 0
 		}
-		n, _ := strconv.Atoi(string(m[1]))
+		n, _ := strconv.Atoi(m[1])
 		return n
 	}
 }
