@@ -450,24 +450,48 @@ const removedBound = 3 * time.Second
 // establishedTo is every node's ESTABLISHED conntrack entries of
 // connections to vip whose reply comes from backend (port 8080).
 func establishedTo(bed *testbed.Testbed, vip, backend string) []string {
-	seen := map[*ovsenv.Env]bool{}
 	var out []string
+	for _, ct := range bedConntrack(bed) {
+		if ct.err != nil {
+			out = append(out, ct.node+": dump-conntrack: "+ct.err.Error())
+			continue
+		}
+		for _, l := range ct.entries {
+			if strings.Contains(l, ",dst="+vip+",") && strings.Contains(l, "reply=(src="+backend+",") && strings.Contains(l, ",sport=8080,") &&
+				strings.Contains(l, "=ESTABLISHED") {
+				out = append(out, ct.node+": "+l)
+			}
+		}
+	}
+	return out
+}
+
+// nodeConntrack is the conntrack entries (dpctl/dump-conntrack -m, one
+// per line, trimmed) of one switch of the bed, named by its first node.
+type nodeConntrack struct {
+	node    string
+	entries []string
+	err     error
+}
+
+// bedConntrack reads the conntrack of each switch of the bed once: each
+// node's own on the encap bed, the shared one otherwise.
+func bedConntrack(bed *testbed.Testbed) []nodeConntrack {
+	seen := map[*ovsenv.Env]bool{}
+	var out []nodeConntrack
 	for _, n := range bed.Nodes {
 		if seen[n.OVS] {
 			continue
 		}
 		seen[n.OVS] = true
 		ct, err := n.OVS.Appctl("dpctl/dump-conntrack", "-m")
-		if err != nil {
-			out = append(out, n.Name+": dump-conntrack: "+err.Error())
-			continue
-		}
+		c := nodeConntrack{node: n.Name, err: err}
 		for _, l := range strings.Split(ct, "\n") {
-			if strings.Contains(l, ",dst="+vip+",") && strings.Contains(l, "reply=(src="+backend+",") && strings.Contains(l, ",sport=8080,") &&
-				strings.Contains(l, "=ESTABLISHED") {
-				out = append(out, n.Name+": "+strings.TrimSpace(l))
+			if l = strings.TrimSpace(l); l != "" {
+				c.entries = append(c.entries, l)
 			}
 		}
+		out = append(out, c)
 	}
 	return out
 }
@@ -623,23 +647,15 @@ func churnEvidence(bed *testbed.Testbed, vip string, ports map[int]bool) string 
 			fmt.Fprintf(&b, "%s dropped: %s\n", n.Name, f)
 		}
 	}
-	// Each node's own OVS on the encap bed (its conntrack), the shared one
-	// otherwise.
-	seen := map[*ovsenv.Env]bool{}
-	for _, n := range bed.Nodes {
-		if seen[n.OVS] {
-			continue
-		}
-		seen[n.OVS] = true
-		ct, _ := n.OVS.Appctl("dpctl/dump-conntrack", "-m")
+	for _, ct := range bedConntrack(bed) {
 		counts := map[string]int{}
-		for _, l := range strings.Split(ct, "\n") {
+		for _, l := range ct.entries {
 			if !strings.Contains(l, "dst="+vip+",") {
 				continue
 			}
 			if m := sportRe.FindStringSubmatch(l); m != nil {
 				if p, _ := strconv.Atoi(m[1]); ports[p] {
-					fmt.Fprintf(&b, "%s conntrack: %s\n", n.Name, strings.TrimSpace(l))
+					fmt.Fprintf(&b, "%s conntrack: %s\n", ct.node, l)
 				}
 			}
 			zone, state := "0", "?"
@@ -657,7 +673,7 @@ func churnEvidence(bed *testbed.Testbed, vip string, ports map[int]bool) string 
 		}
 		sort.Strings(keys)
 		for _, k := range keys {
-			fmt.Fprintf(&b, "%s conntrack of %s: %s: %d\n", n.Name, vip, k, counts[k])
+			fmt.Fprintf(&b, "%s conntrack of %s: %s: %d\n", ct.node, vip, k, counts[k])
 		}
 	}
 	if bed.Fabric != nil {
