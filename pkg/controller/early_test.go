@@ -34,8 +34,10 @@ import (
 // pod applied early and missing from the final list must be gone: left in
 // a group it could open traffic).
 func TestStreamedPodsAppliedEarlyEndInTheFinalState(t *testing.T) {
+	defer func(n int) { earlyFeedMinPods = n }(earlyFeedMinPods)
+	earlyFeedMinPods = 1 // the feed starts with the first pod
 	nss, nodes, nps := earlyScenario()
-	const streamed = 2600 // two runs of maxEventBatch applied early, the rest buffered
+	const streamed = 2600 // two runs of maxEventBatch applied while streaming, the rest buffered
 	first := make([]*corev1.Pod, streamed)
 	for i := range first {
 		first[i] = scenarioPod(i, i%3 == 0)
@@ -527,6 +529,8 @@ func TestEarlyPodsBookkeeping(t *testing.T) {
 				defer func(h func(eventKey) uint64) { hashEventKey = h }(hashEventKey)
 				hashEventKey = func(eventKey) uint64 { return 1 }
 			}
+			defer func(n int) { earlyFeedMinPods = n }(earlyFeedMinPods)
+			earlyFeedMinPods = 1 // the feed starts with the first pod
 			e := compute.New()
 			q := newEventQueue(e)
 			var upserts []string
@@ -611,5 +615,31 @@ func TestEarlyPodsBookkeeping(t *testing.T) {
 				t.Error("after finish an event was taken for one the feed queued")
 			}
 		})
+	}
+}
+
+// TestEarlyPodsShortListNotFed: a list shorter than earlyFeedMinPods is
+// not fed; its handler events queue every pod, as without the feed.
+func TestEarlyPodsShortListNotFed(t *testing.T) {
+	q := newEventQueue(compute.New())
+	f := newEarlyPods(q, &eventKind{kind: podKind}, func() bool { return true })
+	var pods []*cachedPod
+	for i := range 3 {
+		out, err := f.transform(scenarioPod(i, true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pods = append(pods, out.(*cachedPod))
+	}
+	if _, err := f.transform(pods[0]); err != nil { // the Replace
+		t.Fatal(err)
+	}
+	if q.mark() != 0 {
+		t.Fatalf("%d events queued by a feed that should not have started", q.mark())
+	}
+	for _, p := range pods {
+		if f.delivered(p, p, false) {
+			t.Errorf("%s: delivered taken for a pod never queued", p.Name)
+		}
 	}
 }
