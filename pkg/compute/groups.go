@@ -184,7 +184,7 @@ func (e *Engine) getGroup(spec groupSpec) *group {
 // addMatchingPodsOf adds to g the pods of ns its pod selector matches.
 func (e *Engine) addMatchingPodsOf(g *group, ns *nsState) {
 	visit := func(p *podState) {
-		if !g.pods.has(p) && g.spec.podSel.Matches(labels.Set(p.labels)) {
+		if !g.pods.has(p) && g.spec.podSel.Matches(p.labels) {
 			e.addPod(g, p)
 		}
 	}

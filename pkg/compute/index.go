@@ -288,6 +288,20 @@ func (ix *labelIndex[T]) remove(lbls map[string]string, t T) {
 	}
 }
 
+// addPairs is add of a label set's pairs.
+func (ix *labelIndex[T]) addPairs(kvs []labelKV, t T) {
+	for _, kv := range kvs {
+		ix.byKV.add(kv, t)
+	}
+}
+
+// removePairs is remove of a label set's pairs.
+func (ix *labelIndex[T]) removePairs(kvs []labelKV, t T) {
+	for _, kv := range kvs {
+		ix.byKV.remove(kv, t)
+	}
+}
+
 // candidates visits, for a hinted selector, the objects carrying the hinted
 // label; for an unhinted one, it returns false and the caller scans all.
 // visit must not change the index.
@@ -350,6 +364,35 @@ func (ix *selectorIndex[T]) candidates(lbls map[string]string, visit func(T)) {
 			visit(t)
 		}
 	}
+}
+
+// candidatesOf is candidates of a label set's pairs.
+func (ix *selectorIndex[T]) candidatesOf(kvs []labelKV, visit func(T)) {
+	for t := range ix.rest.all() {
+		visit(t)
+	}
+	if ix.byKV.m.len() == 0 {
+		return
+	}
+	for _, kv := range kvs {
+		s := ix.byKV.set(kv)
+		for t := range s.all() {
+			visit(t)
+		}
+	}
+}
+
+// countOf is count of a label set's pairs.
+func (ix *selectorIndex[T]) countOf(kvs []labelKV) int {
+	n := ix.rest.len()
+	if ix.byKV.m.len() == 0 {
+		return n
+	}
+	for _, kv := range kvs {
+		s := ix.byKV.set(kv)
+		n += s.len()
+	}
+	return n
 }
 
 // count is how many selectors candidates would visit for lbls.

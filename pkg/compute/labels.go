@@ -2,26 +2,125 @@ package compute
 
 import (
 	"hash/maphash"
-	"maps"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"weak"
 )
 
-// labelSets shares one immutable label map among the pods whose labels are
-// equal (the replicas of a workload usually are): a map per pod would be
-// most of the engine's memory for pods. Entries are reference counted and
-// forgotten when no pod uses them.
+// podLabelSet is a pod's labels as the engine and the prepared pods keep
+// them: the pairs sorted by key in one slice, and their labelsHash. A Go
+// map of two labels takes 336 bytes (its smallest table has eight slots);
+// this takes 32 and 64, and with one pod per label set (every pod of a
+// policy per pod has labels of its own) the maps were about a tenth of
+// the controller's live heap. It is what the selectors match (it
+// implements labels.Labels; a pointer, so passing it as one allocates
+// nothing). Immutable: shared by the pods whose labels are equal.
+type podLabelSet struct {
+	kvs  []labelKV
+	hash uint64
+}
+
+// newPodLabelSet is the set of m's labels (h their labelsHash).
+func newPodLabelSet(m map[string]string, h uint64) *podLabelSet {
+	s := &podLabelSet{hash: h}
+	if len(m) > 0 {
+		s.kvs = make([]labelKV, 0, len(m))
+		for k, v := range m {
+			s.kvs = append(s.kvs, labelKV{k, v})
+		}
+		slices.SortFunc(s.kvs, func(a, b labelKV) int { return strings.Compare(a.k, b.k) })
+	}
+	return s
+}
+
+// Lookup implements labels.Labels: the value of label k and whether the
+// set has it.
+func (s *podLabelSet) Lookup(k string) (string, bool) {
+	if s == nil {
+		return "", false
+	}
+	if len(s.kvs) <= 8 { // the usual few labels: a scan beats halving
+		for _, kv := range s.kvs {
+			if kv.k == k {
+				return kv.v, true
+			}
+		}
+		return "", false
+	}
+	i, ok := slices.BinarySearchFunc(s.kvs, k, func(kv labelKV, k string) int { return strings.Compare(kv.k, k) })
+	if !ok {
+		return "", false
+	}
+	return s.kvs[i].v, true
+}
+
+// Has implements labels.Labels.
+func (s *podLabelSet) Has(k string) bool {
+	_, ok := s.Lookup(k)
+	return ok
+}
+
+// Get implements labels.Labels.
+func (s *podLabelSet) Get(k string) string {
+	v, _ := s.Lookup(k)
+	return v
+}
+
+// pairs are the labels, sorted by key (shared: never modify).
+func (s *podLabelSet) pairs() []labelKV {
+	if s == nil {
+		return nil
+	}
+	return s.kvs
+}
+
+// equalMap reports whether the set holds exactly m's labels.
+func (s *podLabelSet) equalMap(m map[string]string) bool {
+	kvs := s.pairs()
+	if len(kvs) != len(m) {
+		return false
+	}
+	for _, kv := range kvs {
+		if v, ok := m[kv.k]; !ok || v != kv.v {
+			return false
+		}
+	}
+	return true
+}
+
+// equal reports whether s and o hold the same labels.
+func (s *podLabelSet) equal(o *podLabelSet) bool {
+	return s == o || slices.Equal(s.pairs(), o.pairs())
+}
+
+// toMap is the labels as a new map (nil when there are none).
+func (s *podLabelSet) toMap() map[string]string {
+	kvs := s.pairs()
+	if len(kvs) == 0 {
+		return nil
+	}
+	m := make(map[string]string, len(kvs))
+	for _, kv := range kvs {
+		m[kv.k] = kv.v
+	}
+	return m
+}
+
+// labelSets shares one immutable label set among the pods the engine was
+// given as objects (UpsertPod) whose labels are equal (the replicas of a
+// workload usually are): a set per pod would be most of the engine's
+// memory for pods. Entries are reference counted and forgotten when no
+// pod uses them. Prepared pods' sets are shared by preparedLabels.
 type labelSets struct {
 	byHash map[uint64][]*labelSet
 }
 
-// labelSet is one shared label map; nothing may modify labels.
+// labelSet is one shared label set; nothing may modify it.
 type labelSet struct {
-	labels map[string]string
-	hash   uint64
-	refs   int
+	podLabelSet
+	refs int
 }
 
 var labelSeed = maphash.MakeSeed()
@@ -37,26 +136,18 @@ func labelsHash(m map[string]string) uint64 {
 }
 
 // intern returns the shared set equal to m (whose labelsHash is h),
-// copying m when no pod has such labels yet, and counts one more user.
-// m itself is kept only if immutable (nothing will ever modify it).
-func (ls *labelSets) intern(m map[string]string, h uint64, immutable bool) *labelSet {
+// making it when no pod has such labels yet, and counts one more user.
+func (ls *labelSets) intern(m map[string]string, h uint64) *labelSet {
 	if ls.byHash == nil {
 		ls.byHash = map[uint64][]*labelSet{}
 	}
 	for _, s := range ls.byHash[h] {
-		if maps.Equal(s.labels, m) {
+		if s.equalMap(m) {
 			s.refs++
 			return s
 		}
 	}
-	c := m
-	if !immutable {
-		c = maps.Clone(m)
-	}
-	if c == nil {
-		c = map[string]string{}
-	}
-	s := &labelSet{labels: c, hash: h, refs: 1}
+	s := &labelSet{podLabelSet: *newPodLabelSet(m, h), refs: 1}
 	ls.byHash[h] = append(ls.byHash[h], s)
 	return s
 }
@@ -80,48 +171,43 @@ func (ls *labelSets) release(s *labelSet) {
 	}
 }
 
-// preparedLabels shares one label map among the prepared pods whose labels
-// are equal (PreparePod): a cache of prepared pods then holds a map per
-// distinct label set, not one per pod (on 100,000 pods that was a tenth of
-// the controller's memory). The table is process-wide, as the caches are;
+// preparedLabels shares one label set among the prepared pods whose labels
+// are equal (PreparePod): a cache of prepared pods then holds a set per
+// distinct labels, not one per pod (on 100,000 pods a map per pod was a
+// tenth of the controller's memory). The table is process-wide, as the caches are;
 // an entry lives as long as a prepared pod holds it: the table points to
 // it weakly, and a cleanup forgets it once it is collected.
-var preparedLabels = labelInterner{byHash: map[uint64]weak.Pointer[sharedLabels]{}}
-
-// sharedLabels is one label map shared by prepared pods; nothing may
-// modify it.
-type sharedLabels struct{ labels map[string]string }
+var preparedLabels = labelInterner{byHash: map[uint64]weak.Pointer[podLabelSet]{}}
 
 // labelInterner holds one entry per hash in byHash (nearly every hash
 // has one label set; a slice per hash took 8 bytes of an allocation and
 // 16 more of the map's slot for each) and the rare others in more.
 type labelInterner struct {
 	mu     sync.Mutex
-	byHash map[uint64]weak.Pointer[sharedLabels]
-	more   map[uint64][]weak.Pointer[sharedLabels]
+	byHash map[uint64]weak.Pointer[podLabelSet]
+	more   map[uint64][]weak.Pointer[podLabelSet]
 }
 
-// intern returns the shared labels equal to m (whose labelsHash is h),
-// making m itself the shared map when none is held: m must never be
-// modified afterwards.
-func (in *labelInterner) intern(m map[string]string, h uint64) *sharedLabels {
+// intern returns the shared label set equal to m (whose labelsHash is h),
+// making it when none is held.
+func (in *labelInterner) intern(m map[string]string, h uint64) *podLabelSet {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	first, taken := in.byHash[h]
-	if s := first.Value(); s != nil && maps.Equal(s.labels, m) {
+	if s := first.Value(); s != nil && s.equalMap(m) {
 		return s
 	}
 	for _, w := range in.more[h] {
-		if s := w.Value(); s != nil && maps.Equal(s.labels, m) {
+		if s := w.Value(); s != nil && s.equalMap(m) {
 			return s
 		}
 	}
-	s := &sharedLabels{labels: m}
+	s := newPodLabelSet(m, h)
 	if !taken || first.Value() == nil {
 		in.byHash[h] = weak.Make(s)
 	} else {
 		if in.more == nil {
-			in.more = map[uint64][]weak.Pointer[sharedLabels]{}
+			in.more = map[uint64][]weak.Pointer[podLabelSet]{}
 		}
 		in.more[h] = append(in.more[h], weak.Make(s))
 	}
@@ -144,7 +230,7 @@ func (in *labelInterner) forget(h uint64) {
 	if len(in.more[h]) == 0 {
 		return
 	}
-	live := slices.DeleteFunc(in.more[h], func(w weak.Pointer[sharedLabels]) bool { return w.Value() == nil })
+	live := slices.DeleteFunc(in.more[h], func(w weak.Pointer[podLabelSet]) bool { return w.Value() == nil })
 	if len(live) == 0 {
 		delete(in.more, h)
 	} else {

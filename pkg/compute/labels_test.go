@@ -1,11 +1,14 @@
 package compute
 
 import (
+	"fmt"
 	"maps"
 	"reflect"
 	"runtime"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/labels"
 )
 
 // TestPodLabelsShared: pods with equal labels share one label map, a
@@ -23,7 +26,7 @@ func TestPodLabelsShared(t *testing.T) {
 	}
 	// b takes c's labels: a keeps its map, b and c share.
 	e.UpsertPod(mkPod("ns", "b", "n1", "10.0.0.2", []string{"app=db"}))
-	if pb.labelSet != pc.labelSet || pa.labelSet.refs != 1 || pc.labelSet.refs != 2 || pb.labels["app"] != "db" || pa.labels["app"] != "web" {
+	if pb.labelSet != pc.labelSet || pa.labelSet.refs != 1 || pc.labelSet.refs != 2 || pb.labels.Get("app") != "db" || pa.labels.Get("app") != "web" {
 		t.Fatalf("after relabel: a %v (%d), b %v, c %v (%d)", pa.labels, pa.labelSet.refs, pb.labels, pc.labels, pc.labelSet.refs)
 	}
 	for _, n := range []string{"a", "b", "c", "d"} {
@@ -35,34 +38,38 @@ func TestPodLabelsShared(t *testing.T) {
 }
 
 // TestPreparedPodLabelsShared: prepared pods with equal labels share one
-// map (the first pod's), a pod with other labels gets its own, and the
-// table forgets a map once no prepared pod holds it.
+// label set, a pod with other labels gets its own, and the table forgets a
+// set once no prepared pod holds it.
 func TestPreparedPodLabelsShared(t *testing.T) {
 	a := PreparePod(mkPod("ns", "a", "n1", "10.0.0.1", []string{"bench=shared", "tier=1"}))
 	b := PreparePod(mkPod("ns", "b", "n1", "10.0.0.2", []string{"tier=1", "bench=shared"}))
 	c := PreparePod(mkPod("ns", "c", "n2", "10.0.0.3", []string{"bench=other"}))
-	same := func(x, y map[string]string) bool { return reflect.ValueOf(x).Pointer() == reflect.ValueOf(y).Pointer() }
-	if !same(a.Labels(), b.Labels()) || same(a.Labels(), c.Labels()) || b.Labels()["bench"] != "shared" {
-		t.Fatalf("prepared labels: a %v b %v c %v, want a and b one map, c its own", a.Labels(), b.Labels(), c.Labels())
+	if a.u.set != b.u.set || a.u.set == c.u.set || !maps.Equal(b.Labels(), map[string]string{"bench": "shared", "tier": "1"}) {
+		t.Fatalf("prepared labels: a %v b %v c %v, want a and b one set, c its own", a.Labels(), b.Labels(), c.Labels())
 	}
-	// The engine keeps the shared map itself as the pod's labels (it is
+	// The labels read back are a new map each time: a caller may keep
+	// or modify it.
+	if m := b.Labels(); reflect.ValueOf(m).Pointer() == reflect.ValueOf(b.Labels()).Pointer() {
+		t.Fatal("PreparedPod.Labels answered one map twice")
+	}
+	// The engine keeps the shared set itself as the pod's labels (it is
 	// never modified), not a copy.
 	e := New()
 	e.UpsertPreparedPod(b)
-	if got := e.pods[podKey{"ns", "b"}].labels; !maps.Equal(got, map[string]string{"bench": "shared", "tier": "1"}) || !same(got, b.Labels()) {
-		t.Fatalf("engine's labels of b: %v, want b's shared map", got)
+	if got := e.pods[podKey{"ns", "b"}].labels; !got.equalMap(map[string]string{"bench": "shared", "tier": "1"}) || got != b.u.set {
+		t.Fatalf("engine's labels of b: %v, want b's shared set", got.toMap())
 	}
-	// Nor does it count the shared map again in its own table, through a
+	// Nor does it count the shared set again in its own table, through a
 	// relabel and a delete either.
 	e.UpsertPreparedPod(PreparePod(mkPod("ns", "b", "n1", "10.0.0.2", []string{"bench=other"})))
-	if p := e.pods[podKey{"ns", "b"}]; p.labelSet != nil || len(e.labelSets.byHash) != 0 || !same(p.labels, c.Labels()) {
+	if p := e.pods[podKey{"ns", "b"}]; p.labelSet != nil || len(e.labelSets.byHash) != 0 || p.labels != c.u.set {
 		t.Fatalf("engine counts prepared labels: %d maps in its table", len(e.labelSets.byHash))
 	}
 	e.DeletePod("ns", "b")
 	if len(e.pods) != 0 || len(e.labelSets.byHash) != 0 {
 		t.Fatalf("after delete: %d pods, %d label maps", len(e.pods), len(e.labelSets.byHash))
 	}
-	h := labelsHash(a.Labels())
+	h := a.u.labelsHash
 	if held := preparedLabels.held(h); held != 1 {
 		t.Fatalf("the table holds %d maps of a's labels, want 1", held)
 	}
@@ -101,4 +108,48 @@ func TestPreparedLabelsOfOneHash(t *testing.T) {
 	runtime.KeepAlive(b)
 	a, b = nil, nil
 	waitForgotten(t, h, "label sets of one hash are still in the table after they were collected")
+}
+
+// TestPodLabelSet: a label set answers what the map it was made from
+// does, for selectors too, whatever the number of labels (a scan for a
+// few, halving for more).
+func TestPodLabelSet(t *testing.T) {
+	for _, n := range []int{0, 1, 2, 8, 9, 40} {
+		m := map[string]string{}
+		for i := range n {
+			m[fmt.Sprintf("k%02d", (i*7)%n)] = fmt.Sprint("v", i)
+		}
+		s := newPodLabelSet(m, labelsHash(m))
+		if !s.equalMap(m) || !maps.Equal(s.toMap(), m) && n > 0 || n == 0 && s.toMap() != nil {
+			t.Fatalf("%d labels: set %v, map %v", n, s.toMap(), m)
+		}
+		for k, v := range m {
+			if got, ok := s.Lookup(k); !ok || got != v || !s.Has(k) || s.Get(k) != v {
+				t.Fatalf("%d labels: %s = %q, %v; want %q", n, k, got, ok, v)
+			}
+		}
+		for _, k := range []string{"", "k", "k99", "zz"} {
+			if s.Has(k) || s.Get(k) != "" {
+				t.Fatalf("%d labels: has %q", n, k)
+			}
+		}
+		for _, sel := range []string{"k00", "!k00", "k01 in (v1, v2)", "k01 notin (v1)", "k03=v3,k00"} {
+			want, err := labels.Parse(sel)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := want.Matches(s); got != want.Matches(labels.Set(m)) {
+				t.Fatalf("%d labels: %q matches the set %v, the map %v", n, sel, got, !got)
+			}
+		}
+		other := maps.Clone(m)
+		other["extra"] = "x"
+		if s.equalMap(other) || s.equal(newPodLabelSet(other, labelsHash(other))) || !s.equal(newPodLabelSet(maps.Clone(m), s.hash)) {
+			t.Fatalf("%d labels: equality wrong", n)
+		}
+	}
+	var none *podLabelSet
+	if none.Has("a") || none.pairs() != nil || !none.equalMap(nil) || none.toMap() != nil {
+		t.Fatal("the nil set is not empty")
+	}
 }

@@ -294,7 +294,7 @@ func (e *Engine) SetReportedPods(node string, pods []model.NodePod) {
 		for _, keys := range []map[podKey]reportedPod{prev, next} {
 			for key := range keys {
 				if p := e.pods[key]; p != nil && p.node() == node {
-					e.applyPod(podUpdate{key: key, labels: p.labels, labelsHash: labelsHash(p.labels), node: p.node(), uid: p.uid, ips: p.statusIPs, ports: p.ports()})
+					e.applyPod(podUpdate{key: key, set: p.labels, labelsHash: p.labels.hash, node: p.node(), uid: p.uid, ips: p.statusIPs, ports: p.ports()})
 				}
 			}
 		}

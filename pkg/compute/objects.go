@@ -33,8 +33,8 @@ type podKey struct{ namespace, name string }
 
 type podState struct {
 	ns     *nsState
-	labels map[string]string // shared, never modified
-	// labelSet is the shared label map (Engine.labelSets) this pod uses;
+	labels *podLabelSet // shared, never modified; never nil
+	// labelSet is the shared label set (Engine.labelSets) this pod uses;
 	// nil for a prepared pod's labels (see podLabels).
 	labelSet *labelSet
 	uid      types.UID
@@ -264,15 +264,11 @@ func (e *Engine) UpsertPod(pod *corev1.Pod) {
 type PreparedPod struct {
 	u  podUpdate
 	ok bool
-	// labels holds the shared label map u.labels is (see Labels).
-	labels *sharedLabels
 }
 
 // PreparePod reads what the engine needs of a pod (nil: the zero
-// PreparedPod). Its labels are shared with the other prepared pods whose
-// labels are equal: the first such pod's map is kept, not copied, so no
-// pod's labels map may be changed after it was prepared (an informer's
-// cached objects never are).
+// PreparedPod). Its labels are kept as a label set shared with the other
+// prepared pods whose labels are equal (the pod's map is not kept).
 func PreparePod(pod *corev1.Pod) PreparedPod {
 	u, ok := preparePod(pod)
 	if !ok {
@@ -281,19 +277,17 @@ func PreparePod(pod *corev1.Pod) PreparedPod {
 	if u.delete {
 		return PreparedPod{u: u, ok: ok}
 	}
-	labels := preparedLabels.intern(u.labels, u.labelsHash)
-	u.labels, u.labelsImmutable = labels.labels, true
-	return PreparedPod{u: u, ok: ok, labels: labels}
+	u.set, u.labels = preparedLabels.intern(u.labels, u.labelsHash), nil
+	return PreparedPod{u: u, ok: ok}
 }
 
-// Labels are the labels of the pod p was prepared from (a map shared with
-// other prepared pods: never modify it), nil for a pod that cannot take
-// part in policy.
+// Labels are the labels of the pod p was prepared from when Eligible, as
+// a new map (nil when it has none, or is not Eligible).
 func (p PreparedPod) Labels() map[string]string {
-	if p.labels == nil {
+	if !p.Eligible() {
 		return nil
 	}
-	return p.labels.labels
+	return p.u.set.toMap()
 }
 
 // Eligible reports whether the pod p was prepared from takes part in
@@ -331,21 +325,19 @@ func (e *Engine) UpsertPreparedPod(p PreparedPod) {
 // podUpdate is a pod event, read from the object: an upsert, or a delete
 // for a pod that cannot take part in policy.
 type podUpdate struct {
-	key podKey
-	// delete and labelsImmutable share a word (a prepared pod is in every
-	// cached pod: 8 bytes of each).
+	key    podKey
 	delete bool
 	// labels is the object's own map, read (under the engine's lock)
-	// before the call returns and never kept unless labelsImmutable (a
-	// prepared pod's shared map, which nothing modifies: the engine keeps
-	// it rather than a copy); labelsHash its labelsHash.
-	labelsImmutable bool
-	labels          map[string]string
-	labelsHash      uint64
-	node            string
-	uid             types.UID
-	ips             []netip.Addr // status
-	ports           []model.NamedPort
+	// before the call returns and never kept; labelsHash its labelsHash.
+	// A prepared pod's are in set instead (labels nil): its shared label
+	// set, which nothing modifies, and the engine keeps.
+	labels     map[string]string
+	set        *podLabelSet
+	labelsHash uint64
+	node       string
+	uid        types.UID
+	ips        []netip.Addr // status
+	ports      []model.NamedPort
 }
 
 func preparePod(pod *corev1.Pod) (podUpdate, bool) {
@@ -389,7 +381,7 @@ func (e *Engine) applyPodMatched(u podUpdate, ns *nsState, matches []*group) {
 		p.member.Pod = &model.PodRef{Namespace: key.namespace, Name: key.name}
 		e.setPodInfo(p, node, ips, ports)
 		ns.pods.add(p, nsPos)
-		ns.podLabels.add(p.labels, p)
+		ns.podLabels.addPairs(p.labels.pairs(), p)
 		e.pods[key] = p
 		if !matched {
 			e.addToMatchingGroups(p)
@@ -410,14 +402,14 @@ func (e *Engine) applyPodMatched(u podUpdate, ns *nsState, matches []*group) {
 		e.touchPodEntry(p)
 	}
 	infoChanged := p.node() != node || !slices.Equal(p.ips(), ips) || !slices.Equal(p.ports(), ports)
-	labelsChanged := !maps.Equal(p.labels, u.labels)
+	labelsChanged := !u.labelsEqual(p.labels)
 	if !infoChanged && !labelsChanged {
 		return
 	}
 	if labelsChanged {
 		lbls, ls := e.podLabels(u)
-		p.ns.podLabels.remove(p.labels, p)
-		p.ns.podLabels.add(lbls, p)
+		p.ns.podLabels.removePairs(p.labels.pairs(), p)
+		p.ns.podLabels.addPairs(lbls.pairs(), p)
 		e.releasePodLabels(p)
 		p.labels, p.labelSet = lbls, ls
 	}
@@ -446,17 +438,34 @@ func (e *Engine) applyPodMatched(u podUpdate, ns *nsState, matches []*group) {
 	e.addToMatchingGroups(p)
 }
 
-// podLabels is the label map a pod's state keeps: a prepared pod's as it
-// is (PreparePod shares one map among the pods of equal labels already;
+// podLabels is the label set a pod's state keeps: a prepared pod's as it
+// is (PreparePod shares one set among the pods of equal labels already;
 // counting it in labelSets as well took about 100 bytes per pod of
-// labels of its own), any other's the engine's shared copy, counted
+// labels of its own), any other's the engine's shared one, counted
 // (labelSet non-nil).
-func (e *Engine) podLabels(u podUpdate) (map[string]string, *labelSet) {
-	if u.labelsImmutable && u.labels != nil {
-		return u.labels, nil
+func (e *Engine) podLabels(u podUpdate) (*podLabelSet, *labelSet) {
+	if u.set != nil {
+		return u.set, nil
 	}
-	ls := e.labelSets.intern(u.labels, u.labelsHash, u.labelsImmutable)
-	return ls.labels, ls
+	ls := e.labelSets.intern(u.labels, u.labelsHash)
+	return &ls.podLabelSet, ls
+}
+
+// labelsEqual reports whether u's labels are those of s.
+func (u *podUpdate) labelsEqual(s *podLabelSet) bool {
+	if u.set != nil {
+		return u.set.equal(s)
+	}
+	return s.equalMap(u.labels)
+}
+
+// labelSet is u's labels as a set: a prepared pod's shared one, else a
+// new one.
+func (u *podUpdate) labelSet() *podLabelSet {
+	if u.set != nil {
+		return u.set
+	}
+	return newPodLabelSet(u.labels, u.labelsHash)
 }
 
 // releasePodLabels counts one user fewer of p's labels in labelSets.
@@ -490,11 +499,11 @@ func (e *Engine) podMatches(g *group, p *podState) bool {
 
 // selectsPod reports whether g selects a pod of namespace ns with labels
 // lbls and named ports ports.
-func selectsPod(g *group, ns *nsState, lbls map[string]string, ports []model.NamedPort) bool {
+func selectsPod(g *group, ns *nsState, lbls *podLabelSet, ports []model.NamedPort) bool {
 	if g.spec.kind == groupNamedPort {
 		return hasNamedPort(ports, g.spec.portName())
 	}
-	if g.spec.kind != groupPods || !g.spec.podSel.Matches(labels.Set(lbls)) {
+	if g.spec.kind != groupPods || !g.spec.podSel.Matches(lbls) {
 		return false
 	}
 	if g.spec.nsSel == nil {
@@ -520,13 +529,13 @@ func (e *Engine) addToMatchingGroups(p *podState) {
 // namespace ns with labels lbls and named ports ports, looking only at
 // groups the selector indexes name (a group may come twice). It only reads
 // the engine; fn must not change its indexes.
-func (e *Engine) eachMatchingGroup(ns *nsState, lbls map[string]string, ports []model.NamedPort, fn func(*group)) {
+func (e *Engine) eachMatchingGroup(ns *nsState, lbls *podLabelSet, ports []model.NamedPort, fn func(*group)) {
 	visit := func(g *group) {
 		if selectsPod(g, ns, lbls, ports) {
 			fn(g)
 		}
 	}
-	ns.groups.candidates(lbls, visit)
+	ns.groups.candidatesOf(lbls.pairs(), visit)
 	for _, np := range ports {
 		if g := e.namedPortGroups[np.Name]; g != nil {
 			visit(g)
@@ -535,10 +544,10 @@ func (e *Engine) eachMatchingGroup(ns *nsState, lbls map[string]string, ports []
 	// Groups with a namespace selector are indexed twice, by pod selector
 	// and by namespace selector; either index finds all that may match, so
 	// take the one with fewer candidates.
-	if e.nsGroups.count(ns.labels) < e.clusterPodGroups.count(lbls) {
+	if e.nsGroups.count(ns.labels) < e.clusterPodGroups.countOf(lbls.pairs()) {
 		e.nsGroups.candidates(ns.labels, visit)
 	} else {
-		e.clusterPodGroups.candidates(lbls, visit)
+		e.clusterPodGroups.candidatesOf(lbls.pairs(), visit)
 	}
 }
 
@@ -579,7 +588,7 @@ func (e *Engine) applyPods(us []podUpdate) {
 			return // applied the usual way
 		}
 		var ms []*group
-		e.eachMatchingGroup(ns, u.labels, u.ports, func(g *group) { ms = append(ms, g) })
+		e.eachMatchingGroup(ns, u.labelSet(), u.ports, func(g *group) { ms = append(ms, g) })
 		pre[i] = found{ns, ms}
 	})
 	// Applied namespace by namespace (in order within one: a pod that
@@ -631,7 +640,7 @@ func (e *Engine) removePodState(key podKey) {
 		e.removePod(g, p)
 	}
 	p.ns.pods.remove(p, nsPos)
-	p.ns.podLabels.remove(p.labels, p)
+	p.ns.podLabels.removePairs(p.labels.pairs(), p)
 	e.releasePodLabels(p)
 	delete(e.pods, key)
 	e.maybeDropNamespace(p.ns)

@@ -24,7 +24,9 @@ type cachedMeta struct {
 	UID             types.UID
 	ResourceVersion string
 	Generation      int64
-	// Labels may be shared with other cached objects: never modified.
+	// Labels may be shared with other cached objects: never modified. A
+	// cached pod that takes part in policy keeps its labels in its
+	// preparation instead (nil here; see cachedPod.GetLabels).
 	Labels map[string]string
 }
 

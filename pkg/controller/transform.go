@@ -168,8 +168,10 @@ type podFields struct {
 func newCachedPod(p *corev1.Pod) *cachedPod {
 	prepared := compute.PreparePod(p)
 	meta := newCachedMeta(&p.ObjectMeta)
-	if l := prepared.Labels(); l != nil {
-		meta.Labels = l // shared with the pods of equal labels
+	if prepared.Eligible() {
+		// Its preparation holds the labels, in a set shared with the
+		// pods of equal labels and smaller than a map (GetLabels).
+		meta.Labels = nil
 	}
 	c := &cachedPod{
 		cachedMeta: meta,
@@ -276,6 +278,16 @@ func (p *cachedPod) fields() podFields {
 	return podFieldsOf(p.prepared)
 }
 
+// GetLabels is the pod's labels: its preparation's when it takes part in
+// policy (a new map each call), else the object's (shared: never
+// modify).
+func (p *cachedPod) GetLabels() map[string]string {
+	if p.prepared.Eligible() {
+		return p.prepared.Labels()
+	}
+	return p.Labels
+}
+
 // Pod is the pod as its readers see it (a new object).
 func (p *cachedPod) Pod() *corev1.Pod {
 	f := p.fields()
@@ -284,7 +296,11 @@ func (p *cachedPod) Pod() *corev1.Pod {
 		Spec:       corev1.PodSpec{NodeName: f.nodeName, HostNetwork: f.hostNetwork},
 		Status:     corev1.PodStatus{Phase: p.phase, PodIP: f.podIP, PodIPs: f.podIPs},
 	}
-	pod.Labels = maps.Clone(p.Labels) // the cache's map is shared with other pods
+	if p.prepared.Eligible() {
+		pod.Labels = p.prepared.Labels() // a new map
+	} else {
+		pod.Labels = maps.Clone(p.Labels) // the cache's map is shared with other pods
+	}
 	if len(f.ports) > 0 {
 		pod.Spec.Containers = []corev1.Container{{Name: "ports", Ports: f.ports}}
 	}

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"fmt"
+	"maps"
 	"reflect"
 	"testing"
 
@@ -266,5 +267,33 @@ func TestCachedPodRebuildsItsFields(t *testing.T) {
 	}
 	if rebuilt < 3 { // plain, dual-stack, sorted-ports
 		t.Fatalf("only %d pods read their fields from their preparation", rebuilt)
+	}
+}
+
+// TestCachedPodLabels: a cached pod answers its object's labels (through
+// GetLabels, Pod and a deep copy) whether its preparation keeps them (a
+// pod that takes part in policy: no map of its own in the cache) or its
+// metadata does (one that does not), and a reader changing the map it
+// was given changes nothing cached.
+func TestCachedPodLabels(t *testing.T) {
+	for _, p := range append(richPods(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "unlabelled"},
+		Spec: corev1.PodSpec{NodeName: "n"}, Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.1.0.1"}}) {
+		want := maps.Clone(p.Labels)
+		c := newCachedPod(p.DeepCopy())
+		if c.prepared.Eligible() && c.Labels != nil {
+			t.Errorf("pod %s: the cache keeps a label map besides its preparation", p.Name)
+		}
+		copied := c.DeepCopyObject().(*cachedPod)
+		for _, got := range []map[string]string{c.GetLabels(), c.Pod().Labels, copied.GetLabels(), copied.Pod().Labels} {
+			if !maps.Equal(got, want) {
+				t.Fatalf("pod %s (eligible %v): labels %v, want %v", p.Name, c.prepared.Eligible(), got, want)
+			}
+		}
+		if l := c.Pod().Labels; l != nil {
+			l["app"] = "changed"
+			if !maps.Equal(c.GetLabels(), want) {
+				t.Fatalf("pod %s: a reader's change to Pod().Labels reached the cache: %v", p.Name, c.GetLabels())
+			}
+		}
 	}
 }
