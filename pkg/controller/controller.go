@@ -86,6 +86,8 @@ type Controller struct {
 
 	// events carries informer events to the engine in batches.
 	events *eventQueue
+	// earlyPods feeds the pods of the initial list while they stream.
+	earlyPods *earlyPods
 
 	queue       workqueue.TypedRateLimitingInterface[model.PolicyRef]
 	broadcaster record.EventBroadcaster
@@ -303,21 +305,35 @@ func queueKey(ref model.PolicyRef) model.PolicyRef {
 // with tombstone handling and object counting. after, when set, runs once
 // the engine has applied an event of that object.
 func (c *Controller) handlerFuncs(kind string, upsert func(w compute.Writer, obj interface{}), del func(w compute.Writer, m metav1.Object), after func(m metav1.Object)) cache.ResourceEventHandlerFuncs {
-	objects := c.metrics.apiObjects.WithLabelValues(kind)
-	k := &eventKind{kind: kind, upsert: upsert, del: del, after: after, observer: c.metrics.syncDuration.WithLabelValues(kind, "engine")}
-	queue := func(m metav1.Object, deleted bool) {
-		c.events.push(eventKey{kind: kind, namespace: m.GetNamespace(), name: m.GetName()}, k, m, deleted)
+	return c.handlersOf(c.eventKindOf(kind, upsert, del, after), nil)
+}
+
+// eventKindOf is how one kind's events reach the engine.
+func (c *Controller) eventKindOf(kind string, upsert func(w compute.Writer, obj interface{}), del func(w compute.Writer, m metav1.Object), after func(m metav1.Object)) *eventKind {
+	return &eventKind{kind: kind, upsert: upsert, del: del, after: after, observer: c.metrics.syncDuration.WithLabelValues(kind, "engine")}
+}
+
+// handlersOf queues the events of kind k; early, when set, is the kind's
+// early feed (pods: see earlyPods), which an event of an object it fed
+// passes first.
+func (c *Controller) handlersOf(k *eventKind, early *earlyPods) cache.ResourceEventHandlerFuncs {
+	objects := c.metrics.apiObjects.WithLabelValues(k.kind)
+	queue := func(m metav1.Object, obj interface{}, deleted bool) {
+		if early != nil && early.delivered(m, obj, deleted) {
+			return // fed while it streamed: queued already
+		}
+		c.events.push(eventKey{kind: k.kind, namespace: m.GetNamespace(), name: m.GetName()}, k, m, deleted)
 	}
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj interface{}) {
 			objects.Inc()
 			if m, ok := obj.(metav1.Object); ok {
-				queue(m, false)
+				queue(m, obj, false)
 			}
 		},
 		UpdateFunc: func(_, obj interface{}) {
 			if m, ok := obj.(metav1.Object); ok {
-				queue(m, false)
+				queue(m, obj, false)
 			}
 		},
 		DeleteFunc: func(obj interface{}) {
@@ -326,7 +342,7 @@ func (c *Controller) handlerFuncs(kind string, upsert func(w compute.Writer, obj
 			}
 			objects.Dec()
 			if m, ok := obj.(metav1.Object); ok {
-				queue(m, true)
+				queue(m, obj, true)
 			}
 		},
 	}
@@ -334,7 +350,7 @@ func (c *Controller) handlerFuncs(kind string, upsert func(w compute.Writer, obj
 
 func (c *Controller) registerCoreHandlers() error {
 	var errs []error
-	add := func(inf cache.SharedIndexInformer, h cache.ResourceEventHandler) {
+	add := func(inf cache.SharedIndexInformer, h cache.ResourceEventHandler, early *earlyPods) {
 		// AddEventHandler fails only on a stopped informer; these are new.
 		reg, err := inf.AddEventHandler(h)
 		if err != nil {
@@ -343,8 +359,19 @@ func (c *Controller) registerCoreHandlers() error {
 		}
 		// The registration's HasSynced (unlike the informer's) is true only
 		// once the handler has seen the initial list; syncedAfter adds
-		// that the engine has applied it.
-		c.coreSynced = append(c.coreSynced, c.events.syncedAfter(reg.HasSynced))
+		// that the engine has applied it (and, for pods, that the early
+		// feed's pods missing from the list are deleted from it).
+		synced := reg.HasSynced
+		if early != nil {
+			synced = func() bool {
+				if !reg.HasSynced() {
+					return false
+				}
+				early.finish()
+				return true
+			}
+		}
+		c.coreSynced = append(c.coreSynced, c.events.syncedAfter(synced))
 	}
 	add(c.kubeFactory.Core().V1().Namespaces().Informer(), c.handlerFuncs("Namespace",
 		func(w compute.Writer, obj interface{}) {
@@ -352,23 +379,41 @@ func (c *Controller) registerCoreHandlers() error {
 				w.UpsertNamespace(ns.Namespace())
 			}
 		},
-		func(w compute.Writer, m metav1.Object) { w.DeleteNamespace(m.GetName()) }, nil))
-	add(c.kubeFactory.Core().V1().Pods().Informer(), c.handlerFuncs(podKind,
-		func(w compute.Writer, obj interface{}) {
-			if p, ok := obj.(*cachedPod); ok {
-				w.UpsertPreparedPod(p.prepared)
-			}
-		},
-		func(w compute.Writer, m metav1.Object) { w.DeletePod(m.GetNamespace(), m.GetName()) }, nil))
+		func(w compute.Writer, m metav1.Object) { w.DeleteNamespace(m.GetName()) }, nil), nil)
 	add(c.kubeFactory.Core().V1().Nodes().Informer(), c.handlerFuncs("Node",
 		func(w compute.Writer, obj interface{}) {
 			if n, ok := obj.(*cachedNode); ok {
 				w.UpsertNode(n.Node())
 			}
 		},
-		func(w compute.Writer, m metav1.Object) { w.DeleteNode(m.GetName()) }, nil))
+		func(w compute.Writer, m metav1.Object) { w.DeleteNode(m.GetName()) }, nil), nil)
 	c.npInformer = c.kubeFactory.Networking().V1().NetworkPolicies().Informer()
-	add(c.npInformer, c.networkPolicyHandler())
+	add(c.npInformer, c.networkPolicyHandler(), nil)
+	pods := c.eventKindOf(podKind,
+		func(w compute.Writer, obj interface{}) {
+			if p, ok := obj.(*cachedPod); ok {
+				w.UpsertPreparedPod(p.prepared)
+			}
+		},
+		func(w compute.Writer, m metav1.Object) { w.DeletePod(m.GetNamespace(), m.GetName()) }, nil)
+	// The pods of the initial list reach the engine as they stream in
+	// (earlyPods: they are most of a start's work, and the stream about
+	// half of its time).
+	others := len(c.coreSynced) // namespaces, nodes, NetworkPolicies
+	early := newEarlyPods(c.events, pods, func() bool {
+		for _, s := range c.coreSynced[:others] {
+			if !s() {
+				return false
+			}
+		}
+		return true
+	})
+	c.earlyPods = early
+	podInformer := c.kubeFactory.Core().V1().Pods().Informer()
+	if err := podInformer.SetTransform(early.transform); err != nil {
+		errs = append(errs, fmt.Errorf("controller: setting the pod informer's transform: %w", err))
+	}
+	add(podInformer, c.handlersOf(pods, early), early)
 	return errors.Join(errs...)
 }
 

@@ -16,6 +16,17 @@
 // HasSynced is true once the initial lists are in the engine, not merely
 // queued.
 //
+// The pods of the initial list reach the engine while they stream in
+// (earlyPods, early.go): client-go keeps a streamed list (WatchList) from
+// the informer until its end, but runs the pod informer's transform on
+// each pod as it arrives, and that transform also queues the pod, in runs
+// of maxEventBatch, once the namespaces, nodes and NetworkPolicies are in
+// the engine. When the informer then delivers the same objects, nothing
+// more is queued; a pod applied early but missing from the final list (a
+// stream that broke and was streamed again) is deleted before HasSynced
+// turns true. Nothing is published before HasSynced, so the partial state
+// is never seen.
+//
 // Findings on the network-policy-api kinds become status conditions (see
 // docs/status.md in this directory for the condition types and when they
 // are written); findings on NetworkPolicies, which have no status, become

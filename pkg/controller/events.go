@@ -123,18 +123,32 @@ func newEventQueue(e *compute.Engine) *eventQueue {
 // delete when deleted. A pending event of the same object is replaced
 // (keeping its place in line).
 func (q *eventQueue) push(key eventKey, k *eventKind, obj metav1.Object, deleted bool) {
-	h := hashEventKey(key)
+	q.pushHashed(key, hashEventKey(key), k, obj, deleted)
+}
+
+// pushHashed is push of a key whose hash (hashEventKey) the caller has.
+func (q *eventQueue) pushHashed(key eventKey, h uint64, k *eventKind, obj metav1.Object, deleted bool) {
 	q.mu.Lock()
+	q.pushLocked(key, h, k, obj, deleted, time.Now())
+	q.mu.Unlock()
+	q.wakeUp()
+}
+
+// pushLocked queues an event with q.mu held.
+func (q *eventQueue) pushLocked(key eventKey, h uint64, k *eventKind, obj metav1.Object, deleted bool, now time.Time) {
 	q.seq++
 	if ev := q.byHash[h]; ev != nil && ev.key == key {
 		// The latest event stands for the object.
 		ev.obj, ev.deleted = obj, deleted
 	} else {
-		ev := &queuedEvent{key: key, hash: h, kind: k, obj: obj, deleted: deleted, seq: q.seq, arrived: time.Now()}
+		ev := &queuedEvent{key: key, hash: h, kind: k, obj: obj, deleted: deleted, seq: q.seq, arrived: now}
 		q.pending = append(q.pending, ev)
 		q.byHash[h] = ev
 	}
-	q.mu.Unlock()
+}
+
+// wakeUp wakes the goroutine that applies events.
+func (q *eventQueue) wakeUp() {
 	select {
 	case q.wake <- struct{}{}:
 	default: // a wake-up is already pending
