@@ -56,7 +56,6 @@ type Engine struct {
 
 	namespaces map[string]*nsState
 	pods       map[podKey]*podState
-	labelSets  labelSets // the pods' label maps, shared
 	nodes      map[string]*nodeState
 	nodeLabels labelIndex[*nodeState]
 

@@ -108,21 +108,6 @@ func (s *podLabelSet) toMap() map[string]string {
 	return m
 }
 
-// labelSets shares one immutable label set among the pods the engine was
-// given as objects (UpsertPod) whose labels are equal (the replicas of a
-// workload usually are): a set per pod would be most of the engine's
-// memory for pods. Entries are reference counted and forgotten when no
-// pod uses them. Prepared pods' sets are shared by preparedLabels.
-type labelSets struct {
-	byHash map[uint64][]*labelSet
-}
-
-// labelSet is one shared label set; nothing may modify it.
-type labelSet struct {
-	podLabelSet
-	refs int
-}
-
 var labelSeed = maphash.MakeSeed()
 
 // labelsHash hashes a label set independently of map order: the sum of
@@ -135,49 +120,16 @@ func labelsHash(m map[string]string) uint64 {
 	return h
 }
 
-// intern returns the shared set equal to m (whose labelsHash is h),
-// making it when no pod has such labels yet, and counts one more user.
-func (ls *labelSets) intern(m map[string]string, h uint64) *labelSet {
-	if ls.byHash == nil {
-		ls.byHash = map[uint64][]*labelSet{}
-	}
-	for _, s := range ls.byHash[h] {
-		if s.equalMap(m) {
-			s.refs++
-			return s
-		}
-	}
-	s := &labelSet{podLabelSet: *newPodLabelSet(m, h), refs: 1}
-	ls.byHash[h] = append(ls.byHash[h], s)
-	return s
-}
-
-// release counts one user fewer of s and forgets it after the last.
-func (ls *labelSets) release(s *labelSet) {
-	if s.refs--; s.refs > 0 {
-		return
-	}
-	bucket := ls.byHash[s.hash]
-	for i, x := range bucket {
-		if x == s {
-			bucket = append(bucket[:i], bucket[i+1:]...)
-			break
-		}
-	}
-	if len(bucket) == 0 {
-		delete(ls.byHash, s.hash)
-	} else {
-		ls.byHash[s.hash] = bucket
-	}
-}
-
-// preparedLabels shares one label set among the prepared pods whose labels
-// are equal (PreparePod): a cache of prepared pods then holds a set per
-// distinct labels, not one per pod (on 100,000 pods a map per pod was a
-// tenth of the controller's memory). The table is process-wide, as the caches are;
-// an entry lives as long as a prepared pod holds it: the table points to
-// it weakly, and a cleanup forgets it once it is collected.
-var preparedLabels = labelInterner{byHash: map[uint64]weak.Pointer[podLabelSet]{}}
+// podLabelSets shares one label set among the pods whose labels are equal
+// (the replicas of a workload usually are), prepared (PreparePod) or given
+// to an engine as objects: a cache of prepared pods and the engines then
+// hold a set per distinct labels, not one per pod (on 100,000 pods a map
+// per pod was a tenth of the controller's memory). The table is
+// process-wide, as the caches are; an entry lives as long as a prepared
+// pod or a pod's state holds it: the table points to it weakly, and a
+// cleanup forgets it once it is collected (no count of users to keep
+// right).
+var podLabelSets = labelInterner{byHash: map[uint64]weak.Pointer[podLabelSet]{}}
 
 // labelInterner holds one entry per hash in byHash (nearly every hash
 // has one label set; a slice per hash took 8 bytes of an allocation and
@@ -215,10 +167,10 @@ func (in *labelInterner) intern(m map[string]string, h uint64) *podLabelSet {
 	return s
 }
 
-// forgetPreparedLabels drops preparedLabels' collected entries of hash h
+// forgetPreparedLabels drops podLabelSets' collected entries of hash h
 // (a function, not the method value, which would take an allocation of
 // its own for every entry).
-func forgetPreparedLabels(h uint64) { preparedLabels.forget(h) }
+func forgetPreparedLabels(h uint64) { podLabelSets.forget(h) }
 
 // forget drops the collected entries of hash h.
 func (in *labelInterner) forget(h uint64) {

@@ -11,9 +11,9 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 )
 
-// TestPodLabelsShared: pods with equal labels share one label map, a
-// relabel moves a pod to the other labels' map, and the maps are
-// forgotten with their last pod.
+// TestPodLabelsShared: pods given as objects whose labels are equal share
+// one label set (with prepared pods too), a relabel moves a pod to the
+// other labels' set, and the table forgets a set once no pod holds it.
 func TestPodLabelsShared(t *testing.T) {
 	e := New()
 	e.UpsertPod(mkPod("ns", "a", "n1", "10.0.0.1", []string{"app=web", "tier=1"}))
@@ -21,20 +21,24 @@ func TestPodLabelsShared(t *testing.T) {
 	e.UpsertPod(mkPod("ns", "c", "n2", "10.0.0.3", []string{"app=db"}))
 	e.UpsertPod(mkPod("ns", "d", "n2", "10.0.0.4", nil))
 	pa, pb, pc := e.pods[podKey{"ns", "a"}], e.pods[podKey{"ns", "b"}], e.pods[podKey{"ns", "c"}]
-	if pa.labelSet != pb.labelSet || pa.labelSet == pc.labelSet || pa.labelSet.refs != 2 {
-		t.Fatalf("equal labels not shared: %p %p %p (refs %d)", pa.labelSet, pb.labelSet, pc.labelSet, pa.labelSet.refs)
+	if pa.labels != pb.labels || pa.labels == pc.labels || !pa.labels.equalMap(map[string]string{"app": "web", "tier": "1"}) {
+		t.Fatalf("equal labels not shared: %p %p %p", pa.labels, pb.labels, pc.labels)
 	}
-	// b takes c's labels: a keeps its map, b and c share.
+	if prepared := PreparePod(mkPod("ns", "x", "n1", "10.0.0.9", []string{"app=db"})); prepared.u.set != pc.labels {
+		t.Fatal("a prepared pod does not share the set of an engine's pod of equal labels")
+	}
+	// b takes c's labels: a keeps its set, b and c share.
 	e.UpsertPod(mkPod("ns", "b", "n1", "10.0.0.2", []string{"app=db"}))
-	if pb.labelSet != pc.labelSet || pa.labelSet.refs != 1 || pc.labelSet.refs != 2 || pb.labels.Get("app") != "db" || pa.labels.Get("app") != "web" {
-		t.Fatalf("after relabel: a %v (%d), b %v, c %v (%d)", pa.labels, pa.labelSet.refs, pb.labels, pc.labels, pc.labelSet.refs)
+	if pb.labels != pc.labels || pa.labels == pb.labels || pb.labels.Get("app") != "db" || pa.labels.Get("app") != "web" {
+		t.Fatalf("after relabel: a %v, b %v, c %v", pa.labels.toMap(), pb.labels.toMap(), pc.labels.toMap())
 	}
+	h := pa.labels.hash
 	for _, n := range []string{"a", "b", "c", "d"} {
 		e.DeletePod("ns", n)
 	}
-	if len(e.labelSets.byHash) != 0 {
-		t.Fatalf("label maps kept after their pods went: %d", len(e.labelSets.byHash))
-	}
+	pa, pb, pc = nil, nil, nil
+	waitForgotten(t, h, "a label set is still in the table after its pods went")
+	runtime.KeepAlive(e)
 }
 
 // TestPreparedPodLabelsShared: prepared pods with equal labels share one
@@ -59,18 +63,17 @@ func TestPreparedPodLabelsShared(t *testing.T) {
 	if got := e.pods[podKey{"ns", "b"}].labels; !got.equalMap(map[string]string{"bench": "shared", "tier": "1"}) || got != b.u.set {
 		t.Fatalf("engine's labels of b: %v, want b's shared set", got.toMap())
 	}
-	// Nor does it count the shared set again in its own table, through a
-	// relabel and a delete either.
+	// A relabel moves it to the other labels' set.
 	e.UpsertPreparedPod(PreparePod(mkPod("ns", "b", "n1", "10.0.0.2", []string{"bench=other"})))
-	if p := e.pods[podKey{"ns", "b"}]; p.labelSet != nil || len(e.labelSets.byHash) != 0 || p.labels != c.u.set {
-		t.Fatalf("engine counts prepared labels: %d maps in its table", len(e.labelSets.byHash))
+	if p := e.pods[podKey{"ns", "b"}]; p.labels != c.u.set {
+		t.Fatalf("engine's labels of b after a relabel: %v, want c's set", p.labels.toMap())
 	}
 	e.DeletePod("ns", "b")
-	if len(e.pods) != 0 || len(e.labelSets.byHash) != 0 {
-		t.Fatalf("after delete: %d pods, %d label maps", len(e.pods), len(e.labelSets.byHash))
+	if len(e.pods) != 0 {
+		t.Fatalf("after delete: %d pods", len(e.pods))
 	}
 	h := a.u.labelsHash
-	if held := preparedLabels.held(h); held != 1 {
+	if held := podLabelSets.held(h); held != 1 {
 		t.Fatalf("the table holds %d maps of a's labels, want 1", held)
 	}
 	runtime.KeepAlive(c)
@@ -84,7 +87,7 @@ func waitForgotten(t *testing.T, h uint64, msg string) {
 	t.Helper()
 	for range 100 {
 		runtime.GC()
-		if preparedLabels.held(h) == 0 {
+		if podLabelSets.held(h) == 0 {
 			return
 		}
 		time.Sleep(10 * time.Millisecond) // cleanups run on their own goroutine
@@ -97,11 +100,11 @@ func waitForgotten(t *testing.T, h uint64, msg string) {
 func TestPreparedLabelsOfOneHash(t *testing.T) {
 	const h = 42 // as if both sets hashed alike
 	x, y := map[string]string{"app": "x"}, map[string]string{"app": "y"}
-	a, b := preparedLabels.intern(x, h), preparedLabels.intern(y, h)
-	if a == b || preparedLabels.intern(maps.Clone(x), h) != a || preparedLabels.intern(maps.Clone(y), h) != b {
+	a, b := podLabelSets.intern(x, h), podLabelSets.intern(y, h)
+	if a == b || podLabelSets.intern(maps.Clone(x), h) != a || podLabelSets.intern(maps.Clone(y), h) != b {
 		t.Fatal("label sets of one hash are not told apart, or not shared")
 	}
-	if n := preparedLabels.held(h); n != 2 {
+	if n := podLabelSets.held(h); n != 2 {
 		t.Fatalf("the table holds %d label sets of the hash, want 2", n)
 	}
 	runtime.KeepAlive(a)

@@ -33,11 +33,8 @@ type podKey struct{ namespace, name string }
 
 type podState struct {
 	ns     *nsState
-	labels *podLabelSet // shared, never modified; never nil
-	// labelSet is the shared label set (Engine.labelSets) this pod uses;
-	// nil for a prepared pod's labels (see podLabels).
-	labelSet *labelSet
-	uid      types.UID
+	labels *podLabelSet // shared (podLabelSets), never modified; never nil
+	uid    types.UID
 	// member is the pod as its groups list it: its node, its addresses
 	// in its groups (statusIPs, unless its node's agent reported the pod
 	// (same UID) with addresses, see nodepods.go) and its named ports.
@@ -277,7 +274,7 @@ func PreparePod(pod *corev1.Pod) PreparedPod {
 	if u.delete {
 		return PreparedPod{u: u, ok: ok}
 	}
-	u.set, u.labels = preparedLabels.intern(u.labels, u.labelsHash), nil
+	u.set, u.labels = podLabelSets.intern(u.labels, u.labelsHash), nil
 	return PreparedPod{u: u, ok: ok}
 }
 
@@ -376,8 +373,7 @@ func (e *Engine) applyPodMatched(u podUpdate, ns *nsState, matches []*group) {
 		if !matched {
 			ns = e.nsFor(key.namespace)
 		}
-		lbls, ls := e.podLabels(u)
-		p = &podState{ns: ns, labels: lbls, labelSet: ls, uid: u.uid, statusIPs: u.ips}
+		p = &podState{ns: ns, labels: u.sharedLabels(), uid: u.uid, statusIPs: u.ips}
 		p.member.Pod = &model.PodRef{Namespace: key.namespace, Name: key.name}
 		e.setPodInfo(p, node, ips, ports)
 		ns.pods.add(p, nsPos)
@@ -407,11 +403,10 @@ func (e *Engine) applyPodMatched(u podUpdate, ns *nsState, matches []*group) {
 		return
 	}
 	if labelsChanged {
-		lbls, ls := e.podLabels(u)
+		lbls := u.sharedLabels()
 		p.ns.podLabels.removePairs(p.labels.pairs(), p)
 		p.ns.podLabels.addPairs(lbls.pairs(), p)
-		e.releasePodLabels(p)
-		p.labels, p.labelSet = lbls, ls
+		p.labels = lbls
 	}
 	if p.node() != node {
 		// Leave and re-join: keeps per-node counts (spans) right.
@@ -438,17 +433,14 @@ func (e *Engine) applyPodMatched(u podUpdate, ns *nsState, matches []*group) {
 	e.addToMatchingGroups(p)
 }
 
-// podLabels is the label set a pod's state keeps: a prepared pod's as it
-// is (PreparePod shares one set among the pods of equal labels already;
-// counting it in labelSets as well took about 100 bytes per pod of
-// labels of its own), any other's the engine's shared one, counted
-// (labelSet non-nil).
-func (e *Engine) podLabels(u podUpdate) (*podLabelSet, *labelSet) {
+// sharedLabels is the label set a pod's state keeps: a prepared pod's as
+// it is (PreparePod shared it already), any other's the set podLabelSets
+// shares among the pods of equal labels.
+func (u *podUpdate) sharedLabels() *podLabelSet {
 	if u.set != nil {
-		return u.set, nil
+		return u.set
 	}
-	ls := e.labelSets.intern(u.labels, u.labelsHash)
-	return &ls.podLabelSet, ls
+	return podLabelSets.intern(u.labels, u.labelsHash)
 }
 
 // labelsEqual reports whether u's labels are those of s.
@@ -466,13 +458,6 @@ func (u *podUpdate) labelSet() *podLabelSet {
 		return u.set
 	}
 	return newPodLabelSet(u.labels, u.labelsHash)
-}
-
-// releasePodLabels counts one user fewer of p's labels in labelSets.
-func (e *Engine) releasePodLabels(p *podState) {
-	if p.labelSet != nil {
-		e.labelSets.release(p.labelSet)
-	}
 }
 
 // key is the pod's namespace and name.
@@ -641,7 +626,6 @@ func (e *Engine) removePodState(key podKey) {
 	}
 	p.ns.pods.remove(p, nsPos)
 	p.ns.podLabels.removePairs(p.labels.pairs(), p)
-	e.releasePodLabels(p)
 	delete(e.pods, key)
 	e.maybeDropNamespace(p.ns)
 	e.dropPodEntry(p)
