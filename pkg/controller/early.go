@@ -182,6 +182,11 @@ func (f *earlyPods) closeLocked() {
 	f.flushLocked()
 	f.buf = nil
 	f.closed.Store(true)
+	if !f.started {
+		// Nothing was fed: the handlers need not look.
+		f.fed = nil
+		f.done.Store(true)
+	}
 }
 
 // delivered is called by the pod handlers with each event before it is

@@ -177,7 +177,8 @@ func scenarioPod(i int, web bool) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: []string{"a", "b"}[i%2], Name: fmt.Sprintf("pod-%d", i),
 			Labels: map[string]string{"app": app}},
-		Spec:   corev1.PodSpec{NodeName: fmt.Sprintf("node-%d", i/2%2)},
+		Spec: corev1.PodSpec{NodeName: fmt.Sprintf("node-%d", i/2%2),
+			Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}},
 	}
 }
