@@ -20,9 +20,10 @@
 // (earlyPods, early.go): client-go keeps a streamed list (WatchList) from
 // the informer until its end, but runs the pod informer's transform on
 // each pod as it arrives, and that transform also queues the pod, in runs
-// of maxEventBatch, once the namespaces, nodes and NetworkPolicies are in
-// the engine. When the informer then delivers the same objects, nothing
-// more is queued; a pod applied early but missing from the final list (a
+// of maxEventBatch, once 20,000 pods have streamed and the namespaces,
+// nodes and NetworkPolicies are in the engine (the pods before are queued
+// by their handler events as usual). When the informer then delivers the
+// same objects, nothing more is queued; a pod applied early but missing from the final list (a
 // stream that broke and was streamed again) is deleted before HasSynced
 // turns true. Nothing is published before HasSynced, so the partial state
 // is never seen.
