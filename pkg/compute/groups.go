@@ -130,11 +130,8 @@ func (e *Engine) getGroup(spec groupSpec) *group {
 		return g
 	}
 	h := keyHash(spec.key)
-	g := &group{
-		spec:  spec,
-		atgID: formatGroupID("atg", h),
-		agID:  formatGroupID("ag", h),
-	}
+	g := &group{spec: spec}
+	g.atgID, g.agID = groupIDs(h)
 	e.groups[spec.key] = g
 	e.byKeyHash[h] = g
 	switch spec.kind {

@@ -91,6 +91,10 @@ func TestGroupIDIsSHA256Prefix(t *testing.T) {
 		if got := groupID("ag", key); got != want {
 			t.Errorf("groupID(%q) = %s, want %s", key, got, want)
 		}
+		atg, ag := groupIDs(keyHash(key))
+		if wantATG := "atg-" + hex.EncodeToString(sum[:8]); atg != wantATG || ag != want {
+			t.Errorf("groupIDs(keyHash(%q)) = %s, %s, want %s, %s", key, atg, ag, wantATG, want)
+		}
 	}
 }
 
