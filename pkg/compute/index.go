@@ -1,6 +1,9 @@
 package compute
 
-import "iter"
+import (
+	"iter"
+	"slices"
+)
 
 // smallMax is how many entries a set or counts keeps in a slice before it
 // becomes a map. Most of the engine's sets are tiny (a pod is in a few
@@ -86,6 +89,16 @@ func (s *smallMap[K, V]) delete(k K) bool {
 		}
 	}
 	return false
+}
+
+// grow makes room for n more entries while they stay in the slice: one
+// allocation of the size they need instead of the doublings from one
+// entry (each its own allocation and copy) that appending one at a time
+// makes. Nothing when they would not fit in the slice anyway.
+func (s *smallMap[K, V]) grow(n int) {
+	if s.m == nil && len(s.small)+n <= smallMax {
+		s.small = slices.Grow(s.small, n)
+	}
 }
 
 func (s *smallMap[K, V]) len() int {

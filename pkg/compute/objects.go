@@ -383,6 +383,8 @@ func (e *Engine) applyPodMatched(u podUpdate, ns *nsState, matches []*group) {
 			e.addToMatchingGroups(p)
 			return
 		}
+		// The pod's group set sized once: it joins at most these groups.
+		p.groups.grow(len(matches))
 		for _, g := range matches {
 			if !p.groups.has(g) {
 				e.addPod(g, p)
