@@ -230,15 +230,12 @@ func groupIDs(h uint64) (atgID, agID string) {
 	return s[:20], s[20:]
 }
 
-// appendHash appends h's 16 lower-case hex digits, most significant first.
+// appendHash appends h's 16 lower-case hex digits, most significant first
+// (through an array on the stack: no allocation).
 func appendHash(b []byte, h uint64) []byte {
-	const digits = "0123456789abcdef"
-	var hx [16]byte
-	for i := len(hx) - 1; i >= 0; i-- {
-		hx[i] = digits[h&0xf]
-		h >>= 4
-	}
-	return append(b, hx[:]...)
+	var raw [8]byte
+	binary.BigEndian.PutUint64(raw[:], h)
+	return hex.AppendEncode(b, raw[:])
 }
 
 // parseGroupID is the key hash of an ID of the role prefix names; false
