@@ -3,8 +3,6 @@ package compute
 import (
 	"strings"
 
-	"k8s.io/apimachinery/pkg/labels"
-
 	"github.com/tierflow/tierflow/pkg/model"
 )
 
@@ -145,7 +143,7 @@ func (e *Engine) getGroup(spec groupSpec) *group {
 	case groupNodes:
 		e.nodeGroups.add(g.hint(), g)
 		visit := func(n *nodeState) {
-			if spec.nodeSel.Matches(labels.Set(n.labels)) {
+			if spec.nodeSel.Matches(n.labels) {
 				e.addNode(g, n)
 			}
 		}
@@ -165,7 +163,7 @@ func (e *Engine) getGroup(spec groupSpec) *group {
 		e.nsGroups.add(g.nsHint(), g)
 		e.clusterPodGroups.add(g.hint(), g)
 		visit := func(ns *nsState) {
-			if spec.nsSel.Matches(labels.Set(ns.labels)) {
+			if spec.nsSel.Matches(ns.labels) {
 				e.addMatchingPodsOf(g, ns)
 			}
 		}

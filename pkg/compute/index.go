@@ -289,28 +289,14 @@ type labelIndex[T comparable] struct {
 
 func newLabelIndex[T comparable]() labelIndex[T] { return labelIndex[T]{} }
 
-func (ix *labelIndex[T]) add(lbls map[string]string, t T) {
-	for k, v := range lbls {
-		ix.byKV.add(labelKV{k, v}, t)
-	}
-}
-
-func (ix *labelIndex[T]) remove(lbls map[string]string, t T) {
-	for k, v := range lbls {
-		ix.byKV.remove(labelKV{k, v}, t)
-	}
-}
-
-// addPairs is add of a label set's pairs.
-func (ix *labelIndex[T]) addPairs(kvs []labelKV, t T) {
-	for _, kv := range kvs {
+func (ix *labelIndex[T]) add(lbls *labelSet, t T) {
+	for _, kv := range lbls.pairs() {
 		ix.byKV.add(kv, t)
 	}
 }
 
-// removePairs is remove of a label set's pairs.
-func (ix *labelIndex[T]) removePairs(kvs []labelKV, t T) {
-	for _, kv := range kvs {
+func (ix *labelIndex[T]) remove(lbls *labelSet, t T) {
+	for _, kv := range lbls.pairs() {
 		ix.byKV.remove(kv, t)
 	}
 }
@@ -364,58 +350,29 @@ func (ix *selectorIndex[T]) remove(h indexHint, t T) {
 // candidates visits every selector that may match lbls. A selector is
 // visited at most once: it is indexed under one key, and a label set has
 // one value per key. visit must not change the index.
-func (ix *selectorIndex[T]) candidates(lbls map[string]string, visit func(T)) {
+func (ix *selectorIndex[T]) candidates(lbls *labelSet, visit func(T)) {
 	for t := range ix.rest.all() {
 		visit(t)
 	}
 	if ix.byKV.m.len() == 0 {
 		return
 	}
-	for k, v := range lbls {
-		s := ix.byKV.set(labelKV{k, v})
-		for t := range s.all() {
-			visit(t)
-		}
-	}
-}
-
-// candidatesOf is candidates of a label set's pairs.
-func (ix *selectorIndex[T]) candidatesOf(kvs []labelKV, visit func(T)) {
-	for t := range ix.rest.all() {
-		visit(t)
-	}
-	if ix.byKV.m.len() == 0 {
-		return
-	}
-	for _, kv := range kvs {
+	for _, kv := range lbls.pairs() {
 		s := ix.byKV.set(kv)
 		for t := range s.all() {
 			visit(t)
 		}
 	}
-}
-
-// countOf is count of a label set's pairs.
-func (ix *selectorIndex[T]) countOf(kvs []labelKV) int {
-	n := ix.rest.len()
-	if ix.byKV.m.len() == 0 {
-		return n
-	}
-	for _, kv := range kvs {
-		s := ix.byKV.set(kv)
-		n += s.len()
-	}
-	return n
 }
 
 // count is how many selectors candidates would visit for lbls.
-func (ix *selectorIndex[T]) count(lbls map[string]string) int {
+func (ix *selectorIndex[T]) count(lbls *labelSet) int {
 	n := ix.rest.len()
 	if ix.byKV.m.len() == 0 {
 		return n
 	}
-	for k, v := range lbls {
-		s := ix.byKV.set(labelKV{k, v})
+	for _, kv := range lbls.pairs() {
+		s := ix.byKV.set(kv)
 		n += s.len()
 	}
 	return n

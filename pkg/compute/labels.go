@@ -9,22 +9,23 @@ import (
 	"weak"
 )
 
-// podLabelSet is a pod's labels as the engine and the prepared pods keep
-// them: the pairs sorted by key in one slice, and their labelsHash. A Go
+// labelSet is an object's labels as the engine keeps them (a pod's,
+// shared with the prepared pods; a namespace's; a node's): the pairs
+// sorted by key in one slice, and their labelsHash. A Go
 // map of two labels takes 336 bytes (its smallest table has eight slots);
 // this takes 32 and 64, and with one pod per label set (every pod of a
 // policy per pod has labels of its own) the maps were about a tenth of
 // the controller's live heap. It is what the selectors match (it
 // implements labels.Labels; a pointer, so passing it as one allocates
-// nothing). Immutable: shared by the pods whose labels are equal.
-type podLabelSet struct {
+// nothing). Immutable: a pod's is shared by the pods whose labels are equal.
+type labelSet struct {
 	kvs  []labelKV
 	hash uint64
 }
 
-// newPodLabelSet is the set of m's labels (h their labelsHash).
-func newPodLabelSet(m map[string]string, h uint64) *podLabelSet {
-	s := &podLabelSet{hash: h}
+// newLabelSet is the set of m's labels (h their labelsHash).
+func newLabelSet(m map[string]string, h uint64) *labelSet {
+	s := &labelSet{hash: h}
 	if len(m) > 0 {
 		s.kvs = make([]labelKV, 0, len(m))
 		for k, v := range m {
@@ -37,7 +38,7 @@ func newPodLabelSet(m map[string]string, h uint64) *podLabelSet {
 
 // Lookup implements labels.Labels: the value of label k and whether the
 // set has it.
-func (s *podLabelSet) Lookup(k string) (string, bool) {
+func (s *labelSet) Lookup(k string) (string, bool) {
 	if s == nil {
 		return "", false
 	}
@@ -57,19 +58,22 @@ func (s *podLabelSet) Lookup(k string) (string, bool) {
 }
 
 // Has implements labels.Labels.
-func (s *podLabelSet) Has(k string) bool {
+func (s *labelSet) Has(k string) bool {
 	_, ok := s.Lookup(k)
 	return ok
 }
 
 // Get implements labels.Labels.
-func (s *podLabelSet) Get(k string) string {
+func (s *labelSet) Get(k string) string {
 	v, _ := s.Lookup(k)
 	return v
 }
 
+// labelSetOf is m's labels as a set of their own (m is not kept).
+func labelSetOf(m map[string]string) *labelSet { return newLabelSet(m, labelsHash(m)) }
+
 // pairs are the labels, sorted by key (shared: never modify).
-func (s *podLabelSet) pairs() []labelKV {
+func (s *labelSet) pairs() []labelKV {
 	if s == nil {
 		return nil
 	}
@@ -77,7 +81,7 @@ func (s *podLabelSet) pairs() []labelKV {
 }
 
 // equalMap reports whether the set holds exactly m's labels.
-func (s *podLabelSet) equalMap(m map[string]string) bool {
+func (s *labelSet) equalMap(m map[string]string) bool {
 	kvs := s.pairs()
 	if len(kvs) != len(m) {
 		return false
@@ -91,12 +95,12 @@ func (s *podLabelSet) equalMap(m map[string]string) bool {
 }
 
 // equal reports whether s and o hold the same labels.
-func (s *podLabelSet) equal(o *podLabelSet) bool {
+func (s *labelSet) equal(o *labelSet) bool {
 	return s == o || slices.Equal(s.pairs(), o.pairs())
 }
 
 // toMap is the labels as a new map (nil when there are none).
-func (s *podLabelSet) toMap() map[string]string {
+func (s *labelSet) toMap() map[string]string {
 	kvs := s.pairs()
 	if len(kvs) == 0 {
 		return nil
@@ -129,20 +133,20 @@ func labelsHash(m map[string]string) uint64 {
 // pod or a pod's state holds it: the table points to it weakly, and a
 // cleanup forgets it once it is collected (no count of users to keep
 // right).
-var podLabelSets = labelInterner{byHash: map[uint64]weak.Pointer[podLabelSet]{}}
+var podLabelSets = labelInterner{byHash: map[uint64]weak.Pointer[labelSet]{}}
 
 // labelInterner holds one entry per hash in byHash (nearly every hash
 // has one label set; a slice per hash took 8 bytes of an allocation and
 // 16 more of the map's slot for each) and the rare others in more.
 type labelInterner struct {
 	mu     sync.Mutex
-	byHash map[uint64]weak.Pointer[podLabelSet]
-	more   map[uint64][]weak.Pointer[podLabelSet]
+	byHash map[uint64]weak.Pointer[labelSet]
+	more   map[uint64][]weak.Pointer[labelSet]
 }
 
 // intern returns the shared label set equal to m (whose labelsHash is h),
 // making it when none is held.
-func (in *labelInterner) intern(m map[string]string, h uint64) *podLabelSet {
+func (in *labelInterner) intern(m map[string]string, h uint64) *labelSet {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	first, taken := in.byHash[h]
@@ -154,12 +158,12 @@ func (in *labelInterner) intern(m map[string]string, h uint64) *podLabelSet {
 			return s
 		}
 	}
-	s := newPodLabelSet(m, h)
+	s := newLabelSet(m, h)
 	if !taken || first.Value() == nil {
 		in.byHash[h] = weak.Make(s)
 	} else {
 		if in.more == nil {
-			in.more = map[uint64][]weak.Pointer[podLabelSet]{}
+			in.more = map[uint64][]weak.Pointer[labelSet]{}
 		}
 		in.more[h] = append(in.more[h], weak.Make(s))
 	}
@@ -182,7 +186,7 @@ func (in *labelInterner) forget(h uint64) {
 	if len(in.more[h]) == 0 {
 		return
 	}
-	live := slices.DeleteFunc(in.more[h], func(w weak.Pointer[podLabelSet]) bool { return w.Value() == nil })
+	live := slices.DeleteFunc(in.more[h], func(w weak.Pointer[labelSet]) bool { return w.Value() == nil })
 	if len(live) == 0 {
 		delete(in.more, h)
 	} else {

@@ -122,7 +122,7 @@ func TestPodLabelSet(t *testing.T) {
 		for i := range n {
 			m[fmt.Sprintf("k%02d", (i*7)%n)] = fmt.Sprint("v", i)
 		}
-		s := newPodLabelSet(m, labelsHash(m))
+		s := newLabelSet(m, labelsHash(m))
 		if !s.equalMap(m) || !maps.Equal(s.toMap(), m) && n > 0 || n == 0 && s.toMap() != nil {
 			t.Fatalf("%d labels: set %v, map %v", n, s.toMap(), m)
 		}
@@ -147,11 +147,11 @@ func TestPodLabelSet(t *testing.T) {
 		}
 		other := maps.Clone(m)
 		other["extra"] = "x"
-		if s.equalMap(other) || s.equal(newPodLabelSet(other, labelsHash(other))) || !s.equal(newPodLabelSet(maps.Clone(m), s.hash)) {
+		if s.equalMap(other) || s.equal(newLabelSet(other, labelsHash(other))) || !s.equal(newLabelSet(maps.Clone(m), s.hash)) {
 			t.Fatalf("%d labels: equality wrong", n)
 		}
 	}
-	var none *podLabelSet
+	var none *labelSet
 	if none.Has("a") || none.pairs() != nil || !none.equalMap(nil) || none.toMap() != nil {
 		t.Fatal("the nil set is not empty")
 	}

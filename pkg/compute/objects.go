@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/tierflow/tierflow/pkg/model"
@@ -21,9 +20,9 @@ const metadataNameLabel = "kubernetes.io/metadata.name"
 
 type nsState struct {
 	name      string
-	labels    map[string]string
-	known     bool    // an UpsertNamespace was seen (and no delete since)
-	pods      podList // nsPos
+	labels    *labelSet // never nil
+	known     bool      // an UpsertNamespace was seen (and no delete since)
+	pods      podList   // nsPos
 	podLabels labelIndex[*podState]
 	groups    selectorIndex[*group] // groups fixed to this namespace, by pod selector
 	nGroups   int
@@ -33,7 +32,7 @@ type podKey struct{ namespace, name string }
 
 type podState struct {
 	ns     *nsState
-	labels *podLabelSet // shared (podLabelSets), never modified; never nil
+	labels *labelSet // shared (podLabelSets), never modified; never nil
 	uid    types.UID
 	// member is the pod as its groups list it: its node, its addresses
 	// in its groups (statusIPs, unless its node's agent reported the pod
@@ -53,7 +52,7 @@ type podState struct {
 
 type nodeState struct {
 	name   string
-	labels map[string]string
+	labels *labelSet // never nil
 	member model.GroupMember
 	groups set[*group]
 }
@@ -63,7 +62,7 @@ func (e *Engine) nsFor(name string) *nsState {
 	if ns == nil {
 		ns = &nsState{
 			name:      name,
-			labels:    map[string]string{metadataNameLabel: name},
+			labels:    nameOnlyLabels(name),
 			podLabels: newLabelIndex[*podState](),
 			groups:    newSelectorIndex[*group](),
 		}
@@ -89,12 +88,13 @@ func (e *Engine) upsertNamespace(ns *corev1.Namespace) func() {
 	if ns == nil || ns.Name == "" {
 		return nil
 	}
-	lbls := maps.Clone(ns.Labels)
-	if lbls == nil {
-		lbls = map[string]string{}
-	}
-	if _, ok := lbls[metadataNameLabel]; !ok {
-		lbls[metadataNameLabel] = ns.Name
+	lbls := nameOnlyLabels(ns.Name)
+	if _, ok := ns.Labels[metadataNameLabel]; ok {
+		lbls = labelSetOf(ns.Labels)
+	} else if len(ns.Labels) > 0 {
+		m := maps.Clone(ns.Labels)
+		m[metadataNameLabel] = ns.Name
+		lbls = labelSetOf(m)
 	}
 	return func() {
 		st := e.nsFor(ns.Name)
@@ -115,14 +115,19 @@ func (e *Engine) deleteNamespace(name string) func() {
 			return
 		}
 		st.known = false
-		e.relabelNamespace(st, map[string]string{metadataNameLabel: name})
+		e.relabelNamespace(st, nameOnlyLabels(name))
 		e.maybeDropNamespace(st)
 	}
 }
 
-func (e *Engine) relabelNamespace(st *nsState, lbls map[string]string) {
+// nameOnlyLabels are the labels of a namespace known by name alone.
+func nameOnlyLabels(name string) *labelSet {
+	return labelSetOf(map[string]string{metadataNameLabel: name})
+}
+
+func (e *Engine) relabelNamespace(st *nsState, lbls *labelSet) {
 	old := st.labels
-	if maps.Equal(old, lbls) {
+	if old.equal(lbls) {
 		return
 	}
 	e.nsLabels.remove(old, st)
@@ -133,8 +138,8 @@ func (e *Engine) relabelNamespace(st *nsState, lbls map[string]string) {
 	e.nsGroups.candidates(old, collect)
 	e.nsGroups.candidates(lbls, collect)
 	for g := range cands.all() {
-		was := g.spec.nsSel.Matches(labels.Set(old))
-		now := g.spec.nsSel.Matches(labels.Set(lbls))
+		was := g.spec.nsSel.Matches(old)
+		now := g.spec.nsSel.Matches(lbls)
 		switch {
 		case now && !was:
 			e.addMatchingPodsOf(g, st)
@@ -329,7 +334,7 @@ type podUpdate struct {
 	// A prepared pod's are in set instead (labels nil): its shared label
 	// set, which nothing modifies, and the engine keeps.
 	labels     map[string]string
-	set        *podLabelSet
+	set        *labelSet
 	labelsHash uint64
 	node       string
 	uid        types.UID
@@ -377,7 +382,7 @@ func (e *Engine) applyPodMatched(u podUpdate, ns *nsState, matches []*group) {
 		p.member.Pod = &model.PodRef{Namespace: key.namespace, Name: key.name}
 		e.setPodInfo(p, node, ips, ports)
 		ns.pods.add(p, nsPos)
-		ns.podLabels.addPairs(p.labels.pairs(), p)
+		ns.podLabels.add(p.labels, p)
 		e.pods[key] = p
 		if !matched {
 			e.addToMatchingGroups(p)
@@ -406,8 +411,8 @@ func (e *Engine) applyPodMatched(u podUpdate, ns *nsState, matches []*group) {
 	}
 	if labelsChanged {
 		lbls := u.sharedLabels()
-		p.ns.podLabels.removePairs(p.labels.pairs(), p)
-		p.ns.podLabels.addPairs(lbls.pairs(), p)
+		p.ns.podLabels.remove(p.labels, p)
+		p.ns.podLabels.add(lbls, p)
 		p.labels = lbls
 	}
 	if p.node() != node {
@@ -438,7 +443,7 @@ func (e *Engine) applyPodMatched(u podUpdate, ns *nsState, matches []*group) {
 // sharedLabels is the label set a pod's state keeps: a prepared pod's as
 // it is (PreparePod shared it already), any other's the set podLabelSets
 // shares among the pods of equal labels.
-func (u *podUpdate) sharedLabels() *podLabelSet {
+func (u *podUpdate) sharedLabels() *labelSet {
 	if u.set != nil {
 		return u.set
 	}
@@ -446,20 +451,20 @@ func (u *podUpdate) sharedLabels() *podLabelSet {
 }
 
 // labelsEqual reports whether u's labels are those of s.
-func (u *podUpdate) labelsEqual(s *podLabelSet) bool {
+func (u *podUpdate) labelsEqual(s *labelSet) bool {
 	if u.set != nil {
 		return u.set.equal(s)
 	}
 	return s.equalMap(u.labels)
 }
 
-// labelSet is u's labels as a set: a prepared pod's shared one, else a
+// asLabelSet is u's labels as a set: a prepared pod's shared one, else a
 // new one.
-func (u *podUpdate) labelSet() *podLabelSet {
+func (u *podUpdate) asLabelSet() *labelSet {
 	if u.set != nil {
 		return u.set
 	}
-	return newPodLabelSet(u.labels, u.labelsHash)
+	return newLabelSet(u.labels, u.labelsHash)
 }
 
 // key is the pod's namespace and name.
@@ -486,7 +491,7 @@ func (e *Engine) podMatches(g *group, p *podState) bool {
 
 // selectsPod reports whether g selects a pod of namespace ns with labels
 // lbls and named ports ports.
-func selectsPod(g *group, ns *nsState, lbls *podLabelSet, ports []model.NamedPort) bool {
+func selectsPod(g *group, ns *nsState, lbls *labelSet, ports []model.NamedPort) bool {
 	if g.spec.kind == groupNamedPort {
 		return hasNamedPort(ports, g.spec.portName())
 	}
@@ -496,7 +501,7 @@ func selectsPod(g *group, ns *nsState, lbls *podLabelSet, ports []model.NamedPor
 	if g.spec.nsSel == nil {
 		return g.spec.namespace == ns.name
 	}
-	return g.spec.nsSel.Matches(labels.Set(ns.labels))
+	return g.spec.nsSel.Matches(ns.labels)
 }
 
 // addToMatchingGroups adds p to every group that selects it and does not
@@ -516,13 +521,13 @@ func (e *Engine) addToMatchingGroups(p *podState) {
 // namespace ns with labels lbls and named ports ports, looking only at
 // groups the selector indexes name (a group may come twice). It only reads
 // the engine; fn must not change its indexes.
-func (e *Engine) eachMatchingGroup(ns *nsState, lbls *podLabelSet, ports []model.NamedPort, fn func(*group)) {
+func (e *Engine) eachMatchingGroup(ns *nsState, lbls *labelSet, ports []model.NamedPort, fn func(*group)) {
 	visit := func(g *group) {
 		if selectsPod(g, ns, lbls, ports) {
 			fn(g)
 		}
 	}
-	ns.groups.candidatesOf(lbls.pairs(), visit)
+	ns.groups.candidates(lbls, visit)
 	for _, np := range ports {
 		if g := e.namedPortGroups[np.Name]; g != nil {
 			visit(g)
@@ -531,10 +536,10 @@ func (e *Engine) eachMatchingGroup(ns *nsState, lbls *podLabelSet, ports []model
 	// Groups with a namespace selector are indexed twice, by pod selector
 	// and by namespace selector; either index finds all that may match, so
 	// take the one with fewer candidates.
-	if e.nsGroups.count(ns.labels) < e.clusterPodGroups.countOf(lbls.pairs()) {
+	if e.nsGroups.count(ns.labels) < e.clusterPodGroups.count(lbls) {
 		e.nsGroups.candidates(ns.labels, visit)
 	} else {
-		e.clusterPodGroups.candidatesOf(lbls.pairs(), visit)
+		e.clusterPodGroups.candidates(lbls, visit)
 	}
 }
 
@@ -575,7 +580,7 @@ func (e *Engine) applyPods(us []podUpdate) {
 			return // applied the usual way
 		}
 		var ms []*group
-		e.eachMatchingGroup(ns, u.labelSet(), u.ports, func(g *group) { ms = append(ms, g) })
+		e.eachMatchingGroup(ns, u.asLabelSet(), u.ports, func(g *group) { ms = append(ms, g) })
 		pre[i] = found{ns, ms}
 	})
 	// Applied namespace by namespace (in order within one: a pod that
@@ -627,7 +632,7 @@ func (e *Engine) removePodState(key podKey) {
 		e.removePod(g, p)
 	}
 	p.ns.pods.remove(p, nsPos)
-	p.ns.podLabels.removePairs(p.labels.pairs(), p)
+	p.ns.podLabels.remove(p.labels, p)
 	delete(e.pods, key)
 	e.maybeDropNamespace(p.ns)
 	e.dropPodEntry(p)
@@ -689,10 +694,7 @@ func (e *Engine) upsertNode(node *corev1.Node) func() {
 	if node == nil || node.Name == "" {
 		return nil
 	}
-	lbls := maps.Clone(node.Labels)
-	if lbls == nil {
-		lbls = map[string]string{}
-	}
+	lbls := labelSetOf(node.Labels)
 	ips := nodePeerAddresses(node)
 	return func() {
 		n := e.nodes[node.Name]
@@ -709,20 +711,20 @@ func (e *Engine) upsertNode(node *corev1.Node) func() {
 					e.touchGroup(g)
 				}
 			}
-			if maps.Equal(n.labels, lbls) {
+			if n.labels.equal(lbls) {
 				return
 			}
 			e.nodeLabels.remove(n.labels, n)
 			e.nodeLabels.add(lbls, n)
 			n.labels = lbls
 			for g := range n.groups.all() {
-				if !g.spec.nodeSel.Matches(labels.Set(lbls)) {
+				if !g.spec.nodeSel.Matches(lbls) {
 					e.removeNode(g, n)
 				}
 			}
 		}
 		e.nodeGroups.candidates(lbls, func(g *group) {
-			if !g.nodeMembers().has(n) && g.spec.nodeSel.Matches(labels.Set(lbls)) {
+			if !g.nodeMembers().has(n) && g.spec.nodeSel.Matches(lbls) {
 				e.addNode(g, n)
 			}
 		})
