@@ -11,7 +11,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/tierflow/tierflow/pkg/compute"
 	"github.com/tierflow/tierflow/pkg/model"
+	"github.com/tierflow/tierflow/test/watchlist"
 )
 
 // TestStreamedPodsAppliedEarlyEndInTheFinalState serves the initial lists
@@ -331,7 +331,7 @@ type streamedNamespaces struct {
 }
 
 func (s streamedNamespaces) Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-	if !initialEvents(opts) {
+	if !watchlist.WantsInitialEvents(opts) {
 		return s.NamespaceInterface.Watch(ctx, opts)
 	}
 	l, err := s.List(ctx, metav1.ListOptions{})
@@ -344,7 +344,7 @@ func (s streamedNamespaces) Watch(ctx context.Context, opts metav1.ListOptions) 
 type streamedNodes struct{ corev1client.NodeInterface }
 
 func (s streamedNodes) Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-	if !initialEvents(opts) {
+	if !watchlist.WantsInitialEvents(opts) {
 		return s.NodeInterface.Watch(ctx, opts)
 	}
 	l, err := s.List(ctx, metav1.ListOptions{})
@@ -359,7 +359,7 @@ type streamedNetworkPolicies struct {
 }
 
 func (s streamedNetworkPolicies) Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-	if !initialEvents(opts) {
+	if !watchlist.WantsInitialEvents(opts) {
 		return s.NetworkPolicyInterface.Watch(ctx, opts)
 	}
 	l, err := s.List(ctx, metav1.ListOptions{})
@@ -380,57 +380,17 @@ func itemsOf[T any, P interface {
 	return out
 }
 
-func initialEvents(opts metav1.ListOptions) bool {
-	return opts.SendInitialEvents != nil && *opts.SendInitialEvents
-}
-
 // streamList streams objs as Added events, then the bookmark that ends
 // the initial events (end, an empty object of the kind), then what rest's
 // watch sends.
 func streamList(ctx context.Context, objs []runtime.Object, end runtime.Object, rest func(context.Context, metav1.ListOptions) (watch.Interface, error)) (watch.Interface, error) {
-	after, err := rest(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, err
-	}
-	events := make(chan watch.Event)
-	w := watch.NewProxyWatcher(events)
-	go func() {
-		defer close(events)
-		defer after.Stop()
-		send := func(e watch.Event) bool {
-			select {
-			case events <- e:
-				return true
-			case <-w.StopChan():
-				return false
-			}
-		}
+	return watchlist.Serve(ctx, func(send func(runtime.Object) bool) {
 		for _, o := range objs {
-			if !send(watch.Event{Type: watch.Added, Object: o}) {
+			if !send(o) {
 				return
 			}
 		}
-		if !send(watch.Event{Type: watch.Bookmark, Object: bookmark(end)}) {
-			return
-		}
-		for e := range after.ResultChan() {
-			if !send(e) {
-				return
-			}
-		}
-	}()
-	return w, nil
-}
-
-// bookmark makes end the bookmark that ends a stream's initial events.
-func bookmark(end runtime.Object) runtime.Object {
-	m, err := meta.Accessor(end)
-	if err != nil {
-		panic(err)
-	}
-	m.SetResourceVersion("1")
-	m.SetAnnotations(map[string]string{metav1.InitialEventsAnnotationKey: "true"})
-	return end
+	}, end, 0, rest)
 }
 
 // podStreams serves the pods' streamed initial lists: the i-th watch that
@@ -483,7 +443,7 @@ type streamedPods struct {
 }
 
 func (s streamedPods) Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-	if !initialEvents(opts) {
+	if !watchlist.WantsInitialEvents(opts) {
 		return s.PodInterface.Watch(ctx, opts)
 	}
 	i := s.streams.next()

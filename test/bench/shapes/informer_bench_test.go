@@ -12,7 +12,6 @@ import (
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -29,6 +28,7 @@ import (
 	"github.com/tierflow/tierflow/pkg/controller"
 	"github.com/tierflow/tierflow/test/bench/measure"
 	"github.com/tierflow/tierflow/test/bench/shapes"
+	"github.com/tierflow/tierflow/test/watchlist"
 )
 
 // The from-informer-start benchmarks live here, out of package compute's
@@ -245,60 +245,21 @@ func servedWatch[T any, P interface {
 	*T
 	runtime.Object
 }](ctx context.Context, c *served, kind shapes.Kinds, opts metav1.ListOptions, rest func(context.Context, metav1.ListOptions) (watch.Interface, error)) (watch.Interface, error) {
-	if opts.SendInitialEvents == nil || !*opts.SendInitialEvents {
+	if !watchlist.WantsInitialEvents(opts) {
 		return rest(ctx, opts)
 	}
 	if err := unselected(opts); err != nil {
 		return nil, err
 	}
-	after, err := rest(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, err
-	}
 	// A buffer of events, as a watch's connection has: the builder's
 	// goroutine (locked to its thread to count its CPU time) parks only
 	// when it is full.
-	events := make(chan watch.Event, 256)
-	w := watch.NewProxyWatcher(events)
-	go func() {
-		defer close(events)
-		defer after.Stop()
-		stopped := false
-		send := func(e watch.Event) bool {
-			if !stopped {
-				select {
-				case events <- e:
-				case <-w.StopChan():
-					stopped = true
-				}
-			}
-			return !stopped
-		}
+	return watchlist.Serve(ctx, func(send func(runtime.Object) bool) {
 		counted(c, func() {
-			c.shape.StreamKinds(c.quick, kind, func(o any) { send(watch.Event{Type: watch.Added, Object: o.(P)}) })
+			c.shape.StreamKinds(c.quick, kind, func(o any) { send(o.(P)) })
 		})
-		end := P(new(T))
-		m, err := meta.Accessor(end)
-		if err != nil {
-			panic(err) // every served kind has object metadata
-		}
-		m.SetResourceVersion(servedResourceVersion)
-		m.SetAnnotations(map[string]string{metav1.InitialEventsAnnotationKey: "true"})
-		if !send(watch.Event{Type: watch.Bookmark, Object: end}) {
-			return
-		}
-		for e := range after.ResultChan() {
-			if !send(e) {
-				return
-			}
-		}
-	}()
-	return w, nil
+	}, P(new(T)), 256, rest)
 }
-
-// servedResourceVersion is the resource version of the served state
-// (the bookmark that ends the initial events carries it).
-const servedResourceVersion = "1"
 
 // unselected refuses a list with a selector: the served lists hold every
 // object (the controller's informers select nothing).
