@@ -103,27 +103,46 @@ func run(out string, quick bool, only, goBin string, merge bool) error {
 		runs = kept
 	}
 
-	// Compile the drivers once.
-	binaries := map[string]string{}
-	for _, pkg := range packagesOf(runs) {
-		bin := filepath.Join(out, strings.ReplaceAll(strings.TrimPrefix(pkg, "./"), "/", "_")+".test")
-		logf("compiling %s ...", pkg)
-		cmd := exec.Command(goBin, "test", "-c", "-o", bin, pkg)
-		if msg, err := cmd.CombinedOutput(); err != nil {
-			// Every run of this package fails, with the compiler's words.
+	// Compile the drivers once (per source tree and package).
+	binaries := map[driver]string{}
+	dirs := map[driver]string{}
+	for _, d := range driversOf(runs) {
+		fail := func(err error) {
+			// Every run of this driver fails, with the cause's words.
 			for _, r := range runs {
-				if r.Package == pkg {
-					r.Status, r.Reason = StatusFailed, fmt.Sprintf("compiling %s: %v: %s", pkg, err, tail(string(msg), 10))
+				if driverOf(r) == d {
+					r.Status, r.Reason = StatusFailed, err.Error()
 				}
 			}
-			logf("  compiling %s failed: %v", pkg, err)
-			continue
+			logf("  %v", err)
 		}
-		abs, err := filepath.Abs(bin)
+		root := "."
+		name := strings.ReplaceAll(strings.TrimPrefix(d.pkg, "./"), "/", "_")
+		if d.commit != "" {
+			logf("extracting commit %.12s of this repository ...", d.commit)
+			var err error
+			if root, err = sourceTree(out, d.commit); err != nil {
+				fail(err)
+				continue
+			}
+			name = d.commit[:12] + "_" + name
+		}
+		bin, err := filepath.Abs(filepath.Join(out, name+".test"))
 		if err != nil {
 			return err
 		}
-		binaries[pkg] = abs
+		logf("compiling %s ...", filepath.Join(root, d.pkg))
+		cmd := exec.Command(goBin, "test", "-c", "-o", bin, d.pkg)
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "GOWORK=off")
+		if msg, err := cmd.CombinedOutput(); err != nil {
+			fail(fmt.Errorf("compiling %s: %v: %s", filepath.Join(root, d.pkg), err, tail(string(msg), 10)))
+			continue
+		}
+		binaries[d] = bin
+		if dirs[d], err = filepath.Abs(filepath.Join(root, d.pkg)); err != nil {
+			return err
+		}
 	}
 
 	for i, r := range runs {
@@ -140,7 +159,7 @@ func run(out string, quick bool, only, goBin string, merge bool) error {
 		default:
 			r.Date, r.Commit = time.Now().UTC().Format(time.RFC3339), rep.Commit
 			logf("%s (%s scale) ...", prefix, r.Scale)
-			execute(ctx, r, binaries[r.Package], filepath.Join(out, "logs"), prefix)
+			executeEach(ctx, r, binaries[driverOf(r)], dirs[driverOf(r)], filepath.Join(out, "logs"), prefix)
 			if r.Status == StatusOK {
 				logf("%s: done in %.1fs", prefix, r.WallSeconds)
 			} else {
@@ -192,16 +211,48 @@ func gitCommit() string {
 	return commit
 }
 
-func packagesOf(runs []*Run) []string {
-	var pkgs []string
-	seen := map[string]bool{}
+// driver is a test binary: a package of the working tree, or of a commit
+// of this repository's history.
+type driver struct{ commit, pkg string }
+
+func driverOf(r *Run) driver { return driver{r.SourceCommit, r.Package} }
+
+func driversOf(runs []*Run) []driver {
+	var ds []driver
+	seen := map[driver]bool{}
 	for _, r := range runs {
-		if r.Package != "" && r.NotMeasured == "" && !seen[r.Package] {
-			seen[r.Package] = true
-			pkgs = append(pkgs, r.Package)
+		d := driverOf(r)
+		if r.Package != "" && r.NotMeasured == "" && !seen[d] {
+			seen[d] = true
+			ds = append(ds, d)
 		}
 	}
-	return pkgs
+	return ds
+}
+
+// sourceTree is the tree of a commit of this repository (git archive),
+// extracted once under out/src: its own module, built with its own go.mod
+// and go.sum (modules from the module proxy as usual).
+func sourceTree(out, commit string) (string, error) {
+	dir := filepath.Join(out, "src", commit)
+	if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+		return dir, nil
+	}
+	tmp := dir + ".tmp"
+	if err := os.RemoveAll(tmp); err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		return "", err
+	}
+	cmd := exec.Command("bash", "-o", "pipefail", "-c", `git archive --format=tar "$1" | tar -x -C "$2"`, "extract", commit, tmp)
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("extracting commit %s (a clone that lacks it, e.g. a shallow one, cannot calibrate): %v: %s", commit, err, tail(string(msg), 5))
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		return "", err
+	}
+	return dir, nil
 }
 
 // progressPrefix starts the progress lines drivers print on stdout while
@@ -216,9 +267,36 @@ const ovsLockWait = 55 * time.Minute
 // pairs.
 var benchLine = regexp.MustCompile(`^(Benchmark\S+?)(?:-\d+)?\s+(\d+)\s+(.*)$`)
 
+// executeEach runs a driver r.Count times, each in a process of its own
+// (a benchmark repeated inside one process runs on the heap and caches
+// its first run left, faster than a process that starts anew), and keeps
+// each figure's median; the first failure ends the run.
+func executeEach(ctx context.Context, r *Run, bin, dir, logDir, prefix string) {
+	if r.Count <= 1 {
+		execute(ctx, r, bin, dir, logDir, prefix)
+		return
+	}
+	var results []map[string]float64
+	for i := 1; i <= r.Count; i++ {
+		one := *r
+		one.ID = fmt.Sprintf("%s-%d", r.ID, i)
+		execute(ctx, &one, bin, dir, logDir, fmt.Sprintf("%s (%d/%d)", prefix, i, r.Count))
+		r.WallSeconds += one.WallSeconds
+		r.LoadAvg = append(r.LoadAvg, one.LoadAvg...)
+		r.ProcessMaxRSSMiB = max(r.ProcessMaxRSSMiB, one.ProcessMaxRSSMiB)
+		r.Log = one.Log
+		if one.Status != StatusOK {
+			r.Status, r.Reason = one.Status, fmt.Sprintf("process %d of %d: %s", i, r.Count, one.Reason)
+			return
+		}
+		results = append(results, one.Metrics)
+	}
+	r.Status, r.Metrics = StatusOK, medians(results)
+}
+
 // execute runs one driver in a process of its own, streaming its output to
 // a log file and printing a heartbeat while it runs.
-func execute(parent context.Context, r *Run, bin, logDir, prefix string) {
+func execute(parent context.Context, r *Run, bin, dir, logDir, prefix string) {
 	r.Log = filepath.Join(logDir, r.ID+".log")
 	start := time.Now()
 	defer func() { r.WallSeconds = time.Since(start).Seconds() }()
@@ -242,10 +320,7 @@ func execute(parent context.Context, r *Run, bin, logDir, prefix string) {
 	cmd := exec.CommandContext(ctx, bin, args...)
 	// go test runs a test binary in its package directory; so do we, so
 	// the drivers find the repository the same way.
-	if cmd.Dir, err = filepath.Abs(r.Package); err != nil {
-		r.Status, r.Reason = StatusFailed, err.Error()
-		return
-	}
+	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "BENCH_SCALE="+r.Scale)
 	cmd.WaitDelay = 10 * time.Second
 	stdout, err := cmd.StdoutPipe()
@@ -334,6 +409,23 @@ func execute(parent context.Context, r *Run, bin, logDir, prefix string) {
 		r.Status = StatusOK
 		r.Metrics = results[len(results)-1]
 	}
+}
+
+// medians is each figure's median over the results that have it (the
+// lower middle of an even count).
+func medians(results []map[string]float64) map[string]float64 {
+	all := map[string][]float64{}
+	for _, m := range results {
+		for k, v := range m {
+			all[k] = append(all[k], v)
+		}
+	}
+	out := map[string]float64{}
+	for k, vs := range all {
+		sort.Float64s(vs)
+		out[k] = vs[(len(vs)-1)/2]
+	}
+	return out
 }
 
 func parseMetrics(s string) (map[string]float64, bool) {

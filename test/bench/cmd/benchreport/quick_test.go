@@ -100,7 +100,7 @@ func TestQuickReport(t *testing.T) {
 			t.Errorf("report.md has no section %q", s)
 		}
 	}
-	for _, want := range []string{SectionCompute, SectionVsAntrea, SectionHarness, SectionInformers, SectionIncremental, SectionAgent, SectionE2E, SectionDatapath, SectionEncap, SectionFanout, SectionServices} {
+	for _, want := range []string{SectionCompute, SectionVsAntrea, SectionHarness, SectionCalibration, SectionInformers, SectionIncremental, SectionAgent, SectionE2E, SectionDatapath, SectionEncap, SectionFanout, SectionServices} {
 		if !sections[want] {
 			t.Errorf("the quick plan has no run in section %q", want)
 		}

@@ -34,6 +34,14 @@ type Run struct {
 	// (test/ovsenv) and may first wait for other processes' to finish.
 	NeedsOVS    bool   `json:"-"`
 	NotMeasured string `json:"-"`
+	// SourceCommit, when set, is the commit of this repository whose
+	// Package is compiled and run instead of the working tree's (see
+	// sourceTree): the calibration runs measure old code on this machine.
+	SourceCommit string `json:"source_commit,omitempty"`
+	// Count is how many processes run the benchmark, one after the
+	// other (at least one); Metrics then holds each figure's median and
+	// ProcessMaxRSSMiB the largest, WallSeconds their sum.
+	Count int `json:"count,omitempty"`
 
 	// Date is when the run started (RFC 3339, UTC), Commit the commit
 	// measured (its invocation's: with BENCH_MERGE=1 runs can differ).
@@ -93,7 +101,19 @@ type Report struct {
 	ControllerCPUSeconds map[string]float64          `json:"controller_cpu_seconds"`
 	HarnessCPUSeconds    map[string]float64          `json:"harness_cpu_seconds"`
 	AntreaSideBySide     map[string]AntreaSideBySide `json:"antrea_side_by_side"`
-	Runs                 []*Run                      `json:"runs"`
+	// SideBySideCodeSeconds is, per reference shape, the time the
+	// side-by-side's tierflow code (sideBySideCommit, its own benchmark)
+	// takes on this machine; MachineSpeedVsSideBySide is its time in the
+	// side-by-side over that (above 1: this machine runs the same code
+	// faster); AntreaEstimatedSeconds is Antrea's side-by-side time
+	// scaled by it, and ControllerVsAntreaSameMachine the controller's
+	// time over that estimate: controller_vs_antrea with the machine's
+	// speed taken out (full mode only: quick mode's shapes are smaller).
+	SideBySideCodeSeconds         map[string]float64 `json:"side_by_side_code_seconds,omitempty"`
+	MachineSpeedVsSideBySide      map[string]float64 `json:"machine_speed_vs_side_by_side,omitempty"`
+	AntreaEstimatedSeconds        map[string]float64 `json:"antrea_estimated_seconds,omitempty"`
+	ControllerVsAntreaSameMachine map[string]float64 `json:"controller_vs_antrea_same_machine,omitempty"`
+	Runs                          []*Run             `json:"runs"`
 }
 
 // LoadSummary is the 1-minute load average over a report's runs.
@@ -146,6 +166,7 @@ func (rep *Report) summarize() {
 			rep.ControllerRSSVsAntrea[r.Scenario] = m / a.PeakRSSMiB
 		}
 	}
+	rep.calibrate()
 	for _, r := range rep.Runs {
 		if r.Section != SectionE2E || r.Status != StatusOK {
 			continue
@@ -175,6 +196,37 @@ func (rep *Report) summarize() {
 			best = flows
 			v := ratio
 			rep.AgentVsOfctlRatio = &v
+		}
+	}
+}
+
+// calibrate fills the same-machine comparison from the calibration runs
+// (SectionCalibration): Antrea's side-by-side time is scaled by how much
+// faster or slower this machine runs the tierflow code measured beside it.
+func (rep *Report) calibrate() {
+	rep.SideBySideCodeSeconds, rep.MachineSpeedVsSideBySide = nil, nil
+	rep.AntreaEstimatedSeconds, rep.ControllerVsAntreaSameMachine = nil, nil
+	for _, r := range rep.Runs {
+		a, ok := antreaSideBySide[r.Scenario]
+		if r.Section != SectionCalibration || r.Status != StatusOK || !ok || a.TierflowSeconds <= 0 {
+			continue
+		}
+		ns, ok := val(r, "ns/op")
+		if !ok || ns <= 0 {
+			continue
+		}
+		here := ns / 1e9
+		if rep.SideBySideCodeSeconds == nil {
+			rep.SideBySideCodeSeconds, rep.MachineSpeedVsSideBySide = map[string]float64{}, map[string]float64{}
+			rep.AntreaEstimatedSeconds, rep.ControllerVsAntreaSameMachine = map[string]float64{}, map[string]float64{}
+		}
+		rep.SideBySideCodeSeconds[r.Scenario] = here
+		speed := a.TierflowSeconds / here
+		rep.MachineSpeedVsSideBySide[r.Scenario] = speed
+		antrea := a.Seconds / speed
+		rep.AntreaEstimatedSeconds[r.Scenario] = antrea
+		if v, ok := rep.ControllerVsAntrea[r.Scenario]; ok && rep.Mode == "full" {
+			rep.ControllerVsAntreaSameMachine[r.Scenario] = v * a.Seconds / antrea
 		}
 	}
 }
@@ -223,6 +275,15 @@ func (rep *Report) Markdown() string {
 			}
 		}
 		fmt.Fprintf(&b, "- **controller_vs_antrea** (time from informer start on Antrea's harness / Antrea's): %s\n", strings.Join(parts, ", "))
+	}
+	if len(rep.ControllerVsAntreaSameMachine) > 0 {
+		var parts []string
+		for _, name := range referenceShapes {
+			if v, ok := rep.ControllerVsAntreaSameMachine[name]; ok {
+				parts = append(parts, fmt.Sprintf("%s %.3f", name, v))
+			}
+		}
+		fmt.Fprintf(&b, "- **controller_vs_antrea_same_machine** (the same, with Antrea's time scaled to this machine by the side-by-side's tierflow code run here): %s\n", strings.Join(parts, ", "))
 	}
 	if len(rep.ControllerCPUSeconds) > 0 {
 		var parts []string
@@ -295,6 +356,20 @@ func (rep *Report) Markdown() string {
 			[]string{"scenario", "scale", "pods", "policies", "time", "CPU time", "peak RSS (process)", "harness RSS", "heap in use after"},
 			func(r *Run) []string {
 				return []string{r.Scenario, r.Scale, num(r, "pods"), num(r, "policies"), secs(r, "informer-s"), secs(r, "cpu-s"), mibs(r, "peak-rss-MiB"), mibs(r, "harness-rss-MiB"), mibs(r, "heap-MiB")}
+			}},
+		{SectionCalibration,
+			"Machines of the project's kind differ in speed (the same code has run 1.5–3× faster on one than on another), while Antrea's figures above come from one run on one of them, beside tierflow's code of that day. That code (commit " + sideBySideCommit[:12] + ", extracted from this repository's history, its own benchmark of the shape as the side-by-side ran it: fake clientset holding every object, pods listed after the policies for large namespaces and one namespace) runs here in " + fmt.Sprint(calibrationCount) + " processes, one after the other (median). Machine speed is its side-by-side time over its time here; Antrea's estimated time here is Antrea's side-by-side time over that speed, and the last column is the controller's time (section above) over that estimate (full mode only; quick mode calibrates two shapes to show the machine's speed). Process peak RSS is the whole process's, building the shape's objects included.",
+			[]string{"scenario", "benchmark", "time here", "time in the side-by-side", "machine speed", "Antrea estimated here", "controller now / Antrea here", "process peak RSS"},
+			func(r *Run) []string {
+				a := antreaSideBySide[r.Scenario]
+				cell := func(m map[string]float64, f string) string {
+					if v, ok := m[r.Scenario]; ok {
+						return fmt.Sprintf(f, v)
+					}
+					return "–"
+				}
+				return []string{r.Scenario, sideBySideBench[r.Scenario], cell(rep.SideBySideCodeSeconds, "%.2f s"), fmt.Sprintf("%.2f s", a.TierflowSeconds),
+					cell(rep.MachineSpeedVsSideBySide, "%.2f×"), cell(rep.AntreaEstimatedSeconds, "%.2f s"), cell(rep.ControllerVsAntreaSameMachine, "**%.3f**"), fmt.Sprintf("%.0f MiB", r.ProcessMaxRSSMiB)}
 			}},
 		{SectionInformers,
 			"Every object is first created in a real kube-apiserver (test/kubeapi; pods created, then their status written). Then pkg/controller starts its informers; the clock stops when the engine holds every policy and every pod in its applied-to groups (polled every 100 ms). Heap in use includes the informer caches; peak RSS is the controller's run (reset after loading).",

@@ -142,3 +142,52 @@ func TestE2EKeys(t *testing.T) {
 		t.Errorf("report.md lacks the per-kind percentiles or the key:\n%s", md)
 	}
 }
+
+func TestSameMachineCalibration(t *testing.T) {
+	rep := &Report{Mode: "full"}
+	rep.Runs = []*Run{
+		{ID: "vs-antrea-large-namespaces", Section: SectionVsAntrea, Scenario: "large-namespaces", Status: StatusOK,
+			Metrics: map[string]float64{"informer-s": 0.864, "peak-rss-MiB": 300}},
+		// The side-by-side's code (4.29 s that day) takes 1.43 s here:
+		// this machine is 3× as fast, so Antrea's 4.32 s is 1.44 s here.
+		{ID: "calibration-large-namespaces", Section: SectionCalibration, Scenario: "large-namespaces", Status: StatusOK,
+			Metrics: map[string]float64{"ns/op": 1.43e9}},
+		{ID: "calibration-small-namespaces", Section: SectionCalibration, Scenario: "small-namespaces", Status: StatusFailed},
+	}
+	rep.summarize()
+	near := func(got, want float64) bool { return got > want*0.9999 && got < want*1.0001 }
+	if got := rep.MachineSpeedVsSideBySide["large-namespaces"]; !near(got, 3) {
+		t.Errorf("machine_speed_vs_side_by_side = %v, want 4.29 / 1.43 = 3", got)
+	}
+	if got := rep.AntreaEstimatedSeconds["large-namespaces"]; !near(got, 1.44) {
+		t.Errorf("antrea_estimated_seconds = %v, want 4.32 / 3 = 1.44", got)
+	}
+	if got := rep.ControllerVsAntreaSameMachine["large-namespaces"]; !near(got, 0.6) {
+		t.Errorf("controller_vs_antrea_same_machine = %v, want 0.864 / 1.44 = 0.6", got)
+	}
+	if got := rep.ControllerVsAntrea["large-namespaces"]; !near(got, 0.2) {
+		t.Errorf("controller_vs_antrea = %v, want 0.864 / 4.32 = 0.2 (the raw ratio stays)", got)
+	}
+	if len(rep.SideBySideCodeSeconds) != 1 {
+		t.Errorf("side_by_side_code_seconds = %v: a failed calibration has no figure", rep.SideBySideCodeSeconds)
+	}
+	if md := rep.Markdown(); !strings.Contains(md, "controller_vs_antrea_same_machine") || !strings.Contains(md, "large-namespaces 0.600") ||
+		!strings.Contains(md, "| 3.00× | 1.44 s | **0.600** |") {
+		t.Errorf("report.md does not state the same-machine ratio:\n%s", md)
+	}
+
+	// Quick mode's controller runs are of smaller shapes: the machine's
+	// speed is shown, no same-machine ratio made of them.
+	rep.Mode = "quick"
+	rep.summarize()
+	if rep.MachineSpeedVsSideBySide["large-namespaces"] == 0 || len(rep.ControllerVsAntreaSameMachine) != 0 {
+		t.Errorf("quick mode: speed %v, same-machine ratios %v", rep.MachineSpeedVsSideBySide, rep.ControllerVsAntreaSameMachine)
+	}
+}
+
+func TestMedians(t *testing.T) {
+	got := medians([]map[string]float64{{"ns/op": 3, "cpu-s": 1}, {"ns/op": 1, "cpu-s": 5}, {"ns/op": 2}})
+	if got["ns/op"] != 2 || got["cpu-s"] != 1 {
+		t.Errorf("medians = %v, want ns/op 2 (of 1, 2, 3) and cpu-s 1 (the lower middle of 1, 5)", got)
+	}
+}
