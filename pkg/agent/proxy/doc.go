@@ -47,5 +47,9 @@
 // its datapath flows (a flow cached from the old tables can commit a
 // flushed connection's next packet to the endpoint again), except those
 // of endpoints and frontends that came back by then (Compiler.StillOut).
+// A flush that fails for a transient reason (the OpenFlow connection
+// dropped or reconnects, a timeout) is tried again, with backoff, until
+// it succeeds, what it ends is back, or the agent stops; one the switch
+// rejects (no NXT_CT_FLUSH before OVS 3.1) is not.
 // Connections to endpoints that stay are never touched.
 package proxy

@@ -39,7 +39,7 @@ func newAgentMetrics(a *Agent) *agentMetrics {
 		}, []string{"trigger"}),
 		ofErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tierflow_agent_openflow_errors_total",
-			Help: "OpenFlow operations that failed: flow (the switch rejected a flow of a bundle), bundle (the bundle failed otherwise), stats, check, replay, start, conntrack-flush (ending removed Service endpoints' connections), revalidator-wait (asking the switch whether its datapath flows were revalidated, before the second flush).",
+			Help: "OpenFlow operations that failed: flow (the switch rejected a flow of a bundle), bundle (the bundle failed otherwise), stats, check, replay, start, conntrack-flush (a try at ending removed Service endpoints' connections; transient failures are tried again), revalidator-wait (asking the switch whether its datapath flows were revalidated, before the second flush).",
 		}, []string{"op"}),
 		ofConnects: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tierflow_agent_openflow_connections_total",
@@ -51,7 +51,7 @@ func newAgentMetrics(a *Agent) *agentMetrics {
 		}, []string{"kind"}),
 		svcFlushes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tierflow_agent_service_conntrack_flushes_total",
-			Help: "Conntrack flushes of removed Service endpoints and frontends, by when: bundle (right after the bundle that removed them), revalidated (again once the switch revalidated its datapath flows), back (that second flush left out: installed again by then).",
+			Help: "Conntrack flushes of removed Service endpoints and frontends, by when: bundle (right after the bundle that removed them), revalidated (again once the switch revalidated its datapath flows), back (that second flush left out: installed again by then), retried (done by a later try after a transient failure of the first or the second flush).",
 		}, []string{"when"}),
 	}
 	m.reg.MustRegister(m.realizeTime, m.realizeErrs, m.ofErrors, m.ofConnects, m.stateUpdates, m.svcFlushes,

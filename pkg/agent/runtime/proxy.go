@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -169,25 +170,55 @@ func (d *ovsDatapath) applyServicesLocked(ctx context.Context) (*proxy.Output, e
 }
 
 // flushServicesLocked ends the connections of the endpoints and frontends
-// that left, after the bundle that stopped choosing them.
+// that left, after the bundle that stopped choosing them, and hands them
+// to the second flush (svcLate). A first flush that fails for a transient
+// reason (the connection dropped or is being re-established, the call
+// timed out) goes to the second flush too, which tries until it succeeds
+// (see startLateFlushes): without it the connections to a removed
+// endpoint would go on. One the switch rejects is not tried again.
 func (d *ovsDatapath) flushServicesLocked(ctx context.Context, out *proxy.Output) {
 	if len(out.Flushes) == 0 {
 		return
 	}
 	d.log.Info("service proxy: ending the connections of removed endpoints and frontends", "flushes", fmt.Sprint(out.Flushes))
-	if err := d.of.FlushConntrack(ctx, out.Flushes...); err != nil {
+	err := d.of.FlushConntrack(ctx, out.Flushes...)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		d.m.ofErrors.WithLabelValues("conntrack-flush").Inc()
+		return // the agent stops
+	case err != nil && flushRejected(err):
 		// Connections to endpoints that left go on until they end by
 		// themselves (OVS before 3.1 has no NXT_CT_FLUSH; no second
 		// flush then: it would fail the same way).
 		d.m.ofErrors.WithLabelValues("conntrack-flush").Inc()
-		d.log.Warn("service proxy: ending connections of removed endpoints", "err", err)
+		d.log.Warn("service proxy: the switch rejected ending connections of removed endpoints; not tried again", "err", err)
 		return
+	case err != nil:
+		d.m.ofErrors.WithLabelValues("conntrack-flush").Inc()
+		d.log.Warn("service proxy: ending connections of removed endpoints failed; trying again after the revalidation until it succeeds", "err", err)
+	default:
+		d.m.svcFlushes.WithLabelValues("bundle").Add(float64(len(out.Flushes)))
 	}
-	d.m.svcFlushes.WithLabelValues("bundle").Add(float64(len(out.Flushes)))
 	if d.svcLate != nil {
-		d.svcLate.add(out.Flushes)
+		d.svcLate.add(out.Flushes, err != nil)
 	}
 }
+
+// flushRejected reports whether the switch itself rejected a flush of a
+// FlushConntrack call (an OpenFlow error reply: OVS before 3.1 has no
+// NXT_CT_FLUSH): another try would fail the same way. The call sends one
+// message per flush and joins the errors of those the switch rejected, so
+// the others were done; the whole batch counts as rejected all the same.
+// Any other error (the connection dropped, is being re-established, the
+// call timed out) is transient.
+func flushRejected(err error) bool {
+	var se *openflow.SwitchError
+	return errors.As(err, &se)
+}
+
+// errFlushDisconnected is a late flush not tried because the OpenFlow
+// connection is down (transient).
+var errFlushDisconnected = errors.New("not tried: the OpenFlow connection is down")
 
 // revalidationFallback is how long the second flush waits when the
 // switch cannot be asked whether it revalidated (ovs-appctl missing, no
@@ -196,29 +227,60 @@ func (d *ovsDatapath) flushServicesLocked(ctx context.Context, out *proxy.Output
 // the bundle, and some more a loaded machine.
 const revalidationFallback = 2 * time.Second
 
-// lateFlushes are the flushes waiting for their second run. The first
-// flush, right after the bundle that stopped choosing an endpoint, is not
-// enough: until the switch's revalidators have checked its datapath flow
-// cache against the new tables, a cached flow of the old tables still
-// balances packets that conntrack calls new to the removed endpoint —
-// the next packet of a connection the flush just ended (userspace
-// conntrack takes a TCP connection up mid-stream) and a new connection
-// alike — and commits them again. Waiting for the revalidators under
-// d.mu would hold every realization for up to a second, so the first
-// flush stays where it is and a goroutine runs the second one once the
-// revalidators have finished a dump that began after the bundle.
+// flushRetryMin and flushRetryMax bound the wait before trying again a
+// flush that failed for a transient reason: it starts at flushRetryMin
+// and doubles with each failed try in a row.
+const (
+	flushRetryMin = 200 * time.Millisecond
+	flushRetryMax = 5 * time.Second
+)
+
+// lateFlushes are the flushes waiting for their second run, or for
+// another try after a failed one. The first flush, right after the
+// bundle that stopped choosing an endpoint, is not enough: until the
+// switch's revalidators have checked its datapath flow cache against the
+// new tables, a cached flow of the old tables still balances packets
+// that conntrack calls new to the removed endpoint — the next packet of
+// a connection the flush just ended (userspace conntrack takes a TCP
+// connection up mid-stream) and a new connection alike — and commits
+// them again. Waiting for the revalidators under d.mu would hold every
+// realization for up to a second, so the first flush stays where it is
+// and a goroutine runs the second one once the revalidators have
+// finished a dump that began after the bundle.
 type lateFlushes struct {
-	mu      sync.Mutex
+	mu sync.Mutex
+	// pending maps each waiting flush to whether a try of it failed
+	// already (the first flush or an earlier late one).
 	pending map[openflow.ConntrackFlush]bool
-	kick    chan struct{}
+	// fresh: flushes were added after their bundle since the last take,
+	// so the next try waits for a revalidation (retries alone do not).
+	fresh bool
+	kick  chan struct{}
 }
 
-func (l *lateFlushes) add(fs []openflow.ConntrackFlush) {
+// add hands over the flushes of a bundle, after their first flush
+// (failed: it failed).
+func (l *lateFlushes) add(fs []openflow.ConntrackFlush, failed bool) {
+	l.mu.Lock()
+	for _, f := range fs {
+		l.pending[f] = l.pending[f] || failed
+	}
+	l.fresh = true
+	l.mu.Unlock()
+	l.wake()
+}
+
+// retry puts back flushes whose try failed, for the next try.
+func (l *lateFlushes) retry(fs []openflow.ConntrackFlush) {
 	l.mu.Lock()
 	for _, f := range fs {
 		l.pending[f] = true
 	}
 	l.mu.Unlock()
+	l.wake()
+}
+
+func (l *lateFlushes) wake() {
 	select {
 	case l.kick <- struct{}{}:
 	default:
@@ -226,16 +288,23 @@ func (l *lateFlushes) add(fs []openflow.ConntrackFlush) {
 }
 
 // take empties the pending flushes: every one of them was added after
-// its bundle, so a revalidation that starts now covers them all.
-func (l *lateFlushes) take() []openflow.ConntrackFlush {
+// its bundle, so a revalidation that starts now covers them all. failed
+// holds those a try of which failed; fresh says whether any was added
+// since the last take (and needs that revalidation).
+func (l *lateFlushes) take() (batch []openflow.ConntrackFlush, failed map[openflow.ConntrackFlush]bool, fresh bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	out := make([]openflow.ConntrackFlush, 0, len(l.pending))
-	for f := range l.pending {
-		out = append(out, f)
+	batch = make([]openflow.ConntrackFlush, 0, len(l.pending))
+	failed = map[openflow.ConntrackFlush]bool{}
+	for f, x := range l.pending {
+		batch = append(batch, f)
+		if x {
+			failed[f] = true
+		}
 	}
 	clear(l.pending)
-	return out
+	fresh, l.fresh = l.fresh, false
+	return batch, failed, fresh
 }
 
 // startLateFlushes runs the second flushes until ctx ends: revalidated
@@ -245,6 +314,12 @@ func (l *lateFlushes) take() []openflow.ConntrackFlush {
 // dropping the endpoints and frontends the installed Services choose
 // again (their new connections are legitimate), so that no bundle
 // putting one back comes between that check and the flush.
+//
+// A flush that fails for a transient reason is tried again, after
+// flushRetryMin doubling up to flushRetryMax (never waiting under d.mu),
+// until it succeeds, its endpoint or frontend is back, or ctx ends;
+// flushes added meanwhile share the next try. One the switch rejects
+// (flushRejected) is dropped.
 func (d *ovsDatapath) startLateFlushes(ctx context.Context, revalidated func(context.Context) error) {
 	l := &lateFlushes{pending: map[openflow.ConntrackFlush]bool{}, kick: make(chan struct{}, 1)}
 	d.mu.Lock()
@@ -252,50 +327,96 @@ func (d *ovsDatapath) startLateFlushes(ctx context.Context, revalidated func(con
 	d.mu.Unlock()
 	go func() {
 		warned := false
+		var backoff time.Duration // before the next try; 0: the last did not fail
+		failures := 0             // tries failed in a row
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-l.kick:
 			}
-			batch := l.take()
-			if len(batch) == 0 {
-				continue
-			}
-			if err := revalidated(ctx); err != nil {
-				if ctx.Err() != nil {
-					return
-				}
-				d.m.ofErrors.WithLabelValues("revalidator-wait").Inc()
-				if !warned {
-					warned = true
-					d.log.Warn("service proxy: cannot wait for the switch's revalidators; the second flush of removed endpoints' connections waits a fixed time instead (logged once)",
-						"wait", revalidationFallback, "err", err)
-				}
+			if backoff > 0 {
 				select {
 				case <-ctx.Done():
 					return
-				case <-time.After(revalidationFallback):
+				case <-time.After(backoff):
 				}
 			}
-			d.mu.Lock()
-			left := d.svcComp.StillOut(batch)
-			var err error
-			if len(left) > 0 {
-				err = d.of.FlushConntrack(ctx, left...)
+			batch, failed, fresh := l.take()
+			if len(batch) == 0 {
+				continue
 			}
-			d.mu.Unlock()
+			if fresh {
+				if err := revalidated(ctx); err != nil {
+					if ctx.Err() != nil {
+						return
+					}
+					d.m.ofErrors.WithLabelValues("revalidator-wait").Inc()
+					if !warned {
+						warned = true
+						d.log.Warn("service proxy: cannot wait for the switch's revalidators; the second flush of removed endpoints' connections waits a fixed time instead (logged once)",
+							"wait", revalidationFallback, "err", err)
+					}
+					select {
+					case <-ctx.Done():
+						return
+					case <-time.After(revalidationFallback):
+					}
+				}
+			}
+			left, err := d.lateFlush(ctx, batch)
 			switch {
 			case err != nil && ctx.Err() != nil:
 				return
+			case err != nil && flushRejected(err):
+				d.m.ofErrors.WithLabelValues("conntrack-flush").Inc()
+				d.log.Warn("service proxy: the switch rejected ending connections of removed endpoints (after revalidation); not tried again", "err", err)
+				backoff, failures = 0, 0
 			case err != nil:
 				d.m.ofErrors.WithLabelValues("conntrack-flush").Inc()
-				d.log.Warn("service proxy: ending connections of removed endpoints (after revalidation)", "err", err)
+				failures++
+				backoff = min(max(2*backoff, flushRetryMin), flushRetryMax)
+				if failures == 1 {
+					d.log.Warn("service proxy: ending connections of removed endpoints (after revalidation) failed; trying again until it succeeds",
+						"flushes", len(left), "retryIn", backoff, "err", err)
+				} else {
+					d.log.Debug("service proxy: ending connections of removed endpoints failed again", "tries", failures, "retryIn", backoff, "err", err)
+				}
+				l.retry(left)
 			default:
-				d.m.svcFlushes.WithLabelValues("revalidated").Add(float64(len(left)))
+				retried := 0
+				for _, f := range left {
+					if failed[f] {
+						retried++
+					}
+				}
+				d.m.svcFlushes.WithLabelValues("revalidated").Add(float64(len(left) - retried))
+				d.m.svcFlushes.WithLabelValues("retried").Add(float64(retried))
 				d.m.svcFlushes.WithLabelValues("back").Add(float64(len(batch) - len(left)))
-				d.log.Debug("service proxy: connections of removed endpoints ended again after revalidation", "flushes", len(left), "back", len(batch)-len(left))
+				if retried > 0 {
+					d.log.Info("service proxy: connections of removed endpoints ended after failed tries", "flushes", len(left), "retried", retried, "failedTries", failures)
+				} else {
+					d.log.Debug("service proxy: connections of removed endpoints ended again after revalidation", "flushes", len(left), "back", len(batch)-len(left))
+				}
+				backoff, failures = 0, 0
 			}
 		}
 	}()
+}
+
+// lateFlush runs the flushes of batch whose endpoints and frontends are
+// still out, under d.mu, and returns them. While the OpenFlow connection
+// is down it tries none (errFlushDisconnected, and all of batch): the
+// call would wait for the reconnection holding d.mu.
+func (d *ovsDatapath) lateFlush(ctx context.Context, batch []openflow.ConntrackFlush) ([]openflow.ConntrackFlush, error) {
+	if !d.of.Connected() {
+		return batch, errFlushDisconnected
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	left := d.svcComp.StillOut(batch)
+	if len(left) == 0 {
+		return nil, nil
+	}
+	return left, d.of.FlushConntrack(ctx, left...)
 }

@@ -1,0 +1,409 @@
+package runtime_test
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/tierflow/tierflow/pkg/agent/pipeline"
+	"github.com/tierflow/tierflow/test/livecluster"
+	"github.com/tierflow/tierflow/test/ovsenv"
+)
+
+// TestServiceFlushRetried puts the agent's OpenFlow connection through a
+// relay (ofRelay) in front of the real bridge's management socket, which
+// drops the connection under the agent's conntrack flushes, as a switch
+// that closes or restarts its connections does:
+//
+//   - an endpoint leaves and its first flush fails (the connection drops
+//     before the switch sees it): its long-lived connection goes on
+//     (shown); the agent tries again after the revalidation, that try
+//     fails too, the relay refusing the agent's reconnection for a
+//     moment; once it can reconnect, a later try ends the connection: no
+//     conntrack entry to the endpoint is left, the connection fails;
+//   - a flush the switch rejects (the relay answers it with an OpenFlow
+//     error, as OVS before 3.1 does) is not tried again.
+func TestServiceFlushRetried(t *testing.T) {
+	c := livecluster.New(t)
+	kubeconfig := agentKubeconfig(t, c)
+	env := ovsenv.Start(t, ovsenv.WithOwnNetns())
+	br := env.AddBridge("n1")
+	a := br.AddPod("a", nil, netip.MustParsePrefix("10.0.0.1/16"))
+	b := br.AddPod("b", nil, netip.MustParsePrefix("10.0.0.2/16"))
+	e := br.AddPod("e", nil, netip.MustParsePrefix("10.0.0.3/16"))
+	b.ListenTCP(8080)
+	e.ListenTCP(8080)
+	tok := c.AddNode(t, "n1")
+	c.AddPod(t, a, "n1", map[string]string{"app": "a"})
+	c.AddPod(t, b, "n1", map[string]string{"app": "web"})
+	c.AddPod(t, e, "n1", map[string]string{"app": "web"})
+	ctx := context.Background()
+	svc, err := c.Kube.Kube.CoreV1().Services(ovsenv.PodNamespace).Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(8080)}}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices := c.Kube.Kube.DiscoveryV1().EndpointSlices(ovsenv.PodNamespace)
+	name, proto, port := "http", corev1.ProtocolTCP, int32(8080)
+	sl, err := slices.Create(ctx, &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: "web-1", Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: &name, Protocol: &proto, Port: &port}},
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{b.IPv4().String()}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// setEndpoints rewrites the slice and waits until the bridge chooses
+	// exactly pods (read from the bridge itself, not through the relay).
+	setEndpoints := func(pods ...*ovsenv.Pod) {
+		t.Helper()
+		sl.Endpoints = nil
+		for _, p := range pods {
+			sl.Endpoints = append(sl.Endpoints, discoveryv1.Endpoint{Addresses: []string{p.IPv4().String()}})
+		}
+		if sl, err = slices.Update(ctx, sl, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		livecluster.Eventually(t, 30*time.Second, fmt.Sprintf("the bridge chooses %d endpoints", len(pods)), func() error {
+			flows, err := br.DumpFlows(int(pipeline.ServiceDNAT.ID()))
+			if err != nil {
+				return err
+			}
+			text := strings.Join(flows, "\n")
+			for _, p := range []*ovsenv.Pod{b, e} {
+				want := false
+				for _, q := range pods {
+					want = want || q == p
+				}
+				if strings.Contains(text, "nat(dst="+p.IPv4().String()+":8080)") != want {
+					return fmt.Errorf("pod %s chosen: %v, want %v", p.Name, !want, want)
+				}
+			}
+			return nil
+		})
+	}
+
+	relay := startOFRelay(t, br.MgmtSocketPath())
+	c.StartController(t)
+	const zone = 3
+	opts := c.AgentOptions(env, br, "n1", tok, zone)
+	opts.Config.ServiceProxy.Enabled = true
+	opts.Config.Kubeconfig = kubeconfig
+	opts.Config.OpenFlowSocket = relay.path
+	ag := livecluster.StartAgent(t, "n1", opts)
+	ag.RealizedOn(t)
+	metric := metricReader(t, ag)
+	flushes := func(when string) int { return metric("tierflow_agent_service_conntrack_flushes_total", "when", when) }
+	flushErrors := func() int { return metric("tierflow_agent_openflow_errors_total", "op", "conntrack-flush") }
+
+	vip := netip.MustParseAddrPort(svc.Spec.ClusterIP + ":80")
+	livecluster.Eventually(t, 60*time.Second, "the Service answers", func() error { return a.ProbeTCP(vip, 3*time.Second) })
+	paused := false
+	appctl := func(args ...string) {
+		t.Helper()
+		if out, err := env.Appctl(args...); err != nil {
+			t.Fatalf("%s: %v %s", args[0], err, out)
+		}
+		paused = args[0] == "revalidator/pause"
+	}
+	t.Cleanup(func() {
+		if paused {
+			_, _ = env.Appctl("revalidator/resume")
+		}
+	})
+
+	// 1. b leaves; its first flush and the try after the revalidation
+	// fail.
+	long, err := a.DialTCP(vip, 3*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer long.Close()
+	if err := long.Exchange("before", 3*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if ep, _ := ctEntry(t, env, zone, long.LocalAddr()); ep != b.IPv4() {
+		t.Fatalf("the long-lived connection from %v went to %v, want b %v", long.LocalAddr(), ep, b.IPv4())
+	}
+	// Paused revalidators hold the agent's second flush (it waits for
+	// them), so the first flush's failure can be looked at.
+	appctl("revalidator/pause")
+	relay.cutFlushes(2, time.Second)
+	bundle0, errs0 := flushes("bundle"), flushErrors()
+	setEndpoints(e)
+	livecluster.Eventually(t, 10*time.Second, "the first flush fails", func() error {
+		if relay.stats().cut == 0 {
+			return fmt.Errorf("no flush cut yet")
+		}
+		if flushErrors() == errs0 {
+			return fmt.Errorf("the failed flush is not counted yet")
+		}
+		return nil
+	})
+	if n := flushes("bundle"); n != bundle0 {
+		t.Fatalf("flushes counted done right after the bundle: %d, want %d (the relay cut the first flush)", n, bundle0)
+	}
+	// The fail-open: what the agent left before it tried again.
+	if ep, state := ctEntry(t, env, zone, long.LocalAddr()); ep != b.IPv4() {
+		t.Fatalf("after the failed first flush the connection's conntrack entry is to %v %s, want b (the flush never reached the switch)", ep, state)
+	}
+	if err := long.Exchange("after the failed flush", 3*time.Second); err != nil {
+		t.Fatalf("after the failed first flush the connection to b: %v (want it alive: nothing ended it)", err)
+	}
+	retried0 := flushes("retried")
+	appctl("revalidator/resume")
+	livecluster.Eventually(t, 30*time.Second, "the removed endpoint's connection is ended", func() error {
+		if left := ctEntriesTo(t, env, zone, b.IPv4()); len(left) != 0 {
+			return fmt.Errorf("conntrack entries to the removed endpoint b (flushes cut by the relay: %d):\n%s", relay.stats().cut, strings.Join(left, "\n"))
+		}
+		return nil
+	})
+	st := relay.stats()
+	t.Logf("relay: %d flushes cut, %d connections refused; agent: %d failed flush tries", st.cut, st.refused, flushErrors()-errs0)
+	if st.cut != 2 {
+		t.Errorf("the relay cut %d flushes, want 2 (the first and the try after the revalidation)", st.cut)
+	}
+	if n := flushes("retried"); n <= retried0 {
+		t.Errorf("retried flushes: %d, want more than %d", n, retried0)
+	}
+	if n := flushErrors() - errs0; n < 2 {
+		t.Errorf("failed flush tries counted: %d, want at least 2", n)
+	}
+	if err := long.Exchange("after", 3*time.Second); err == nil {
+		t.Errorf("the long-lived connection to the removed endpoint still answers after the flush was retried")
+	}
+	if err := a.ProbeTCP(vip, 3*time.Second); err != nil {
+		t.Errorf("a new connection to the Service (endpoint e): %v", err)
+	}
+
+	// 2. A flush the switch rejects is not tried again.
+	setEndpoints(b, e)
+	if err := env.WaitRevalidated(); err != nil {
+		t.Fatal(err)
+	}
+	relay.rejectFlushes(true)
+	seen0, errs0, reval0, retried0 := relay.stats().seen, flushErrors(), flushes("revalidated"), flushes("retried")
+	setEndpoints(e)
+	livecluster.Eventually(t, 10*time.Second, "the switch rejects the first flush", func() error {
+		if flushErrors() == errs0 {
+			return fmt.Errorf("no failed flush counted")
+		}
+		return nil
+	})
+	// A second flush would come once the revalidators ran (well under a
+	// second here), retries within seconds.
+	time.Sleep(5 * time.Second)
+	relay.rejectFlushes(false)
+	if n := relay.stats().seen - seen0; n != 1 {
+		t.Errorf("the agent sent %d conntrack flushes after a rejected one, want 1 (the rejected one)", n)
+	}
+	if n := flushErrors() - errs0; n != 1 {
+		t.Errorf("failed flush tries counted: %d, want 1", n)
+	}
+	if r, q := flushes("revalidated")-reval0, flushes("retried")-retried0; r != 0 || q != 0 {
+		t.Errorf("flushes after a rejected one: %d revalidated, %d retried; want none", r, q)
+	}
+}
+
+// ofRelay passes OpenFlow messages between the agent and a bridge's
+// management socket. Told to, it drops the agent's connection at the next
+// conntrack flush (NXT_CT_FLUSH) the agent sends, before the switch gets
+// it, and refuses the agent's reconnections for a while (a connection
+// that breaks, a switch that closes its connections); or it answers
+// flushes with the OpenFlow error a switch without NXT_CT_FLUSH sends.
+type ofRelay struct {
+	path   string
+	target string
+	ln     net.Listener
+
+	mu          sync.Mutex
+	toCut       int
+	refuseFor   time.Duration
+	refuseUntil time.Time
+	reject      bool
+	st          relayStats
+	conns       map[net.Conn]bool
+}
+
+type relayStats struct {
+	seen    int // conntrack flushes the agent sent
+	cut     int // of them, cut
+	refused int // connections refused
+}
+
+func startOFRelay(t *testing.T, target string) *ofRelay {
+	t.Helper()
+	r := &ofRelay{path: filepath.Join(t.TempDir(), "of.sock"), target: target, conns: map[net.Conn]bool{}}
+	ln, err := net.Listen("unix", r.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.ln = ln
+	go r.serve()
+	t.Cleanup(func() {
+		ln.Close()
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for c := range r.conns {
+			c.Close()
+		}
+	})
+	return r
+}
+
+// cutFlushes makes the relay cut the next n connections on which the
+// agent sends a flush, refusing new connections for refuse after each.
+func (r *ofRelay) cutFlushes(n int, refuse time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.toCut, r.refuseFor = n, refuse
+}
+
+// rejectFlushes makes the relay answer every flush with an OpenFlow error
+// instead of passing it on.
+func (r *ofRelay) rejectFlushes(on bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.reject = on
+}
+
+func (r *ofRelay) stats() relayStats {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.st
+}
+
+func (r *ofRelay) serve() {
+	for {
+		agent, err := r.ln.Accept()
+		if err != nil {
+			return
+		}
+		r.mu.Lock()
+		refuse := time.Now().Before(r.refuseUntil)
+		if refuse {
+			r.st.refused++
+		}
+		r.mu.Unlock()
+		if refuse {
+			agent.Close()
+			continue
+		}
+		go r.relay(agent)
+	}
+}
+
+// isCtFlush reports whether msg is a Nicira NXT_CT_FLUSH request.
+func isCtFlush(msg []byte) bool {
+	const ofptExperimenter, nxVendorID, nxtCtFlush = 4, 0x00002320, 32
+	return len(msg) >= 16 && msg[1] == ofptExperimenter &&
+		binary.BigEndian.Uint32(msg[8:12]) == nxVendorID && binary.BigEndian.Uint32(msg[12:16]) == nxtCtFlush
+}
+
+func (r *ofRelay) relay(agent net.Conn) {
+	sw, err := net.Dial("unix", r.target)
+	if err != nil {
+		agent.Close()
+		return
+	}
+	r.mu.Lock()
+	r.conns[agent], r.conns[sw] = true, true
+	r.mu.Unlock()
+	defer func() {
+		agent.Close()
+		sw.Close()
+		r.mu.Lock()
+		delete(r.conns, agent)
+		delete(r.conns, sw)
+		r.mu.Unlock()
+	}()
+	var wmu sync.Mutex // the agent's side: the switch's messages and our errors
+	go func() {
+		defer agent.Close()
+		for {
+			msg, err := readOFMessage(sw)
+			if err != nil {
+				return
+			}
+			wmu.Lock()
+			_, err = agent.Write(msg)
+			wmu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}()
+	for {
+		msg, err := readOFMessage(agent)
+		if err != nil {
+			return
+		}
+		if isCtFlush(msg) {
+			r.mu.Lock()
+			r.st.seen++
+			cut, reject := r.toCut > 0, r.reject
+			if cut {
+				r.toCut--
+				r.st.cut++
+				r.refuseUntil = time.Now().Add(r.refuseFor)
+			}
+			r.mu.Unlock()
+			if cut {
+				return // closes both sides; the switch never sees the flush
+			}
+			if reject {
+				// OFPT_ERROR, OFPET_BAD_REQUEST / OFPBRC_BAD_EXP_TYPE (an
+				// unknown Nicira subtype), the request's first 64 bytes.
+				data := msg[:min(len(msg), 64)]
+				rep := make([]byte, 12, 12+len(data))
+				rep[0], rep[1] = msg[0], 1
+				binary.BigEndian.PutUint16(rep[2:4], uint16(12+len(data)))
+				copy(rep[4:8], msg[4:8])
+				binary.BigEndian.PutUint16(rep[8:10], 1)
+				binary.BigEndian.PutUint16(rep[10:12], 4)
+				wmu.Lock()
+				_, err := agent.Write(append(rep, data...))
+				wmu.Unlock()
+				if err != nil {
+					return
+				}
+				continue
+			}
+		}
+		if _, err := sw.Write(msg); err != nil {
+			return
+		}
+	}
+}
+
+// readOFMessage reads one OpenFlow message (header length-framed).
+func readOFMessage(c net.Conn) ([]byte, error) {
+	hdr := make([]byte, 8)
+	if _, err := io.ReadFull(c, hdr); err != nil {
+		return nil, err
+	}
+	n := int(binary.BigEndian.Uint16(hdr[2:4]))
+	if n < 8 {
+		return nil, fmt.Errorf("openflow message of length %d", n)
+	}
+	msg := make([]byte, n)
+	copy(msg, hdr)
+	if _, err := io.ReadFull(c, msg[8:]); err != nil {
+		return nil, err
+	}
+	return msg, nil
+}
