@@ -204,16 +204,16 @@ func (d *ovsDatapath) flushServicesLocked(ctx context.Context, out *proxy.Output
 	}
 }
 
-// flushRejected reports whether the switch itself rejected a flush of a
-// FlushConntrack call (an OpenFlow error reply: OVS before 3.1 has no
-// NXT_CT_FLUSH): another try would fail the same way. The call sends one
-// message per flush and joins the errors of those the switch rejected, so
-// the others were done; the whole batch counts as rejected all the same.
-// Any other error (the connection dropped, is being re-established, the
-// call timed out) is transient.
+// flushRejected reports whether a FlushConntrack call failed in a way
+// another try would repeat: the switch itself rejected a flush (an
+// OpenFlow error reply: OVS before 3.1 has no NXT_CT_FLUSH), or a flush
+// cannot be encoded. The call sends one message per flush and joins the
+// errors of those the switch rejected, so the others were done; the whole
+// batch counts as rejected all the same. Any other error (the connection
+// dropped, is being re-established, the call timed out) is transient.
 func flushRejected(err error) bool {
 	var se *openflow.SwitchError
-	return errors.As(err, &se)
+	return errors.As(err, &se) || errors.Is(err, openflow.ErrInvalidFlush)
 }
 
 // errFlushDisconnected is a late flush not tried because the OpenFlow

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/tierflow/tierflow/pkg/agent/pipeline"
+	"github.com/tierflow/tierflow/pkg/agent/runtime"
 	"github.com/tierflow/tierflow/test/livecluster"
 	"github.com/tierflow/tierflow/test/ovsenv"
 )
@@ -38,78 +39,12 @@ import (
 //   - an agent that cannot reach ovs-vswitchd's control socket counts
 //     that (revalidator-wait) and flushes again after a fixed wait.
 func TestServiceFlushAfterRevalidation(t *testing.T) {
-	c := livecluster.New(t)
-	kubeconfig := agentKubeconfig(t, c)
-	env := ovsenv.Start(t, ovsenv.WithOwnNetns())
-	br := env.AddBridge("n1")
-	a := br.AddPod("a", nil, netip.MustParsePrefix("10.0.0.1/16"))
-	b := br.AddPod("b", nil, netip.MustParsePrefix("10.0.0.2/16"))
-	e := br.AddPod("e", nil, netip.MustParsePrefix("10.0.0.3/16"))
-	b.ListenTCP(8080)
-	e.ListenTCP(8080)
-	tok := c.AddNode(t, "n1")
-	c.AddPod(t, a, "n1", map[string]string{"app": "a"})
-	c.AddPod(t, b, "n1", map[string]string{"app": "web"})
-	c.AddPod(t, e, "n1", map[string]string{"app": "web"})
-	ctx := context.Background()
-	svc, err := c.Kube.Kube.CoreV1().Services(ovsenv.PodNamespace).Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web"},
-		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(8080)}}}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	slices := c.Kube.Kube.DiscoveryV1().EndpointSlices(ovsenv.PodNamespace)
-	name, proto, port := "http", corev1.ProtocolTCP, int32(8080)
-	sl, err := slices.Create(ctx, &discoveryv1.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Name: "web-1", Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Ports:       []discoveryv1.EndpointPort{{Name: &name, Protocol: &proto, Port: &port}},
-		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{b.IPv4().String()}}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// setEndpoints rewrites the slice and waits until the bridge chooses
-	// exactly pods.
-	setEndpoints := func(pods ...*ovsenv.Pod) {
-		t.Helper()
-		sl.Endpoints = nil
-		for _, p := range pods {
-			sl.Endpoints = append(sl.Endpoints, discoveryv1.Endpoint{Addresses: []string{p.IPv4().String()}})
-		}
-		if sl, err = slices.Update(ctx, sl, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		livecluster.Eventually(t, 30*time.Second, fmt.Sprintf("the bridge chooses %d endpoints", len(pods)), func() error {
-			flows, err := br.DumpFlows(int(pipeline.ServiceDNAT.ID()))
-			if err != nil {
-				return err
-			}
-			text := strings.Join(flows, "\n")
-			for _, p := range []*ovsenv.Pod{b, e} {
-				want := false
-				for _, q := range pods {
-					want = want || q == p
-				}
-				if strings.Contains(text, "nat(dst="+p.IPv4().String()+":8080)") != want {
-					return fmt.Errorf("pod %s chosen: %v, want %v", p.Name, !want, want)
-				}
-			}
-			return nil
-		})
-	}
-
-	c.StartController(t)
-	const zone = 3
-	opts := c.AgentOptions(env, br, "n1", tok, zone)
-	opts.Config.ServiceProxy.Enabled = true
-	opts.Config.Kubeconfig = kubeconfig
-	ag := livecluster.StartAgent(t, "n1", opts)
-	ag.RealizedOn(t)
+	bed := startFlushBed(t, nil)
+	env, a, b, e, vip, setEndpoints := bed.env, bed.a, bed.b, bed.e, bed.vip, bed.setEndpoints
+	ag, opts, zone := bed.ag, bed.opts, flushZone
 	metric := metricReader(t, ag)
 	flushes := func(when string) int { return metric("tierflow_agent_service_conntrack_flushes_total", "when", when) }
 
-	vip := netip.MustParseAddrPort(svc.Spec.ClusterIP + ":80")
-	livecluster.Eventually(t, 60*time.Second, "the Service answers", func() error { return a.ProbeTCP(vip, 3*time.Second) })
 	endpointOf := func(conn *ovsenv.Conn) (netip.Addr, string) {
 		t.Helper()
 		return ctEntry(t, env, zone, conn.LocalAddr())
@@ -264,6 +199,103 @@ func TestServiceFlushAfterRevalidation(t *testing.T) {
 	if n := metric("tierflow_agent_openflow_errors_total", "op", "revalidator-wait"); n == 0 {
 		t.Errorf("the failed revalidator/wait is not counted")
 	}
+}
+
+// flushZone is the conntrack zone of the Service flush tests' agent.
+const flushZone = 3
+
+// flushBed is the Service flush tests' node: one bridge with a client pod
+// a and two pods b and e listening on TCP 8080, the Service web (port 80
+// to 8080) whose EndpointSlice names b, the controller, and an agent with
+// the Service proxy on, realized, whose Service answers at vip.
+type flushBed struct {
+	c       *livecluster.Cluster
+	env     *ovsenv.Env
+	br      *ovsenv.Bridge
+	a, b, e *ovsenv.Pod
+	vip     netip.AddrPort
+	opts    runtime.Options
+	ag      *livecluster.Agent
+	// setEndpoints rewrites the slice and waits until the bridge chooses
+	// exactly pods (read from the bridge itself).
+	setEndpoints func(pods ...*ovsenv.Pod)
+}
+
+// startFlushBed starts a flushBed; tune, when set, adjusts the agent's
+// options before it starts.
+func startFlushBed(t *testing.T, tune func(br *ovsenv.Bridge, opts *runtime.Options)) *flushBed {
+	t.Helper()
+	c := livecluster.New(t)
+	kubeconfig := agentKubeconfig(t, c)
+	env := ovsenv.Start(t, ovsenv.WithOwnNetns())
+	br := env.AddBridge("n1")
+	bed := &flushBed{c: c, env: env, br: br,
+		a: br.AddPod("a", nil, netip.MustParsePrefix("10.0.0.1/16")),
+		b: br.AddPod("b", nil, netip.MustParsePrefix("10.0.0.2/16")),
+		e: br.AddPod("e", nil, netip.MustParsePrefix("10.0.0.3/16")),
+	}
+	bed.b.ListenTCP(8080)
+	bed.e.ListenTCP(8080)
+	tok := c.AddNode(t, "n1")
+	c.AddPod(t, bed.a, "n1", map[string]string{"app": "a"})
+	c.AddPod(t, bed.b, "n1", map[string]string{"app": "web"})
+	c.AddPod(t, bed.e, "n1", map[string]string{"app": "web"})
+	ctx := context.Background()
+	svc, err := c.Kube.Kube.CoreV1().Services(ovsenv.PodNamespace).Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(8080)}}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices := c.Kube.Kube.DiscoveryV1().EndpointSlices(ovsenv.PodNamespace)
+	name, proto, port := "http", corev1.ProtocolTCP, int32(8080)
+	sl, err := slices.Create(ctx, &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: "web-1", Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: &name, Protocol: &proto, Port: &port}},
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{bed.b.IPv4().String()}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bed.setEndpoints = func(pods ...*ovsenv.Pod) {
+		t.Helper()
+		sl.Endpoints = nil
+		for _, p := range pods {
+			sl.Endpoints = append(sl.Endpoints, discoveryv1.Endpoint{Addresses: []string{p.IPv4().String()}})
+		}
+		if sl, err = slices.Update(ctx, sl, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		livecluster.Eventually(t, 30*time.Second, fmt.Sprintf("the bridge chooses %d endpoints", len(pods)), func() error {
+			flows, err := br.DumpFlows(int(pipeline.ServiceDNAT.ID()))
+			if err != nil {
+				return err
+			}
+			text := strings.Join(flows, "\n")
+			for _, p := range []*ovsenv.Pod{bed.b, bed.e} {
+				want := false
+				for _, q := range pods {
+					want = want || q == p
+				}
+				if strings.Contains(text, "nat(dst="+p.IPv4().String()+":8080)") != want {
+					return fmt.Errorf("pod %s chosen: %v, want %v", p.Name, !want, want)
+				}
+			}
+			return nil
+		})
+	}
+	c.StartController(t)
+	bed.opts = c.AgentOptions(env, br, "n1", tok, flushZone)
+	bed.opts.Config.ServiceProxy.Enabled = true
+	bed.opts.Config.Kubeconfig = kubeconfig
+	if tune != nil {
+		tune(br, &bed.opts)
+	}
+	bed.ag = livecluster.StartAgent(t, "n1", bed.opts)
+	bed.ag.RealizedOn(t)
+	bed.vip = netip.MustParseAddrPort(svc.Spec.ClusterIP + ":80")
+	livecluster.Eventually(t, 60*time.Second, "the Service answers", func() error { return bed.a.ProbeTCP(bed.vip, 3*time.Second) })
+	return bed
 }
 
 // metricReader reads one of the agent's counters with one label (0 while

@@ -1,24 +1,17 @@
 package runtime_test
 
 import (
-	"context"
 	"encoding/binary"
 	"fmt"
 	"io"
 	"net"
-	"net/netip"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
-
-	"github.com/tierflow/tierflow/pkg/agent/pipeline"
+	"github.com/tierflow/tierflow/pkg/agent/runtime"
 	"github.com/tierflow/tierflow/test/livecluster"
 	"github.com/tierflow/tierflow/test/ovsenv"
 )
@@ -37,81 +30,16 @@ import (
 //   - a flush the switch rejects (the relay answers it with an OpenFlow
 //     error, as OVS before 3.1 does) is not tried again.
 func TestServiceFlushRetried(t *testing.T) {
-	c := livecluster.New(t)
-	kubeconfig := agentKubeconfig(t, c)
-	env := ovsenv.Start(t, ovsenv.WithOwnNetns())
-	br := env.AddBridge("n1")
-	a := br.AddPod("a", nil, netip.MustParsePrefix("10.0.0.1/16"))
-	b := br.AddPod("b", nil, netip.MustParsePrefix("10.0.0.2/16"))
-	e := br.AddPod("e", nil, netip.MustParsePrefix("10.0.0.3/16"))
-	b.ListenTCP(8080)
-	e.ListenTCP(8080)
-	tok := c.AddNode(t, "n1")
-	c.AddPod(t, a, "n1", map[string]string{"app": "a"})
-	c.AddPod(t, b, "n1", map[string]string{"app": "web"})
-	c.AddPod(t, e, "n1", map[string]string{"app": "web"})
-	ctx := context.Background()
-	svc, err := c.Kube.Kube.CoreV1().Services(ovsenv.PodNamespace).Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web"},
-		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(8080)}}}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	slices := c.Kube.Kube.DiscoveryV1().EndpointSlices(ovsenv.PodNamespace)
-	name, proto, port := "http", corev1.ProtocolTCP, int32(8080)
-	sl, err := slices.Create(ctx, &discoveryv1.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Name: "web-1", Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Ports:       []discoveryv1.EndpointPort{{Name: &name, Protocol: &proto, Port: &port}},
-		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{b.IPv4().String()}}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// setEndpoints rewrites the slice and waits until the bridge chooses
-	// exactly pods (read from the bridge itself, not through the relay).
-	setEndpoints := func(pods ...*ovsenv.Pod) {
-		t.Helper()
-		sl.Endpoints = nil
-		for _, p := range pods {
-			sl.Endpoints = append(sl.Endpoints, discoveryv1.Endpoint{Addresses: []string{p.IPv4().String()}})
-		}
-		if sl, err = slices.Update(ctx, sl, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		livecluster.Eventually(t, 30*time.Second, fmt.Sprintf("the bridge chooses %d endpoints", len(pods)), func() error {
-			flows, err := br.DumpFlows(int(pipeline.ServiceDNAT.ID()))
-			if err != nil {
-				return err
-			}
-			text := strings.Join(flows, "\n")
-			for _, p := range []*ovsenv.Pod{b, e} {
-				want := false
-				for _, q := range pods {
-					want = want || q == p
-				}
-				if strings.Contains(text, "nat(dst="+p.IPv4().String()+":8080)") != want {
-					return fmt.Errorf("pod %s chosen: %v, want %v", p.Name, !want, want)
-				}
-			}
-			return nil
-		})
-	}
-
-	relay := startOFRelay(t, br.MgmtSocketPath())
-	c.StartController(t)
-	const zone = 3
-	opts := c.AgentOptions(env, br, "n1", tok, zone)
-	opts.Config.ServiceProxy.Enabled = true
-	opts.Config.Kubeconfig = kubeconfig
-	opts.Config.OpenFlowSocket = relay.path
-	ag := livecluster.StartAgent(t, "n1", opts)
-	ag.RealizedOn(t)
+	var relay *ofRelay
+	bed := startFlushBed(t, func(br *ovsenv.Bridge, opts *runtime.Options) {
+		relay = startOFRelay(t, br.MgmtSocketPath())
+		opts.Config.OpenFlowSocket = relay.path
+	})
+	env, a, b, e, vip, setEndpoints, ag, zone := bed.env, bed.a, bed.b, bed.e, bed.vip, bed.setEndpoints, bed.ag, flushZone
 	metric := metricReader(t, ag)
 	flushes := func(when string) int { return metric("tierflow_agent_service_conntrack_flushes_total", "when", when) }
 	flushErrors := func() int { return metric("tierflow_agent_openflow_errors_total", "op", "conntrack-flush") }
 
-	vip := netip.MustParseAddrPort(svc.Spec.ClusterIP + ":80")
-	livecluster.Eventually(t, 60*time.Second, "the Service answers", func() error { return a.ProbeTCP(vip, 3*time.Second) })
 	paused := false
 	appctl := func(args ...string) {
 		t.Helper()

@@ -165,6 +165,10 @@ func (f ConntrackFlush) String() string {
 	return s
 }
 
+// ErrInvalidFlush is a ConntrackFlush that cannot be encoded (nothing was
+// sent): sending it again would fail the same way.
+var ErrInvalidFlush = errors.New("invalid conntrack flush")
+
 // nxtCtFlush is the Nicira NXT_CT_FLUSH message subtype (OVS 3.1).
 const nxtCtFlush = 32
 
@@ -236,12 +240,12 @@ func (f ConntrackFlush) encode() ([]byte, error) {
 			fam = 4
 		}
 		if family != 0 && fam != family {
-			return nil, errors.New("conntrack flush: IPv4 and IPv6 addresses mixed")
+			return nil, fmt.Errorf("%w: IPv4 and IPv6 addresses mixed", ErrInvalidFlush)
 		}
 		family = fam
 	}
 	if f.IPProto == 0 && (f.Orig.SrcPort|f.Orig.DstPort|f.Reply.SrcPort|f.Reply.DstPort) != 0 {
-		return nil, errors.New("conntrack flush: ports need IPProto")
+		return nil, fmt.Errorf("%w: ports need IPProto", ErrInvalidFlush)
 	}
 	out := []byte{f.IPProto, 0, 0, 0, 0, 0, 0, 0}
 	out = appendTupleProp(out, 0, f.Orig)
