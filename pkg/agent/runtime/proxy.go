@@ -181,7 +181,13 @@ func (d *ovsDatapath) flushServicesLocked(ctx context.Context, out *proxy.Output
 		return
 	}
 	d.log.Info("service proxy: ending the connections of removed endpoints and frontends", "flushes", fmt.Sprint(out.Flushes))
-	err := d.of.FlushConntrack(ctx, out.Flushes...)
+	// With the connection down (it dropped since the bundle) the call
+	// would wait for the reconnection holding d.mu, and every
+	// realization with it: the second flush tries instead.
+	err := errFlushDisconnected
+	if d.of.Connected() {
+		err = d.of.FlushConntrack(ctx, out.Flushes...)
+	}
 	switch {
 	case err != nil && ctx.Err() != nil:
 		d.m.ofErrors.WithLabelValues("conntrack-flush").Inc()
@@ -216,7 +222,7 @@ func flushRejected(err error) bool {
 	return errors.As(err, &se) || errors.Is(err, openflow.ErrInvalidFlush)
 }
 
-// errFlushDisconnected is a late flush not tried because the OpenFlow
+// errFlushDisconnected is a flush not tried because the OpenFlow
 // connection is down (transient).
 var errFlushDisconnected = errors.New("not tried: the OpenFlow connection is down")
 
