@@ -49,40 +49,11 @@ func TestServiceFlushAfterRevalidation(t *testing.T) {
 		t.Helper()
 		return ctEntry(t, env, zone, conn.LocalAddr())
 	}
-	paused := false
-	pause := func() {
-		t.Helper()
-		if out, err := env.Appctl("revalidator/pause"); err != nil {
-			t.Fatalf("revalidator/pause: %v %s", err, out)
-		}
-		paused = true
-	}
-	resume := func() {
-		t.Helper()
-		if out, err := env.Appctl("revalidator/resume"); err != nil {
-			t.Fatalf("revalidator/resume: %v %s", err, out)
-		}
-		paused = false
-	}
-	t.Cleanup(func() {
-		if paused {
-			_, _ = env.Appctl("revalidator/resume")
-		}
-	})
+	pause, resume := bed.revalidators(t)
 
 	// 1. b leaves for good.
-	long, err := a.DialTCP(vip, 3*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	long := bed.dialB(t)
 	defer long.Close()
-	if err := long.Exchange("before", 3*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	if ep, _ := endpointOf(long); ep != b.IPv4() {
-		out, _ := env.Appctl("dpctl/dump-conntrack", "-m")
-		t.Fatalf("the long-lived connection from %v went to %v, want b %v; conntrack:\n%s", long.LocalAddr(), ep, b.IPv4(), out)
-	}
 	pause()
 	f0 := flushes("bundle")
 	setEndpoints(e)
@@ -296,6 +267,46 @@ func startFlushBed(t *testing.T, tune func(br *ovsenv.Bridge, opts *runtime.Opti
 	bed.vip = netip.MustParseAddrPort(svc.Spec.ClusterIP + ":80")
 	livecluster.Eventually(t, 60*time.Second, "the Service answers", func() error { return bed.a.ProbeTCP(bed.vip, 3*time.Second) })
 	return bed
+}
+
+// revalidators returns pause and resume of the switch's revalidators
+// (ovs-appctl revalidator/pause, /resume); paused ones are resumed at the
+// test's end.
+func (bed *flushBed) revalidators(t *testing.T) (pause, resume func()) {
+	paused := false
+	appctl := func(cmd string) {
+		t.Helper()
+		if out, err := bed.env.Appctl(cmd); err != nil {
+			t.Fatalf("%s: %v %s", cmd, err, out)
+		}
+		paused = cmd == "revalidator/pause"
+	}
+	t.Cleanup(func() {
+		if paused {
+			_, _ = bed.env.Appctl("revalidator/resume")
+		}
+	})
+	return func() { t.Helper(); appctl("revalidator/pause") }, func() { t.Helper(); appctl("revalidator/resume") }
+}
+
+// dialB opens a connection from a to the Service while b is its only
+// endpoint, exchanges a message, and checks that conntrack sent it to b.
+func (bed *flushBed) dialB(t *testing.T) *ovsenv.Conn {
+	t.Helper()
+	conn, err := bed.a.DialTCP(bed.vip, 3*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.Exchange("before", 3*time.Second); err != nil {
+		conn.Close()
+		t.Fatal(err)
+	}
+	if ep, _ := ctEntry(t, bed.env, flushZone, conn.LocalAddr()); ep != bed.b.IPv4() {
+		out, _ := bed.env.Appctl("dpctl/dump-conntrack", "-m")
+		conn.Close()
+		t.Fatalf("the connection from %v went to %v, want b %v; conntrack:\n%s", conn.LocalAddr(), ep, bed.b.IPv4(), out)
+	}
+	return conn
 }
 
 // metricReader reads one of the agent's counters with one label (0 while

@@ -40,36 +40,15 @@ func TestServiceFlushRetried(t *testing.T) {
 	flushes := func(when string) int { return metric("tierflow_agent_service_conntrack_flushes_total", "when", when) }
 	flushErrors := func() int { return metric("tierflow_agent_openflow_errors_total", "op", "conntrack-flush") }
 
-	paused := false
-	appctl := func(args ...string) {
-		t.Helper()
-		if out, err := env.Appctl(args...); err != nil {
-			t.Fatalf("%s: %v %s", args[0], err, out)
-		}
-		paused = args[0] == "revalidator/pause"
-	}
-	t.Cleanup(func() {
-		if paused {
-			_, _ = env.Appctl("revalidator/resume")
-		}
-	})
+	pause, resume := bed.revalidators(t)
 
 	// 1. b leaves; its first flush and the try after the revalidation
 	// fail.
-	long, err := a.DialTCP(vip, 3*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	long := bed.dialB(t)
 	defer long.Close()
-	if err := long.Exchange("before", 3*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	if ep, _ := ctEntry(t, env, zone, long.LocalAddr()); ep != b.IPv4() {
-		t.Fatalf("the long-lived connection from %v went to %v, want b %v", long.LocalAddr(), ep, b.IPv4())
-	}
 	// Paused revalidators hold the agent's second flush (it waits for
 	// them), so the first flush's failure can be looked at.
-	appctl("revalidator/pause")
+	pause()
 	relay.cutFlushes(2, time.Second)
 	bundle0, errs0 := flushes("bundle"), flushErrors()
 	setEndpoints(e)
@@ -93,7 +72,7 @@ func TestServiceFlushRetried(t *testing.T) {
 		t.Fatalf("after the failed first flush the connection to b: %v (want it alive: nothing ended it)", err)
 	}
 	retried0 := flushes("retried")
-	appctl("revalidator/resume")
+	resume()
 	livecluster.Eventually(t, 30*time.Second, "the removed endpoint's connection is ended", func() error {
 		if left := ctEntriesTo(t, env, zone, b.IPv4()); len(left) != 0 {
 			return fmt.Errorf("conntrack entries to the removed endpoint b (flushes cut by the relay: %d):\n%s", relay.stats().cut, strings.Join(left, "\n"))
