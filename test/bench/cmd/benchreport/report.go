@@ -268,22 +268,10 @@ func (rep *Report) Markdown() string {
 	b.WriteString("- Times are wall-clock on a machine shared with other work; CPU time (user + system of the driver process) is given beside them where it matters: when it is well below the wall time, the run waited for a core.\n")
 	b.WriteString("- Every scenario ran once in its own process (`go test -bench` drivers in test/bench, `-benchtime=1x`); logs are in _output/bench/logs. Numbers are reports, not pass/fail.\n")
 	if len(rep.ControllerVsAntrea) > 0 {
-		var parts []string
-		for _, name := range referenceShapes {
-			if v, ok := rep.ControllerVsAntrea[name]; ok {
-				parts = append(parts, fmt.Sprintf("%s %.3f", name, v))
-			}
-		}
-		fmt.Fprintf(&b, "- **controller_vs_antrea** (time from informer start on Antrea's harness / Antrea's): %s\n", strings.Join(parts, ", "))
+		fmt.Fprintf(&b, "- **controller_vs_antrea** (time from informer start on Antrea's harness / Antrea's): %s\n", byShape(rep.ControllerVsAntrea))
 	}
 	if len(rep.ControllerVsAntreaSameMachine) > 0 {
-		var parts []string
-		for _, name := range referenceShapes {
-			if v, ok := rep.ControllerVsAntreaSameMachine[name]; ok {
-				parts = append(parts, fmt.Sprintf("%s %.3f", name, v))
-			}
-		}
-		fmt.Fprintf(&b, "- **controller_vs_antrea_same_machine** (the same, with Antrea's time scaled to this machine by the side-by-side's tierflow code run here): %s\n", strings.Join(parts, ", "))
+		fmt.Fprintf(&b, "- **controller_vs_antrea_same_machine** (the same, with Antrea's time scaled to this machine by the side-by-side's tierflow code run here): %s\n", byShape(rep.ControllerVsAntreaSameMachine))
 	}
 	if len(rep.ControllerCPUSeconds) > 0 {
 		var parts []string
@@ -590,6 +578,17 @@ func runCommits(rep *Report) []string {
 		out[i] = c + ": " + strings.Join(byCommit[c], ", ")
 	}
 	return out
+}
+
+// byShape lists a ratio per reference shape, in report order.
+func byShape(m map[string]float64) string {
+	var parts []string
+	for _, name := range referenceShapes {
+		if v, ok := m[name]; ok {
+			parts = append(parts, fmt.Sprintf("%s %.3f", name, v))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 func val(r *Run, unit string) (float64, bool) {
