@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -181,13 +183,7 @@ func (d *ovsDatapath) flushServicesLocked(ctx context.Context, out *proxy.Output
 		return
 	}
 	d.log.Info("service proxy: ending the connections of removed endpoints and frontends", "flushes", fmt.Sprint(out.Flushes))
-	// With the connection down (it dropped since the bundle) the call
-	// would wait for the reconnection holding d.mu, and every
-	// realization with it: the second flush tries instead.
-	err := errFlushDisconnected
-	if d.of.Connected() {
-		err = d.of.FlushConntrack(ctx, out.Flushes...)
-	}
+	err := d.flushConntrack(ctx, out.Flushes)
 	switch {
 	case err != nil && ctx.Err() != nil:
 		d.m.ofErrors.WithLabelValues("conntrack-flush").Inc()
@@ -222,9 +218,19 @@ func flushRejected(err error) bool {
 	return errors.As(err, &se) || errors.Is(err, openflow.ErrInvalidFlush)
 }
 
-// errFlushDisconnected is a flush not tried because the OpenFlow
-// connection is down (transient).
-var errFlushDisconnected = errors.New("not tried: the OpenFlow connection is down")
+// errFlushNotTried is a flush not tried because the OpenFlow connection
+// is down (a transient failure).
+var errFlushNotTried = fmt.Errorf("%w: conntrack flush not tried", openflow.ErrDisconnected)
+
+// flushConntrack runs flushes, called with d.mu held. With the OpenFlow
+// connection down it tries none (errFlushNotTried): the call would wait
+// for the reconnection holding d.mu, and every realization with it.
+func (d *ovsDatapath) flushConntrack(ctx context.Context, fs []openflow.ConntrackFlush) error {
+	if !d.of.Connected() {
+		return errFlushNotTried
+	}
+	return d.of.FlushConntrack(ctx, fs...)
+}
 
 // revalidationFallback is how long the second flush waits when the
 // switch cannot be asked whether it revalidated (ovs-appctl missing, no
@@ -266,51 +272,38 @@ type lateFlushes struct {
 
 // add hands over the flushes of a bundle, after their first flush
 // (failed: it failed).
-func (l *lateFlushes) add(fs []openflow.ConntrackFlush, failed bool) {
+func (l *lateFlushes) add(fs []openflow.ConntrackFlush, failed bool) { l.put(fs, failed, true) }
+
+// retry puts back flushes whose try failed, for the next try.
+func (l *lateFlushes) retry(fs []openflow.ConntrackFlush) { l.put(fs, true, false) }
+
+// put adds fs to the pending flushes (failed: a try of them failed;
+// fresh: after their bundle, so the next try waits for a revalidation)
+// and wakes the goroutine that runs them.
+func (l *lateFlushes) put(fs []openflow.ConntrackFlush, failed, fresh bool) {
 	l.mu.Lock()
 	for _, f := range fs {
 		l.pending[f] = l.pending[f] || failed
 	}
-	l.fresh = true
+	l.fresh = l.fresh || fresh
 	l.mu.Unlock()
-	l.wake()
-}
-
-// retry puts back flushes whose try failed, for the next try.
-func (l *lateFlushes) retry(fs []openflow.ConntrackFlush) {
-	l.mu.Lock()
-	for _, f := range fs {
-		l.pending[f] = true
-	}
-	l.mu.Unlock()
-	l.wake()
-}
-
-func (l *lateFlushes) wake() {
 	select {
 	case l.kick <- struct{}{}:
 	default:
 	}
 }
 
-// take empties the pending flushes: every one of them was added after
-// its bundle, so a revalidation that starts now covers them all. failed
-// holds those a try of which failed; fresh says whether any was added
-// since the last take (and needs that revalidation).
-func (l *lateFlushes) take() (batch []openflow.ConntrackFlush, failed map[openflow.ConntrackFlush]bool, fresh bool) {
+// take empties the pending flushes and returns them (each mapped to
+// whether a try of it failed): every one of them was added after its
+// bundle, so a revalidation that starts now covers them all. fresh says
+// whether any was added since the last take (and needs that
+// revalidation).
+func (l *lateFlushes) take() (pending map[openflow.ConntrackFlush]bool, fresh bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	batch = make([]openflow.ConntrackFlush, 0, len(l.pending))
-	failed = map[openflow.ConntrackFlush]bool{}
-	for f, x := range l.pending {
-		batch = append(batch, f)
-		if x {
-			failed[f] = true
-		}
-	}
-	clear(l.pending)
+	pending, l.pending = l.pending, map[openflow.ConntrackFlush]bool{}
 	fresh, l.fresh = l.fresh, false
-	return batch, failed, fresh
+	return pending, fresh
 }
 
 // startLateFlushes runs the second flushes until ctx ends: revalidated
@@ -348,10 +341,11 @@ func (d *ovsDatapath) startLateFlushes(ctx context.Context, revalidated func(con
 				case <-time.After(backoff):
 				}
 			}
-			batch, failed, fresh := l.take()
-			if len(batch) == 0 {
+			failed, fresh := l.take()
+			if len(failed) == 0 {
 				continue
 			}
+			batch := slices.Collect(maps.Keys(failed))
 			if fresh {
 				if err := revalidated(ctx); err != nil {
 					if ctx.Err() != nil {
@@ -412,11 +406,11 @@ func (d *ovsDatapath) startLateFlushes(ctx context.Context, revalidated func(con
 
 // lateFlush runs the flushes of batch whose endpoints and frontends are
 // still out, under d.mu, and returns them. While the OpenFlow connection
-// is down it tries none (errFlushDisconnected, and all of batch): the
-// call would wait for the reconnection holding d.mu.
+// is down it tries none (errFlushNotTried) and returns all of batch,
+// without waiting for d.mu.
 func (d *ovsDatapath) lateFlush(ctx context.Context, batch []openflow.ConntrackFlush) ([]openflow.ConntrackFlush, error) {
 	if !d.of.Connected() {
-		return batch, errFlushDisconnected
+		return batch, errFlushNotTried
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -424,5 +418,5 @@ func (d *ovsDatapath) lateFlush(ctx context.Context, batch []openflow.ConntrackF
 	if len(left) == 0 {
 		return nil, nil
 	}
-	return left, d.of.FlushConntrack(ctx, left...)
+	return left, d.flushConntrack(ctx, left)
 }

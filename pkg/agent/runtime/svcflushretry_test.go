@@ -3,7 +3,6 @@ package runtime_test
 import (
 	"encoding/binary"
 	"fmt"
-	"io"
 	"net"
 	"path/filepath"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tierflow/tierflow/pkg/agent/runtime"
+	"github.com/tierflow/tierflow/pkg/ovs/openflow"
 	"github.com/tierflow/tierflow/test/livecluster"
 	"github.com/tierflow/tierflow/test/ovsenv"
 )
@@ -242,7 +242,7 @@ func (r *ofRelay) relay(agent net.Conn) {
 	go func() {
 		defer agent.Close()
 		for {
-			msg, err := readOFMessage(sw)
+			msg, err := openflow.ReadMessage(sw)
 			if err != nil {
 				return
 			}
@@ -255,7 +255,7 @@ func (r *ofRelay) relay(agent net.Conn) {
 		}
 	}()
 	for {
-		msg, err := readOFMessage(agent)
+		msg, err := openflow.ReadMessage(agent)
 		if err != nil {
 			return
 		}
@@ -295,22 +295,4 @@ func (r *ofRelay) relay(agent net.Conn) {
 			return
 		}
 	}
-}
-
-// readOFMessage reads one OpenFlow message (header length-framed).
-func readOFMessage(c net.Conn) ([]byte, error) {
-	hdr := make([]byte, 8)
-	if _, err := io.ReadFull(c, hdr); err != nil {
-		return nil, err
-	}
-	n := int(binary.BigEndian.Uint16(hdr[2:4]))
-	if n < 8 {
-		return nil, fmt.Errorf("openflow message of length %d", n)
-	}
-	msg := make([]byte, n)
-	copy(msg, hdr)
-	if _, err := io.ReadFull(c, msg[8:]); err != nil {
-		return nil, err
-	}
-	return msg, nil
 }

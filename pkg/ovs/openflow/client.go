@@ -447,8 +447,9 @@ func (cn *conn) writeRaw(data []byte) error {
 	return nil
 }
 
-// readMsg reads one framed OpenFlow message.
-func readMsg(r io.Reader) ([]byte, error) {
+// ReadMessage reads one OpenFlow message, framed by its header's length
+// (for tests that stand between a client and a switch, too).
+func ReadMessage(r io.Reader) ([]byte, error) {
 	hdr := make([]byte, 8)
 	if _, err := io.ReadFull(r, hdr); err != nil {
 		return nil, err
@@ -487,7 +488,7 @@ func (cn *conn) handshake(ctx context.Context) (uint64, error) {
 	if err := cn.write(hello); err != nil {
 		return 0, err
 	}
-	msg, err := readMsg(cn.nc)
+	msg, err := ReadMessage(cn.nc)
 	if err != nil {
 		return 0, err
 	}
@@ -503,7 +504,7 @@ func (cn *conn) handshake(ctx context.Context) (uint64, error) {
 		return 0, err
 	}
 	for {
-		msg, err := readMsg(cn.nc)
+		msg, err := ReadMessage(cn.nc)
 		if err != nil {
 			return 0, err
 		}
@@ -554,7 +555,7 @@ func echoReply(req []byte) []byte {
 
 func (cn *conn) readLoop() {
 	for {
-		msg, err := readMsg(cn.nc)
+		msg, err := ReadMessage(cn.nc)
 		if err != nil {
 			cn.close(err)
 			cn.failWaiters()

@@ -197,7 +197,7 @@ func DialMonitor(ctx context.Context, target string, tables ...uint8) (*Monitor,
 	c.xid.Store(0x1000)
 	m := &Monitor{nc: nc, cn: newConn(nc, c), updates: make(chan []FlowUpdate, 1024), done: make(chan struct{})}
 	m.read = func() ([]byte, time.Time, error) {
-		msg, err := readMsg(nc)
+		msg, err := ReadMessage(nc)
 		return msg, time.Time{}, err
 	}
 	if network == "tcp" {
@@ -211,7 +211,7 @@ func DialMonitor(ctx context.Context, target string, tables ...uint8) (*Monitor,
 		// One message at a time, exactly its bytes: the stamp of the
 		// last read is when the message's end arrived.
 		m.read = func() ([]byte, time.Time, error) {
-			msg, err := readMsg(sr)
+			msg, err := ReadMessage(sr)
 			return msg, sr.Last(), err
 		}
 	}

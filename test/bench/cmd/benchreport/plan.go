@@ -66,12 +66,12 @@ var antreaSideBySide = map[string]AntreaSideBySide{
 
 // sideBySideCommit is the tierflow code of the side-by-side run, or the
 // closest to it this repository can name: the figures were measured on
-// 2026-11-25 and entered the report with c890c24, whose parent this is.
-// Code any older would run slower here and make Antrea's estimate on this
-// machine larger, so this choice does not flatter tierflow. Its
-// benchmarks' peak RSS per shape, which does not depend on the machine's
-// speed, reproduces the side-by-side's within 10 % (test/bench/METHODS.md,
-// "Calibration").
+// 2026-11-25 and entered the report with c890c24, whose parent this is:
+// the newest code the side-by-side can have run. Older code of that day
+// (8b4ec99, measured here) ran no faster, so it would not make Antrea's
+// estimate on this machine smaller. Its benchmarks' peak RSS per shape,
+// which does not depend on the machine's speed, reproduces the
+// side-by-side's within 11 % (test/bench/METHODS.md, "Calibration").
 const sideBySideCommit = "d8fb57843e97eab3100504c0c7cb3110af07d315"
 
 // sideBySideBench names, per reference shape, the benchmark of
